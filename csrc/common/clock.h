@@ -1,0 +1,41 @@
+// Monotonic deadlines: every blocking call in pscore carries one.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace pscore {
+
+using Clock = std::chrono::steady_clock;
+
+class Deadline {
+ public:
+  // timeout_ms < 0 means "never".
+  explicit Deadline(int64_t timeout_ms)
+      : infinite_(timeout_ms < 0), at_(Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms)) {}
+
+  static Deadline never() { return Deadline(-1); }
+
+  bool infinite() const { return infinite_; }
+  bool expired() const { return !infinite_ && Clock::now() >= at_; }
+
+  // Milliseconds left, clamped at 0; -1 when infinite (poll/epoll convention).
+  int remaining_ms() const {
+    if (infinite_) return -1;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - Clock::now()).count();
+    if (left <= 0) return 0;
+    return left > INT32_MAX ? INT32_MAX : static_cast<int>(left);
+  }
+
+  Clock::time_point time_point() const { return at_; }
+
+ private:
+  bool infinite_;
+  Clock::time_point at_;
+};
+
+inline int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
+}
+
+}  // namespace pscore

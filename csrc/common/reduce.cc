@@ -1,0 +1,161 @@
+#include "common/reduce.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+
+#include "common/half.h"
+
+namespace pscore {
+namespace {
+
+template <typename T>
+struct OpMin {
+  static T apply(T a, T b) { return b < a ? b : a; }
+};
+template <typename T>
+struct OpMax {
+  static T apply(T a, T b) { return a < b ? b : a; }
+};
+
+// Integer sums wrap like torch's (two's complement), not UB: compute in the unsigned type.
+template <typename T>
+struct WrapSum {
+  static T apply(T a, T b) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  }
+};
+template <typename T>
+struct WrapProd {
+  static T apply(T a, T b) {
+    using U = std::make_unsigned_t<T>;
+    if constexpr (sizeof(T) < sizeof(int)) {
+      return static_cast<T>(static_cast<unsigned>(static_cast<U>(a)) * static_cast<unsigned>(static_cast<U>(b)));
+    } else {
+      return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    }
+  }
+};
+
+template <typename T, template <typename> class Op>
+void kernel(T* dst, const T* a, const T* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Op<T>::apply(a[i], b[i]);
+}
+
+// Half types: widen to float, apply, narrow. Processed in blocks so the float loop vectorises.
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), template <typename> class Op>
+void half_kernel(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  constexpr size_t kBlock = 256;
+  float fa[kBlock], fb[kBlock];
+  for (size_t base = 0; base < n; base += kBlock) {
+    size_t m = std::min(kBlock, n - base);
+    for (size_t i = 0; i < m; ++i) {
+      fa[i] = ToF(a[base + i]);
+      fb[i] = ToF(b[base + i]);
+    }
+    for (size_t i = 0; i < m; ++i) fa[i] = Op<float>::apply(fa[i], fb[i]);
+    for (size_t i = 0; i < m; ++i) dst[base + i] = FromF(fa[i]);
+  }
+}
+
+template <template <typename> class Op>
+void dispatch_types(void* d, const void* a, const void* b, size_t n, DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return kernel<float, Op>(static_cast<float*>(d), static_cast<const float*>(a), static_cast<const float*>(b), n);
+    case DType::kFloat64:
+      return kernel<double, Op>(static_cast<double*>(d), static_cast<const double*>(a), static_cast<const double*>(b), n);
+    case DType::kInt8:
+      return kernel<int8_t, Op>(static_cast<int8_t*>(d), static_cast<const int8_t*>(a), static_cast<const int8_t*>(b), n);
+    case DType::kUInt8:
+      return kernel<uint8_t, Op>(static_cast<uint8_t*>(d), static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), n);
+    case DType::kInt32:
+      return kernel<int32_t, Op>(static_cast<int32_t*>(d), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), n);
+    case DType::kInt64:
+      return kernel<int64_t, Op>(static_cast<int64_t*>(d), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), n);
+    case DType::kFloat16:
+      return half_kernel<half_to_float, float_to_half, Op>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n);
+    case DType::kBFloat16:
+      return half_kernel<bf16_to_float, float_to_bf16, Op>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n);
+  }
+  throw std::invalid_argument("reduce: unknown dtype");
+}
+
+// Sum and prod on signed integers must wrap (as torch does); min/max are safe natively.
+template <typename T>
+struct SumSel {
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) return WrapSum<T>::apply(a, b);
+    else return static_cast<T>(a + b);
+  }
+};
+template <typename T>
+struct ProdSel {
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using S = std::make_signed_t<T>;
+      return static_cast<T>(WrapProd<S>::apply(static_cast<S>(a), static_cast<S>(b)));
+    } else {
+      return a * b;
+    }
+  }
+};
+
+}  // namespace
+
+void reduce_to(void* dst, const void* a, const void* b, size_t count, DType dtype, ReduceOp op) {
+  if (count == 0) return;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return dispatch_types<SumSel>(dst, a, b, count, dtype);
+    case ReduceOp::kProd:
+      return dispatch_types<ProdSel>(dst, a, b, count, dtype);
+    case ReduceOp::kMin:
+      return dispatch_types<OpMin>(dst, a, b, count, dtype);
+    case ReduceOp::kMax:
+      return dispatch_types<OpMax>(dst, a, b, count, dtype);
+  }
+  throw std::invalid_argument("reduce: unknown op");
+}
+
+void reduce_into(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) {
+  reduce_to(dst, dst, src, count, dtype, op);
+}
+
+namespace {
+template <typename T>
+void divide_kernel(T* d, size_t n, size_t k) {
+  if constexpr (std::is_floating_point_v<T>) {
+    T inv = static_cast<T>(1) / static_cast<T>(k);
+    for (size_t i = 0; i < n; ++i) d[i] *= inv;
+  } else {
+    T div = static_cast<T>(k);
+    for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] / div);
+  }
+}
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+void divide_half(uint16_t* d, size_t n, size_t k) {
+  float inv = 1.0f / static_cast<float>(k);
+  for (size_t i = 0; i < n; ++i) d[i] = FromF(ToF(d[i]) * inv);
+}
+}  // namespace
+
+void divide_by(void* dst, size_t count, DType dtype, size_t divisor) {
+  if (count == 0 || divisor <= 1) return;
+  switch (dtype) {
+    case DType::kFloat32: return divide_kernel(static_cast<float*>(dst), count, divisor);
+    case DType::kFloat64: return divide_kernel(static_cast<double*>(dst), count, divisor);
+    case DType::kInt8: return divide_kernel(static_cast<int8_t*>(dst), count, divisor);
+    case DType::kUInt8: return divide_kernel(static_cast<uint8_t*>(dst), count, divisor);
+    case DType::kInt32: return divide_kernel(static_cast<int32_t*>(dst), count, divisor);
+    case DType::kInt64: return divide_kernel(static_cast<int64_t*>(dst), count, divisor);
+    case DType::kFloat16: return divide_half<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), count, divisor);
+    case DType::kBFloat16: return divide_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), count, divisor);
+  }
+  throw std::invalid_argument("divide_by: unknown dtype");
+}
+
+}  // namespace pscore

@@ -1,0 +1,17 @@
+"""Exception classes raised by pscore; each subclasses what users already catch."""
+
+
+class Error(RuntimeError):
+    """Base of pscore's failures (bad arguments raise ValueError / TypeError instead)."""
+
+
+class TimeoutError(Error, TimeoutError):  # noqa: A001 - deliberately shadows the builtin
+    """A blocking call ran past its timeout; the message names the peer and the operation."""
+
+
+class NetworkError(Error, ConnectionError):
+    """A peer died, closed its connection or sent bytes that are not a pscore frame."""
+
+
+class StoreError(Error):
+    """A store refused or failed an operation."""

@@ -1,0 +1,91 @@
+"""Zero-copy views of numpy arrays and CPU torch tensors as (pointer, bytes, dtype) buffers.
+
+The C++ core never sees a Python object: every binding takes a `Buffer`'s fields. The Buffer
+keeps the owning object alive for as long as an asynchronous operation holds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+import numpy as np
+
+# Codes match csrc/common/dtype.h.
+DTYPE_CODES = {
+    "float16": 0,
+    "bfloat16": 1,
+    "float32": 2,
+    "float64": 3,
+    "int8": 4,
+    "uint8": 5,
+    "int32": 6,
+    "int64": 7,
+}
+DTYPE_SIZES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1,
+               "int32": 4, "int64": 8}
+REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+    """A contiguous host buffer: address, size in bytes, element type and the object owning it."""
+
+    ptr: int
+    nbytes: int
+    dtype: str
+    numel: int
+    owner: Any
+
+    @property
+    def dtype_code(self) -> int:
+        return DTYPE_CODES[self.dtype]
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def is_torch_tensor(x: Any) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def dtype_name(x: Any) -> str:
+    """pscore's name for x's element type; TypeError for one pscore does not carry."""
+    if is_torch_tensor(x):
+        name = str(x.dtype).replace("torch.", "")
+    elif isinstance(x, np.ndarray):
+        name = x.dtype.name
+    else:
+        raise TypeError(f"expected a numpy array or a torch tensor, got {type(x).__name__}")
+    if name not in DTYPE_CODES:
+        raise TypeError(f"dtype {name} is not supported; use one of {sorted(DTYPE_CODES)}")
+    return name
+
+
+def as_buffer(x: Any, *, writable: bool = True, what: str = "tensor") -> Buffer:
+    """Views x without copying. Raises TypeError / ValueError for what cannot be viewed in place."""
+    dtype = dtype_name(x)
+    if is_torch_tensor(x):
+        if x.device.type != "cpu":
+            raise ValueError(f"{what} is on {x.device}; this backend takes CPU tensors")
+        if not x.is_contiguous():
+            raise ValueError(f"{what} is not contiguous; call .contiguous() first")
+        if x.is_sparse:
+            raise ValueError(f"{what} is sparse; pass a dense tensor")
+        return Buffer(x.data_ptr(), x.numel() * x.element_size(), dtype, x.numel(), x)
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{what} is not C-contiguous; use np.ascontiguousarray first")
+    if writable and not x.flags.writeable:
+        raise ValueError(f"{what} is read-only; the operation writes its result in place")
+    return Buffer(x.ctypes.data if x.size else 0, x.nbytes, dtype, x.size, x)
+
+
+def empty_like(x: Any, numel: int | None = None) -> Any:
+    """A new contiguous array/tensor of x's kind and dtype with numel elements (default: x's)."""
+    if is_torch_tensor(x):
+        torch = _torch()
+        return torch.empty(x.numel() if numel is None else numel, dtype=x.dtype)
+    return np.empty(x.size if numel is None else numel, dtype=x.dtype)
