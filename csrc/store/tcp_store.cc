@@ -1,0 +1,136 @@
+#include "store/tcp_store.h"
+
+#include "common/error.h"
+#include "common/socket.h"
+#include "store/store_errors.h"
+
+namespace pscore {
+
+using store_wire::Op;
+using store_wire::PayloadReader;
+using store_wire::PayloadWriter;
+using store_wire::Status;
+
+namespace {
+
+// A parked get/wait is answered by the server at its deadline; the client allows this much
+// more before it decides the server itself is gone.
+constexpr int64_t kReplyGraceMs = 2000;
+
+const std::string kWorkersKey = std::string(1, kInternalKeyPrefix) + "pscore/tcpstore/workers";
+const std::string kReadyKey = std::string(1, kInternalKeyPrefix) + "pscore/tcpstore/ready";
+
+std::string choose_bind_host(const TCPStoreOptions& o) {
+  if (o.bind_host) return *o.bind_host;
+  return is_loopback_host(o.host) ? o.host : std::string();
+}
+
+}  // namespace
+
+TCPStore::TCPStore(const TCPStoreOptions& options)
+    : Store(options.timeout_ms), host_(options.host), port_(options.port) {
+  if (options.port < 0 || options.port > 65535)
+    throw std::invalid_argument("TCPStore: port " + std::to_string(options.port) +
+                                " is out of range 0..65535");
+  if (!options.is_master && options.port == 0)
+    throw std::invalid_argument("TCPStore: a client needs the master's port (got 0)");
+  std::string connect_host = host_;
+  if (options.is_master) {
+    TcpStoreServerOptions so;
+    so.host = choose_bind_host(options);
+    so.port = options.port;
+    server_ = std::make_unique<TcpStoreServer>(so);
+    port_ = server_->port();
+    if (so.host.empty() || so.host == "0.0.0.0" || so.host == "::")
+      connect_host = "127.0.0.1";
+    else
+      connect_host = so.host;
+  }
+  client_ = std::make_unique<TcpStoreClient>(connect_host, port_);
+  client_->connect(Deadline(options.timeout_ms));
+  if (options.world_size > 0) join_workers(options);
+}
+
+TCPStore::~TCPStore() {
+  client_.reset();
+  server_.reset();
+}
+
+void TCPStore::join_workers(const TCPStoreOptions& options) {
+  if (add(kWorkersKey, 1) == options.world_size) set(kReadyKey, "1");
+  if (!options.is_master || !options.wait_for_workers) return;
+  try {
+    wait({kReadyKey}, options.timeout_ms);
+  } catch (const TimeoutError&) {
+    throw TimeoutError(client_->name() + ": only " + std::to_string(add(kWorkersKey, 0)) + " of " +
+                       std::to_string(options.world_size) + " workers joined within " +
+                       std::to_string(options.timeout_ms) + " ms");
+  }
+}
+
+StoreResponse TCPStore::call(Op op, const std::string& payload, const std::string& what,
+                             int64_t server_wait_ms) {
+  int64_t budget = server_wait_ms == -2 ? timeout_ms() : server_wait_ms;
+  Deadline deadline(budget < 0 ? -1 : budget + (server_wait_ms == -2 ? 0 : kReplyGraceMs));
+  return client_->call(op, payload, deadline, what);
+}
+
+void TCPStore::set(const std::string& key, const std::string& value) {
+  call(Op::kSet, PayloadWriter().bytes(key).bytes(value).take(),
+       "set('" + printable_key(key) + "')");
+}
+
+std::string TCPStore::get(const std::string& key) {
+  int64_t timeout = timeout_ms();
+  StoreResponse r = call(Op::kGet, PayloadWriter().bytes(key).i64(timeout).take(),
+                         "get('" + printable_key(key) + "')", timeout);
+  if (r.status == Status::kTimeout)
+    throw TimeoutError(get_timeout_message(client_->name(), key, timeout));
+  return std::move(r.payload);
+}
+
+int64_t TCPStore::add(const std::string& key, int64_t amount) {
+  StoreResponse r = call(Op::kAdd, PayloadWriter().bytes(key).i64(amount).take(),
+                         "add('" + printable_key(key) + "')");
+  PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
+  return in.i64();
+}
+
+std::string TCPStore::compare_set(const std::string& key, const std::string& expected,
+                                  const std::string& desired) {
+  StoreResponse r =
+      call(Op::kCompareSet, PayloadWriter().bytes(key).bytes(expected).bytes(desired).take(),
+           "compare_set('" + printable_key(key) + "')");
+  PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
+  return in.bytes();
+}
+
+void TCPStore::wait(const std::vector<std::string>& keys, int64_t timeout_ms) {
+  StoreResponse r = call(Op::kWait, PayloadWriter().i64(timeout_ms).keys(keys).take(),
+                         "wait(" + format_keys(keys) + ")", timeout_ms);
+  if (r.status == Status::kTimeout) {
+    PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
+    throw TimeoutError(wait_timeout_message(client_->name(), timeout_ms, in.keys()));
+  }
+}
+
+bool TCPStore::check(const std::vector<std::string>& keys) {
+  StoreResponse r = call(Op::kCheck, PayloadWriter().keys(keys).take(), "check");
+  PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
+  return in.u8() != 0;
+}
+
+bool TCPStore::delete_key(const std::string& key) {
+  StoreResponse r = call(Op::kDelete, PayloadWriter().bytes(key).take(),
+                         "delete_key('" + printable_key(key) + "')");
+  PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
+  return in.u8() != 0;
+}
+
+int64_t TCPStore::num_keys() {
+  StoreResponse r = call(Op::kNumKeys, "", "num_keys");
+  PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
+  return in.i64();
+}
+
+}  // namespace pscore

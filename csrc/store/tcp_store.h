@@ -1,0 +1,63 @@
+// TCPStore: the Store clients use over TCP; the master instance also runs the server
+// (tcp_store_server.h) in a background thread. torch.distributed.TCPStore's constructor.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "store/store.h"
+#include "store/tcp_store_client.h"
+#include "store/tcp_store_server.h"
+
+namespace pscore {
+
+struct TCPStoreOptions {
+  std::string host = "127.0.0.1";  // the master's address (a name or an IP)
+  int port = 0;                    // 0 only on the master: picks a free port, see port()
+  bool is_master = false;
+  int64_t world_size = -1;        // instances that will join, master included; < 0: unknown
+  bool wait_for_workers = false;  // master: block in the constructor until world_size joined
+  int64_t timeout_ms = 30000;
+  // Master only: address to bind. Unset: `host` when it is a loopback address, otherwise every
+  // interface (the master's name may resolve to an address not on a local interface, e.g. a
+  // Kubernetes service).
+  std::optional<std::string> bind_host;
+};
+
+class TCPStore : public Store {
+ public:
+  // Master: binds (NetworkError naming host:port when busy) and serves. Everyone: connects,
+  // retrying until timeout_ms while the master is not up yet (TimeoutError after).
+  explicit TCPStore(const TCPStoreOptions& options);
+  ~TCPStore() override;
+
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t amount) override;
+  std::string compare_set(const std::string& key, const std::string& expected,
+                          const std::string& desired) override;
+  using Store::wait;
+  void wait(const std::vector<std::string>& keys, int64_t timeout_ms) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
+  bool is_master() const { return server_ != nullptr; }
+  // Connections the server dropped for protocol violations (0 on non-masters).
+  int64_t dropped_connections() const { return server_ ? server_->dropped_connections() : 0; }
+
+ private:
+  StoreResponse call(store_wire::Op op, const std::string& payload, const std::string& what,
+                     int64_t server_wait_ms = -2);
+  void join_workers(const TCPStoreOptions& options);
+
+  std::string host_;
+  int port_;
+  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<TcpStoreClient> client_;
+};
+
+}  // namespace pscore

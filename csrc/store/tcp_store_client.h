@@ -1,0 +1,50 @@
+// The TCP store client: a small pool of connections to the server, one request in flight per
+// connection, so threads sharing a store never wait behind each other's blocking get/wait.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/socket.h"
+#include "store/store_protocol.h"
+
+namespace pscore {
+
+struct StoreResponse {
+  store_wire::Status status = store_wire::Status::kOk;
+  std::string payload;
+};
+
+class TcpStoreClient {
+ public:
+  TcpStoreClient(std::string host, int port);
+
+  // Opens one connection now, retrying while the server is not up yet, until the deadline.
+  void connect(const Deadline& deadline);
+  // Sends one request and waits for its response until the deadline. Returns kOk and kTimeout
+  // responses; throws std::invalid_argument (kInvalid), StoreError (kError), TimeoutError when
+  // no answer came in time and NetworkError when the connection broke. `what` names the call.
+  StoreResponse call(store_wire::Op op, const std::string& payload, const Deadline& deadline,
+                     const std::string& what);
+
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
+  // "TCPStore(host:port)", the prefix of every message.
+  const std::string& name() const { return name_; }
+
+ private:
+  Socket acquire(const Deadline& deadline);
+  void release(Socket socket);
+
+  std::string host_;
+  int port_;
+  std::string name_;
+  std::atomic<uint64_t> next_seq_{1};
+  std::mutex mutex_;
+  std::vector<Socket> idle_;
+};
+
+}  // namespace pscore

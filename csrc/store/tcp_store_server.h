@@ -1,0 +1,49 @@
+// The TCP store server: one epoll thread serving any number of clients. Blocking get/wait are
+// parked server-side (woken by the set/add that creates their keys, or by their deadline), so
+// nothing polls. A connection that sends garbage, a truncated or oversized frame is dropped
+// and the server keeps serving the others.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/socket.h"
+#include "store/store_protocol.h"
+
+namespace pscore {
+
+struct TcpStoreServerOptions {
+  std::string host = "127.0.0.1";  // address to bind; "" binds every interface
+  int port = 0;                    // 0 picks a free port (see port())
+  uint64_t max_payload_bytes = store_wire::kMaxPayloadBytes;
+};
+
+class TcpStoreServer {
+ public:
+  // Binds and starts the server thread. Throws NetworkError naming host:port when the port is
+  // busy or the host does not resolve.
+  explicit TcpStoreServer(const TcpStoreServerOptions& options);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  int port() const { return port_; }
+  // Connections closed because the peer broke the protocol (garbage, bad length, ...).
+  int64_t dropped_connections() const { return dropped_.load(); }
+  // Stops the thread and closes every connection; idempotent.
+  void stop();
+
+ private:
+  class Loop;
+
+  Socket listener_;
+  int port_ = 0;
+  int wake_fd_ = -1;
+  std::atomic<int64_t> dropped_{0};
+  std::unique_ptr<Loop> loop_;
+  std::thread thread_;
+};
+
+}  // namespace pscore
