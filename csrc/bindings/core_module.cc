@@ -1,0 +1,155 @@
+// pscore._C: transports (for rendezvous from Python) and the ProcessGroup's collectives.
+// Buffers cross as integer addresses from pscore.tensor.as_buffer; every call that can block
+// releases the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings/errors.h"
+#include "collectives/process_group.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace py = pybind11;
+using namespace pscore;
+
+namespace {
+
+using Ptrs = std::vector<uintptr_t>;
+using Gil = py::call_guard<py::gil_scoped_release>;
+
+void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+
+std::vector<void*> ptrs(const Ptrs& ps) {
+  std::vector<void*> out;
+  for (auto p : ps) out.push_back(ptr(p));
+  return out;
+}
+
+std::vector<const void*> const_ptrs(const Ptrs& ps) {
+  std::vector<const void*> out;
+  for (auto p : ps) out.push_back(ptr(p));
+  return out;
+}
+
+void bind_transports(py::module_& m) {
+  py::class_<Transport, std::shared_ptr<Transport>>(m, "Transport")
+      .def_property_readonly("name", &Transport::name)
+      .def_property_readonly("rank", &Transport::rank)
+      .def_property_readonly("size", &Transport::size);
+
+  py::class_<TcpTransport, Transport, std::shared_ptr<TcpTransport>>(m, "TcpTransport")
+      .def(py::init([](int rank, int size, const std::string& host, int port,
+                       const std::string& job_id, int buffer_bytes) {
+             TcpOptions o;
+             o.host = host;
+             o.port = port;
+             o.job_id = job_id;
+             o.buffer_bytes = buffer_bytes;
+             return std::make_shared<TcpTransport>(rank, size, o);
+           }),
+           py::arg("rank"), py::arg("size"), py::arg("host") = "127.0.0.1", py::arg("port") = 0,
+           py::arg("job_id") = "pscore", py::arg("buffer_bytes") = 4 << 20)
+      .def_property_readonly("port", &TcpTransport::port)
+      .def("connect", &TcpTransport::connect, py::arg("hosts"), py::arg("ports"),
+           py::arg("timeout_ms"), Gil());
+
+  py::class_<ShmTransport, Transport, std::shared_ptr<ShmTransport>>(m, "ShmTransport")
+      .def(py::init([](int rank, int size, const std::string& job_id, uint64_t ring_bytes,
+                       uint64_t p2p_ring_bytes) {
+             ShmOptions o;
+             o.job_id = job_id;
+             o.ring_bytes = ring_bytes;
+             o.p2p_ring_bytes = p2p_ring_bytes;
+             return std::make_shared<ShmTransport>(rank, size, o);
+           }),
+           py::arg("rank"), py::arg("size"), py::arg("job_id") = "pscore",
+           py::arg("ring_bytes") = 4 << 20, py::arg("p2p_ring_bytes") = 1 << 20)
+      .def_property_readonly("segment_name", &ShmTransport::segment_name)
+      .def_property_readonly("token", &ShmTransport::token)
+      .def("connect", &ShmTransport::connect, py::arg("names"), py::arg("tokens"), Gil())
+      .def("unlink", &ShmTransport::unlink);
+}
+
+void bind_work(py::module_& m) {
+  py::class_<Work, std::shared_ptr<Work>>(m, "Work")
+      .def("wait", &Work::wait, py::arg("timeout_ms") = -1, Gil())
+      .def("is_completed", &Work::is_completed)
+      .def("failed", &Work::failed)
+      .def("exception_message", &Work::exception_message);
+}
+
+void bind_process_group(py::module_& m) {
+  using PG = ProcessGroup;
+  auto dt = [](int code) { return dtype_from_code(code); };
+  auto rop = [](int code) { return reduce_op_from_code(code); };
+  py::class_<PG, std::shared_ptr<PG>>(m, "ProcessGroup")
+      .def(py::init([](std::shared_ptr<Transport> t, int64_t timeout_ms, int spin_us,
+                       size_t small_allreduce_bytes, size_t large_broadcast_bytes) {
+             GroupOptions o;
+             o.timeout_ms = timeout_ms;
+             o.spin_us = spin_us;
+             o.small_allreduce_bytes = small_allreduce_bytes;
+             o.large_broadcast_bytes = large_broadcast_bytes;
+             return std::make_shared<PG>(std::move(t), o);
+           }),
+           py::arg("transport"), py::arg("timeout_ms") = 30000, py::arg("spin_us") = -1,
+           py::arg("small_allreduce_bytes") = 64 << 10, py::arg("large_broadcast_bytes") = 512 << 10)
+      .def_property_readonly("rank", &PG::rank)
+      .def_property_readonly("size", &PG::size)
+      .def_property_readonly("transport", &PG::transport_name)
+      .def("allreduce",
+           [=](PG& g, uintptr_t buf, size_t n, int d, int op, bool async) {
+             return g.allreduce(ptr(buf), n, dt(d), rop(op), async);
+           }, Gil())
+      .def("broadcast",
+           [=](PG& g, uintptr_t buf, size_t n, int d, int root, bool async) {
+             return g.broadcast(ptr(buf), n, dt(d), root, async);
+           }, Gil())
+      .def("reduce",
+           [=](PG& g, uintptr_t buf, size_t n, int d, int op, int root, bool async) {
+             return g.reduce(ptr(buf), n, dt(d), rop(op), root, async);
+           }, Gil())
+      .def("allgather",
+           [=](PG& g, uintptr_t in, size_t n, int d, const Ptrs& outs, bool async) {
+             return g.allgather(ptr(in), n, dt(d), ptrs(outs), async);
+           }, Gil())
+      .def("reduce_scatter",
+           [=](PG& g, const Ptrs& ins, uintptr_t out, size_t n, int d, int op, bool async) {
+             return g.reduce_scatter(const_ptrs(ins), ptr(out), n, dt(d), rop(op), async);
+           }, Gil())
+      .def("gather",
+           [=](PG& g, uintptr_t in, size_t n, int d, const Ptrs& outs, int root, bool async) {
+             return g.gather(ptr(in), n, dt(d), ptrs(outs), root, async);
+           }, Gil())
+      .def("scatter",
+           [=](PG& g, const Ptrs& ins, uintptr_t out, size_t n, int d, int root, bool async) {
+             return g.scatter(const_ptrs(ins), ptr(out), n, dt(d), root, async);
+           }, Gil())
+      .def("all_to_all",
+           [=](PG& g, const Ptrs& ins, std::vector<size_t> sc, const Ptrs& outs,
+               std::vector<size_t> rc, int d, bool async) {
+             return g.all_to_all(const_ptrs(ins), std::move(sc), ptrs(outs), std::move(rc), dt(d),
+                                 async);
+           }, Gil())
+      .def("barrier", &PG::barrier, py::arg("async_op"), Gil())
+      .def("send",
+           [=](PG& g, uintptr_t buf, size_t n, int d, int dst, uint32_t tag, bool async) {
+             return g.send(ptr(buf), n, dt(d), dst, tag, async);
+           }, Gil())
+      .def("recv",
+           [=](PG& g, uintptr_t buf, size_t n, int d, int src, uint32_t tag, bool async) {
+             return g.recv(ptr(buf), n, dt(d), src, tag, async);
+           }, Gil())
+      .def("abort", &PG::abort, Gil())
+      .def("broken_reason", &PG::broken_reason);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "pscore core: transports and collectives";
+  bindings::register_error_translator();
+  bind_transports(m);
+  bind_work(m);
+  bind_process_group(m);
+}

@@ -1,0 +1,68 @@
+// Collective algorithms, written against transport/transport.h only. Each runs one operation of
+// a group to completion on the calling thread; buffers are raw bytes of ctx.dtype.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "collectives/exchange.h"
+#include "common/dtype.h"
+#include "transport/transport.h"
+
+namespace pscore {
+
+// The group's view of one running operation: the transport and the operation's context.
+struct Comm {
+  Transport& transport;
+  OpContext ctx;
+  int rank() const { return transport.rank(); }
+  int size() const { return transport.size(); }
+  Exchange exchange() const { return Exchange(transport, ctx); }
+};
+
+// Block b of count elements split into n nearly equal blocks: [offset, offset + length).
+struct Block {
+  size_t offset;
+  size_t length;
+};
+Block block_of(size_t count, int n, int b);
+
+// Latency-optimal: log2(n) exchanges of the whole buffer (non-powers of two fold the extra ranks
+// in first). `scratch` holds count elements.
+void allreduce_recursive_doubling(Comm& c, void* buf, size_t count, ReduceOp op, void* scratch);
+// Bandwidth-optimal: ring reduce-scatter then ring allgather, 2(n-1)/n of the buffer per rank,
+// each incoming piece reduced straight from the transport as it arrives.
+void allreduce_ring(Comm& c, void* buf, size_t count, ReduceOp op);
+
+void broadcast_binomial(Comm& c, void* buf, size_t nbytes, int root);
+// Scatter from the root then ring allgather: for large buffers on many ranks.
+void broadcast_scatter_allgather(Comm& c, void* buf, size_t count, int root);
+
+// Binomial-tree reduce into the root's buf; other ranks' buf is left untouched (scratch used).
+void reduce_binomial(Comm& c, void* buf, size_t count, ReduceOp op, int root, void* scratch);
+
+// Ring allgather: outputs[r] (bytes[r] long) holds rank r's block; this rank's block is already
+// in outputs[rank()].
+void allgather_ring(Comm& c, const std::vector<char*>& outputs, const std::vector<size_t>& bytes);
+
+// Ring reduce-scatter: inputs[b] are this rank's contributions to block b (counts[b] elements);
+// output receives the reduced block rank(). `scratch` holds sum(counts) elements.
+void reduce_scatter_ring(Comm& c, const std::vector<const char*>& inputs,
+                         const std::vector<size_t>& counts, void* output, ReduceOp op,
+                         char* scratch);
+
+// Direct: non-roots send to / receive from the root, which moves all blocks concurrently.
+void gather_direct(Comm& c, const void* input, size_t nbytes, const std::vector<char*>& outputs,
+                   int root);
+void scatter_direct(Comm& c, const std::vector<const char*>& inputs, void* output, size_t nbytes,
+                    int root);
+
+// Every pair exchanges its blocks concurrently; send_bytes/recv_bytes are per peer.
+void all_to_all_pairwise(Comm& c, const std::vector<const char*>& inputs,
+                         const std::vector<size_t>& send_bytes, const std::vector<char*>& outputs,
+                         const std::vector<size_t>& recv_bytes);
+
+// Dissemination barrier: ceil(log2 n) rounds of empty messages.
+void barrier_dissemination(Comm& c);
+
+}  // namespace pscore

@@ -1,0 +1,13 @@
+#include "collectives/algorithms.h"
+
+namespace pscore {
+
+Block block_of(size_t count, int n, int b) {
+  size_t base = count / n;
+  size_t extra = count % n;
+  size_t ub = static_cast<size_t>(b);
+  size_t offset = ub * base + (ub < extra ? ub : extra);
+  return Block{offset, base + (ub < extra ? 1 : 0)};
+}
+
+}  // namespace pscore

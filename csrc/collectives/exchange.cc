@@ -1,0 +1,212 @@
+#include "collectives/exchange.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/reduce.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define PSCORE_CPU_RELAX() _mm_pause()
+#else
+#define PSCORE_CPU_RELAX() ((void)0)
+#endif
+
+namespace pscore {
+namespace {
+
+constexpr size_t kHeaderBytes = sizeof(MessageHeader);
+constexpr int kWaitSliceMs = 50;   // wake up this often to look for dead peers
+constexpr int64_t kPeerCheckUs = 50000;
+const char kZeros[8] = {0};
+
+}  // namespace
+
+void Exchange::send(int peer, const void* data, size_t nbytes) {
+  Item it{peer, true, const_cast<char*>(static_cast<const char*>(data)), nbytes, ReduceOp::kSum,
+          false, MessageHeader{}};
+  it.header.op = static_cast<uint8_t>(ctx_.kind);
+  it.header.dtype = static_cast<uint8_t>(ctx_.dtype);
+  it.header.seq = ctx_.seq;
+  it.header.nbytes = nbytes;
+  it.header.tag = ctx_.tag;
+  items_.push_back(it);
+  ++pending_;
+}
+
+void Exchange::recv(int peer, void* dst, size_t nbytes) {
+  items_.push_back(Item{peer, false, static_cast<char*>(dst), nbytes, ReduceOp::kSum, false,
+                        MessageHeader{}});
+  ++pending_;
+}
+
+void Exchange::recv_reduce(int peer, void* dst, size_t nbytes, ReduceOp op) {
+  items_.push_back(Item{peer, false, static_cast<char*>(dst), nbytes, op, true, MessageHeader{}});
+  ++pending_;
+}
+
+std::string Exchange::describe(const Item& it) const {
+  return "rank " + std::to_string(transport_.rank()) + (it.is_send ? " -> rank " : " <- rank ") +
+         std::to_string(it.peer) + ": " + op_kind_name(ctx_.kind) + " #" + std::to_string(ctx_.seq);
+}
+
+// A send streams [header | payload | padding] through write_some.
+bool Exchange::step_send(Item& it, Channel& ch) {
+  size_t pad = padding_for(it.nbytes);
+  size_t k;
+  if (it.done < kHeaderBytes) {
+    k = ch.write_some(reinterpret_cast<const char*>(&it.header) + it.done, kHeaderBytes - it.done,
+                      it.data, it.nbytes);
+  } else if (it.done < kHeaderBytes + it.nbytes) {
+    size_t off = it.done - kHeaderBytes;
+    k = ch.write_some(it.data + off, it.nbytes - off, kZeros, pad);
+  } else {
+    size_t off = it.done - kHeaderBytes - it.nbytes;
+    k = ch.write_some(kZeros + off, pad - off, nullptr, 0);
+  }
+  it.done += k;
+  return k > 0;
+}
+
+void Exchange::check_header(const Item& it) const {
+  const MessageHeader& h = it.header;
+  auto fail = [&](const std::string& what) { throw NetworkError(describe(it) + ": " + what); };
+  if (h.magic != kMessageMagic) fail("stream out of step (bad message magic); the group is broken");
+  if (h.op != static_cast<uint8_t>(ctx_.kind) || h.seq != ctx_.seq)
+    fail("ranks disagree on the operation: the peer sent " +
+         std::string(op_kind_name(static_cast<OpKind>(h.op))) + " #" + std::to_string(h.seq));
+  if (h.dtype != static_cast<uint8_t>(ctx_.dtype))
+    fail("dtype mismatch: the peer sent " +
+         std::string(dtype_name(static_cast<DType>(h.dtype))) + ", this rank has " +
+         dtype_name(ctx_.dtype));
+  if (h.nbytes != it.nbytes)
+    fail("size mismatch: the peer sent " + std::to_string(h.nbytes) + " bytes, this rank expects " +
+         std::to_string(it.nbytes));
+  if (h.tag != ctx_.tag)
+    fail("tag mismatch: the peer sent tag " + std::to_string(h.tag) + ", this rank expects " +
+         std::to_string(ctx_.tag));
+}
+
+// A receive reads the header (checked), then the payload into or onto dst, then the padding.
+bool Exchange::step_recv(Item& it, Channel& ch) {
+  size_t k;
+  if (it.done < kHeaderBytes) {
+    Sink sink;
+    sink.direct = reinterpret_cast<char*>(&it.header) + it.done;
+    k = ch.read_some(kHeaderBytes - it.done, 1, sink);
+    it.done += k;
+    if (it.done == kHeaderBytes) check_header(it);
+    return k > 0;
+  }
+  size_t off = it.done - kHeaderBytes;
+  if (off < it.nbytes) {
+    Sink sink;
+    size_t granule = 1;
+    if (it.reduce) {
+      granule = dtype_size(ctx_.dtype);
+      size_t at = off;
+      sink.consume = [&](const void* src, size_t n) {
+        reduce_into(it.data + at, src, n / granule, ctx_.dtype, it.op);
+        at += n;
+      };
+    } else {
+      sink.direct = it.data + off;
+    }
+    k = ch.read_some(it.nbytes - off, granule, sink);
+  } else {
+    char scratch[8];
+    Sink sink;
+    sink.direct = scratch;
+    k = ch.read_some(kHeaderBytes + it.nbytes + padding_for(it.nbytes) - it.done, 1, sink);
+  }
+  it.done += k;
+  return k > 0;
+}
+
+bool Exchange::step(Item& it) {
+  size_t total = kHeaderBytes + it.nbytes + padding_for(it.nbytes);
+  if (it.done == total) return false;
+  Channel& ch = transport_.channel(it.peer, ctx_.lane);
+  bool progressed;
+  try {
+    progressed = it.is_send ? step_send(it, ch) : step_recv(it, ch);
+  } catch (const NetworkError& e) {
+    std::string msg = e.what();
+    if (msg.rfind(describe(it), 0) == 0) throw;  // already names this operation
+    throw NetworkError(describe(it) + ": " + msg);
+  }
+  if (it.done == total) --pending_;
+  return progressed;
+}
+
+void Exchange::check_peers() {
+  for (const auto& it : items_) {
+    try {
+      transport_.check_peer(it.peer);
+    } catch (const NetworkError& e) {
+      throw NetworkError(describe(it) + ": " + e.what());
+    }
+  }
+}
+
+void Exchange::fail_timeout() {
+  // Name the first unfinished receive (what this rank waits for), else the first send.
+  const Item* worst = nullptr;
+  for (const auto& it : items_) {
+    size_t total = kHeaderBytes + it.nbytes + padding_for(it.nbytes);
+    if (it.done == total) continue;
+    if (!worst || (!it.is_send && worst->is_send)) worst = &it;
+  }
+  size_t moved = worst->done > kHeaderBytes ? worst->done - kHeaderBytes : 0;
+  moved = std::min(moved, worst->nbytes);
+  throw TimeoutError(describe(*worst) + " timed out after " + std::to_string(ctx_.timeout_ms) +
+                     " ms " + (worst->is_send ? "sending " : "waiting for ") +
+                     std::to_string(worst->nbytes) + " bytes (" + std::to_string(moved) +
+                     " moved)");
+}
+
+void Exchange::run() {
+  int64_t idle_since = now_us();
+  int64_t last_check = idle_since;
+  std::vector<WaitItem> waits;
+  while (pending_ > 0) {
+    bool progressed = false;
+    for (auto& it : items_) progressed |= step(it);
+    if (pending_ == 0) break;
+    int64_t now = now_us();
+    if (progressed) {
+      idle_since = now;
+      continue;
+    }
+    if (now - idle_since < ctx_.spin_us) {
+      PSCORE_CPU_RELAX();
+      continue;
+    }
+    // Announce the sleep, look once more (a peer may have signalled in between), then block.
+    uint32_t token = transport_.begin_wait();
+    for (auto& it : items_) progressed |= step(it);
+    if (!progressed && pending_ > 0) {
+      waits.clear();
+      for (const auto& it : items_)
+        if (it.done < kHeaderBytes + it.nbytes + padding_for(it.nbytes))
+          waits.push_back(WaitItem{it.peer, ctx_.lane, it.is_send});
+      int slice = ctx_.deadline.infinite() ? kWaitSliceMs
+                                           : std::min(kWaitSliceMs, ctx_.deadline.remaining_ms());
+      transport_.wait(waits, slice, token);
+    }
+    transport_.end_wait();
+    if (progressed) {
+      idle_since = now_us();
+      continue;
+    }
+    now = now_us();
+    if (now - last_check >= kPeerCheckUs) {
+      last_check = now;
+      check_peers();
+    }
+    if (ctx_.deadline.expired()) fail_timeout();
+  }
+}
+
+}  // namespace pscore

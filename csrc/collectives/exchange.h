@@ -1,0 +1,67 @@
+// Exchange: a set of sends and receives to several peers progressed together until all are done,
+// with spinning then sleeping, deadlines, header checks and errors that name peer and operation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/dtype.h"
+#include "collectives/message.h"
+#include "transport/transport.h"
+
+namespace pscore {
+
+// What the current operation is, for headers and error messages.
+struct OpContext {
+  OpKind kind = OpKind::kAllreduce;
+  uint64_t seq = 0;
+  DType dtype = DType::kUInt8;
+  uint32_t tag = 0;
+  int lane = kCollectiveLane;
+  int64_t timeout_ms = 30000;
+  Deadline deadline = Deadline::never();
+  int spin_us = 0;  // busy-poll this long before sleeping (0 when ranks outnumber cores)
+};
+
+class Exchange {
+ public:
+  Exchange(Transport& transport, const OpContext& ctx) : transport_(transport), ctx_(ctx) {}
+
+  void send(int peer, const void* data, size_t nbytes);
+  // Receives nbytes from peer into dst.
+  void recv(int peer, void* dst, size_t nbytes);
+  // Receives nbytes of ctx.dtype from peer and folds them into dst: dst = dst op incoming.
+  void recv_reduce(int peer, void* dst, size_t nbytes, ReduceOp op);
+  // Progresses every posted send and receive until all are complete. Throws TimeoutError or
+  // NetworkError naming this rank, the peer, the operation and the byte counts.
+  void run();
+
+ private:
+  struct Item {
+    int peer;
+    bool is_send;
+    char* data;
+    size_t nbytes;
+    ReduceOp op;
+    bool reduce;
+    MessageHeader header;  // outgoing, or the one received
+    size_t done = 0;       // bytes of header + payload + padding moved so far
+  };
+
+  bool step(Item& it);
+  bool step_send(Item& it, Channel& ch);
+  bool step_recv(Item& it, Channel& ch);
+  void check_header(const Item& it) const;
+  void check_peers();
+  std::string describe(const Item& it) const;
+  [[noreturn]] void fail_timeout();
+
+  Transport& transport_;
+  OpContext ctx_;
+  std::vector<Item> items_;
+  size_t pending_ = 0;
+};
+
+}  // namespace pscore

@@ -1,0 +1,67 @@
+#include "collectives/executor.h"
+
+namespace pscore {
+
+Executor::~Executor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Executor::run(Task& t) {
+  try {
+    t.fn();
+    t.work->finish();
+  } catch (...) {
+    t.work->finish(std::current_exception());
+  }
+}
+
+std::shared_ptr<Work> Executor::submit(const std::string& what, std::function<void()> fn,
+                                       bool async) {
+  Task task{std::move(fn), std::make_shared<Work>(what)};
+  std::shared_ptr<Work> work = task.work;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!async && queue_.empty() && !busy_) {  // fast path: run inline, in order
+      busy_ = true;
+      lock.unlock();
+      run(task);
+      lock.lock();
+      busy_ = false;
+      lock.unlock();
+      cv_.notify_all();
+      work->wait();
+      return work;
+    }
+    queue_.push_back(std::move(task));
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  }
+  cv_.notify_all();
+  if (!async) work->wait();
+  return work;
+}
+
+void Executor::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || (!queue_.empty() && !busy_); });
+    if (queue_.empty()) {
+      if (stop_) return;
+      continue;
+    }
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    run(task);
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace pscore

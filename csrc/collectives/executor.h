@@ -1,0 +1,43 @@
+// Runs operations one at a time in submission order: synchronous ones on the caller's thread when
+// nothing is queued, asynchronous ones on a background thread started on first use.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "collectives/work.h"
+
+namespace pscore {
+
+class Executor {
+ public:
+  Executor() = default;
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs fn after everything submitted before it. Blocks until done unless async; failures are
+  // stored in the returned Work (and rethrown here when not async).
+  std::shared_ptr<Work> submit(const std::string& what, std::function<void()> fn, bool async);
+
+ private:
+  struct Task {
+    std::function<void()> fn;
+    std::shared_ptr<Work> work;
+  };
+  void loop();
+  static void run(Task& t);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace pscore

@@ -1,0 +1,275 @@
+#include "collectives/process_group.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "collectives/algorithms.h"
+#include "common/error.h"
+#include "common/reduce.h"
+
+namespace pscore {
+namespace {
+constexpr int kDefaultSpinUs = 50;
+}
+
+ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions options)
+    : transport_(std::move(transport)), options_(options) {
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  spin_us_ = options_.spin_us >= 0 ? options_.spin_us : (size() <= cores ? kDefaultSpinUs : 0);
+  send_lanes_.resize(size());
+  recv_lanes_.resize(size());
+  executor_ = std::make_unique<Executor>();
+}
+
+ProcessGroup::~ProcessGroup() {
+  executor_.reset();  // drain queued collectives before the transport goes
+  for (auto* lanes : {&send_lanes_, &recv_lanes_})
+    for (auto& l : *lanes) l.executor.reset();
+}
+
+OpContext ProcessGroup::context(OpKind kind, DType dtype, int lane) const {
+  OpContext ctx;
+  ctx.kind = kind;
+  ctx.dtype = dtype;
+  ctx.lane = lane;
+  ctx.timeout_ms = options_.timeout_ms;
+  ctx.spin_us = spin_us_;
+  return ctx;
+}
+
+void ProcessGroup::check_rank(int r, const char* what) const {
+  if (r < 0 || r >= size())
+    throw std::invalid_argument(std::string(what) + " rank " + std::to_string(r) +
+                                " is out of range for a group of " + std::to_string(size()));
+}
+
+char* ProcessGroup::scratch(size_t nbytes) {
+  if (scratch_.size() < nbytes) scratch_.resize(nbytes);
+  return scratch_.data();
+}
+
+// Runs one operation; a network failure or timeout breaks the group (streams are out of step)
+// and tells the peers, so they fail fast instead of waiting out their own timeouts.
+void ProcessGroup::run_guarded(const OpContext& base,
+                               const std::function<void(const OpContext&)>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    if (!broken_.empty())
+      throw NetworkError(std::string(op_kind_name(base.kind)) + " #" + std::to_string(base.seq) +
+                         ": the group is broken: " + broken_);
+  }
+  OpContext ctx = base;
+  ctx.deadline = Deadline(options_.timeout_ms);
+  try {
+    fn(ctx);
+  } catch (const Error& e) {
+    abort(e.what());
+    throw;
+  }
+}
+
+ProcessGroup::WorkPtr ProcessGroup::submit(OpKind kind, DType dtype, bool async,
+                                           std::function<void(const OpContext&)> fn) {
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  OpContext ctx = context(kind, dtype);
+  ctx.seq = seq_++;
+  std::string what = "rank " + std::to_string(rank()) + ": " + op_kind_name(kind) + " #" +
+                     std::to_string(ctx.seq);
+  return executor_->submit(
+      what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
+}
+
+ProcessGroup::WorkPtr ProcessGroup::submit_p2p(bool is_send, int peer, DType dtype, uint32_t tag,
+                                               bool async,
+                                               std::function<void(const OpContext&)> fn) {
+  Executor* ex;
+  OpContext ctx = context(OpKind::kSend, dtype, kP2PLane);
+  ctx.tag = tag;
+  {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    P2PLane& lane = (is_send ? send_lanes_ : recv_lanes_)[peer];
+    if (!lane.executor) lane.executor = std::make_unique<Executor>();
+    ex = lane.executor.get();
+    ctx.seq = lane.seq++;
+  }
+  std::string what = "rank " + std::to_string(rank()) + (is_send ? ": send to rank " : ": recv from rank ") +
+                     std::to_string(peer);
+  return ex->submit(what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
+}
+
+ProcessGroup::WorkPtr ProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op,
+                                              bool async) {
+  return submit(OpKind::kAllreduce, dtype, async, [=](const OpContext& ctx) {
+    const size_t nbytes = count * dtype_size(dtype);
+    if (size() > 1 && count > 0) {
+      Comm c{*transport_, ctx};
+      if (nbytes <= options_.small_allreduce_bytes || count < static_cast<size_t>(size()))
+        allreduce_recursive_doubling(c, buf, count, op, scratch(nbytes));
+      else
+        allreduce_ring(c, buf, count, op);
+    }
+    if (op == ReduceOp::kAvg) divide_by(buf, count, dtype, size());
+  });
+}
+
+ProcessGroup::WorkPtr ProcessGroup::broadcast(void* buf, size_t count, DType dtype, int root,
+                                              bool async) {
+  check_rank(root, "broadcast root");
+  return submit(OpKind::kBroadcast, dtype, async, [=](const OpContext& ctx) {
+    if (size() == 1) return;
+    Comm c{*transport_, ctx};
+    size_t nbytes = count * dtype_size(dtype);
+    if (size() > 3 && nbytes >= options_.large_broadcast_bytes)
+      broadcast_scatter_allgather(c, buf, count, root);
+    else
+      broadcast_binomial(c, buf, nbytes, root);
+  });
+}
+
+ProcessGroup::WorkPtr ProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp op,
+                                           int root, bool async) {
+  check_rank(root, "reduce root");
+  return submit(OpKind::kReduce, dtype, async, [=](const OpContext& ctx) {
+    if (size() > 1) {
+      Comm c{*transport_, ctx};
+      reduce_binomial(c, buf, count, op, root, scratch(count * dtype_size(dtype)));
+    }
+    if (op == ReduceOp::kAvg && rank() == root) divide_by(buf, count, dtype, size());
+  });
+}
+
+ProcessGroup::WorkPtr ProcessGroup::allgather(const void* input, size_t count, DType dtype,
+                                              std::vector<void*> outputs, bool async) {
+  if (static_cast<int>(outputs.size()) != size())
+    throw std::invalid_argument("allgather needs one output per rank");
+  return submit(OpKind::kAllgather, dtype, async, [=](const OpContext& ctx) {
+    size_t nbytes = count * dtype_size(dtype);
+    std::vector<char*> outs(outputs.size());
+    for (size_t i = 0; i < outs.size(); ++i) outs[i] = static_cast<char*>(outputs[i]);
+    if (nbytes && outs[rank()] != input) std::memmove(outs[rank()], input, nbytes);
+    if (size() == 1) return;
+    Comm c{*transport_, ctx};
+    allgather_ring(c, outs, std::vector<size_t>(size(), nbytes));
+  });
+}
+
+ProcessGroup::WorkPtr ProcessGroup::reduce_scatter(std::vector<const void*> inputs, void* output,
+                                                   size_t count, DType dtype, ReduceOp op,
+                                                   bool async) {
+  if (static_cast<int>(inputs.size()) != size())
+    throw std::invalid_argument("reduce_scatter needs one input block per rank");
+  return submit(OpKind::kReduceScatter, dtype, async, [=](const OpContext& ctx) {
+    size_t nbytes = count * dtype_size(dtype);
+    std::vector<const char*> ins(inputs.size());
+    for (size_t i = 0; i < ins.size(); ++i) ins[i] = static_cast<const char*>(inputs[i]);
+    if (size() == 1) {
+      if (nbytes && output != ins[0]) std::memmove(output, ins[0], nbytes);
+    } else {
+      Comm c{*transport_, ctx};
+      reduce_scatter_ring(c, ins, std::vector<size_t>(size(), count), output, op,
+                          scratch(nbytes * size()));
+    }
+    if (op == ReduceOp::kAvg) divide_by(output, count, dtype, size());
+  });
+}
+
+ProcessGroup::WorkPtr ProcessGroup::gather(const void* input, size_t count, DType dtype,
+                                           std::vector<void*> outputs, int root, bool async) {
+  check_rank(root, "gather root");
+  if (rank() == root && static_cast<int>(outputs.size()) != size())
+    throw std::invalid_argument("gather needs one output per rank on the root");
+  return submit(OpKind::kGather, dtype, async, [=](const OpContext& ctx) {
+    std::vector<char*> outs(outputs.size());
+    for (size_t i = 0; i < outs.size(); ++i) outs[i] = static_cast<char*>(outputs[i]);
+    Comm c{*transport_, ctx};
+    gather_direct(c, input, count * dtype_size(dtype), outs, root);
+  });
+}
+
+ProcessGroup::WorkPtr ProcessGroup::scatter(std::vector<const void*> inputs, void* output,
+                                            size_t count, DType dtype, int root, bool async) {
+  check_rank(root, "scatter root");
+  if (rank() == root && static_cast<int>(inputs.size()) != size())
+    throw std::invalid_argument("scatter needs one input per rank on the root");
+  return submit(OpKind::kScatter, dtype, async, [=](const OpContext& ctx) {
+    std::vector<const char*> ins(inputs.size());
+    for (size_t i = 0; i < ins.size(); ++i) ins[i] = static_cast<const char*>(inputs[i]);
+    Comm c{*transport_, ctx};
+    scatter_direct(c, ins, output, count * dtype_size(dtype), root);
+  });
+}
+
+ProcessGroup::WorkPtr ProcessGroup::all_to_all(std::vector<const void*> inputs,
+                                               std::vector<size_t> send_counts,
+                                               std::vector<void*> outputs,
+                                               std::vector<size_t> recv_counts, DType dtype,
+                                               bool async) {
+  const size_t n = static_cast<size_t>(size());
+  if (inputs.size() != n || outputs.size() != n || send_counts.size() != n ||
+      recv_counts.size() != n)
+    throw std::invalid_argument("all_to_all needs one input and one output per rank");
+  if (send_counts[rank()] != recv_counts[rank()])
+    throw std::invalid_argument("all_to_all: this rank sends " + std::to_string(send_counts[rank()]) +
+                                " elements to itself but expects " +
+                                std::to_string(recv_counts[rank()]));
+  return submit(OpKind::kAllToAll, dtype, async, [=](const OpContext& ctx) {
+    size_t esize = dtype_size(dtype);
+    std::vector<const char*> ins(n);
+    std::vector<char*> outs(n);
+    std::vector<size_t> sb(n), rb(n);
+    for (size_t i = 0; i < n; ++i) {
+      ins[i] = static_cast<const char*>(inputs[i]);
+      outs[i] = static_cast<char*>(outputs[i]);
+      sb[i] = send_counts[i] * esize;
+      rb[i] = recv_counts[i] * esize;
+    }
+    Comm c{*transport_, ctx};
+    all_to_all_pairwise(c, ins, sb, outs, rb);
+  });
+}
+
+ProcessGroup::WorkPtr ProcessGroup::barrier(bool async) {
+  return submit(OpKind::kBarrier, DType::kUInt8, async, [=](const OpContext& ctx) {
+    Comm c{*transport_, ctx};
+    barrier_dissemination(c);
+  });
+}
+
+ProcessGroup::WorkPtr ProcessGroup::send(const void* buf, size_t count, DType dtype, int dst,
+                                         uint32_t tag, bool async) {
+  check_rank(dst, "send destination");
+  if (dst == rank()) throw std::invalid_argument("send: a rank cannot send to itself");
+  return submit_p2p(true, dst, dtype, tag, async, [=](const OpContext& ctx) {
+    Exchange x(*transport_, ctx);
+    x.send(dst, buf, count * dtype_size(dtype));
+    x.run();
+  });
+}
+
+ProcessGroup::WorkPtr ProcessGroup::recv(void* buf, size_t count, DType dtype, int src,
+                                         uint32_t tag, bool async) {
+  check_rank(src, "recv source");
+  if (src == rank()) throw std::invalid_argument("recv: a rank cannot receive from itself");
+  return submit_p2p(false, src, dtype, tag, async, [=](const OpContext& ctx) {
+    Exchange x(*transport_, ctx);
+    x.recv(src, buf, count * dtype_size(dtype));
+    x.run();
+  });
+}
+
+void ProcessGroup::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    if (!broken_.empty()) return;
+    broken_ = reason;
+  }
+  transport_->abort("rank " + std::to_string(rank()) + " failed: " + reason);
+}
+
+std::string ProcessGroup::broken_reason() {
+  std::lock_guard<std::mutex> lock(broken_mu_);
+  return broken_;
+}
+
+}  // namespace pscore

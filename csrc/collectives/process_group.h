@@ -1,0 +1,91 @@
+// ProcessGroup: the collectives and point-to-point operations of one group of ranks over one
+// transport, with torch.distributed's semantics; algorithms are picked by message size.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collectives/executor.h"
+#include "collectives/exchange.h"
+#include "common/dtype.h"
+#include "transport/transport.h"
+
+namespace pscore {
+
+struct GroupOptions {
+  int64_t timeout_ms = 30000;
+  int spin_us = -1;                            // -1: spin only when ranks fit on the cores
+  size_t small_allreduce_bytes = 64 << 10;     // below: recursive doubling; above: ring
+  size_t large_broadcast_bytes = 512 << 10;    // above (and n > 3): scatter + allgather
+};
+
+class ProcessGroup {
+ public:
+  using WorkPtr = std::shared_ptr<Work>;
+
+  ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions options);
+  ~ProcessGroup();
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+  const char* transport_name() const { return transport_->name(); }
+  const GroupOptions& options() const { return options_; }
+
+  // All buffers are `count` elements of `dtype` unless said otherwise; every call blocks until
+  // done unless async, in which case the Work reports completion and failure.
+  WorkPtr allreduce(void* buf, size_t count, DType dtype, ReduceOp op, bool async);
+  WorkPtr broadcast(void* buf, size_t count, DType dtype, int root, bool async);
+  WorkPtr reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root, bool async);
+  // outputs[r] receives rank r's input (count elements each).
+  WorkPtr allgather(const void* input, size_t count, DType dtype, std::vector<void*> outputs,
+                    bool async);
+  // inputs[b] is this rank's contribution to block b; output gets the reduced block rank().
+  WorkPtr reduce_scatter(std::vector<const void*> inputs, void* output, size_t count, DType dtype,
+                         ReduceOp op, bool async);
+  WorkPtr gather(const void* input, size_t count, DType dtype, std::vector<void*> outputs,
+                 int root, bool async);
+  WorkPtr scatter(std::vector<const void*> inputs, void* output, size_t count, DType dtype,
+                  int root, bool async);
+  WorkPtr all_to_all(std::vector<const void*> inputs, std::vector<size_t> send_counts,
+                     std::vector<void*> outputs, std::vector<size_t> recv_counts, DType dtype,
+                     bool async);
+  WorkPtr barrier(bool async);
+  WorkPtr send(const void* buf, size_t count, DType dtype, int dst, uint32_t tag, bool async);
+  WorkPtr recv(void* buf, size_t count, DType dtype, int src, uint32_t tag, bool async);
+
+  // Marks the group broken and tells the peers; later calls fail at once with the reason.
+  void abort(const std::string& reason);
+  std::string broken_reason();
+
+ private:
+  struct P2PLane {
+    std::unique_ptr<Executor> executor;
+    uint64_t seq = 0;
+  };
+  OpContext context(OpKind kind, DType dtype, int lane = kCollectiveLane) const;
+  WorkPtr submit(OpKind kind, DType dtype, bool async, std::function<void(const OpContext&)> fn);
+  WorkPtr submit_p2p(bool is_send, int peer, DType dtype, uint32_t tag, bool async,
+                     std::function<void(const OpContext&)> fn);
+  void run_guarded(const OpContext& ctx, const std::function<void(const OpContext&)>& fn);
+  void check_rank(int r, const char* what) const;
+  char* scratch(size_t nbytes);
+
+  std::shared_ptr<Transport> transport_;
+  GroupOptions options_;
+  int spin_us_;
+  std::mutex submit_mu_;  // keeps sequence numbers in queue order across caller threads
+  uint64_t seq_ = 0;      // collective sequence number, advanced at submission
+  std::vector<char> scratch_;  // used only by the collective executor's running op
+  std::mutex broken_mu_;
+  std::string broken_;
+  std::mutex p2p_mu_;
+  std::vector<P2PLane> send_lanes_;
+  std::vector<P2PLane> recv_lanes_;
+  std::unique_ptr<Executor> executor_;  // declared last: destroyed (drained) first
+};
+
+}  // namespace pscore

@@ -1,0 +1,38 @@
+// A named POSIX shared-memory segment: created by one process, mapped by others, unlinked early.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace pscore {
+
+class ShmSegment {
+ public:
+  ShmSegment() = default;
+  ~ShmSegment();
+  ShmSegment(ShmSegment&& o) noexcept;
+  ShmSegment& operator=(ShmSegment&& o) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  // Creates a zero-filled segment of nbytes; throws Error when the name exists or /dev/shm is full.
+  static ShmSegment create(const std::string& name, size_t nbytes);
+  // Maps an existing segment; throws NetworkError when it cannot be opened.
+  static ShmSegment open(const std::string& name);
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  const std::string& name() const { return name_; }
+  // Removes the name from /dev/shm; mappings stay valid. Idempotent.
+  void unlink();
+
+ private:
+  void release();
+  std::string name_;
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  bool owner_ = false;
+  bool unlinked_ = false;
+};
+
+}  // namespace pscore

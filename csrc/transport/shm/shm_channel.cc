@@ -1,0 +1,70 @@
+#include "transport/shm/shm_channel.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+namespace pscore {
+
+void ring_doorbell(ShmHeader* h) {
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_seq_cst) != 0)
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->doorbell), FUTEX_WAKE, INT_MAX, nullptr,
+              nullptr, 0);
+}
+
+ShmChannel::ShmChannel(RingView out, RingView in, ShmHeader* peer_header)
+    : out_(out), in_(in), peer_(peer_header) {}
+
+void ShmChannel::ring_peer() { ring_doorbell(peer_); }
+
+namespace {
+// Copies n bytes into the ring at logical position pos, wrapping at the end.
+void copy_in(const RingView& r, uint64_t pos, const char* src, size_t n) {
+  size_t at = pos % r.capacity;
+  size_t first = std::min<size_t>(n, r.capacity - at);
+  std::memcpy(r.data + at, src, first);
+  if (n > first) std::memcpy(r.data, src + first, n - first);
+}
+}  // namespace
+
+size_t ShmChannel::write_some(const void* a, size_t na, const void* b, size_t nb) {
+  uint64_t head = out_.header->head.load(std::memory_order_relaxed);
+  uint64_t tail = out_.header->tail.load(std::memory_order_acquire);
+  uint64_t space = out_.capacity - (head - tail);
+  if (space == 0) return 0;
+  size_t ka = std::min<uint64_t>(na, space);
+  size_t kb = std::min<uint64_t>(nb, space - ka);
+  if (ka) copy_in(out_, head, static_cast<const char*>(a), ka);
+  if (kb) copy_in(out_, head + ka, static_cast<const char*>(b), kb);
+  if (ka + kb == 0) return 0;
+  out_.header->head.store(head + ka + kb, std::memory_order_release);
+  ring_peer();
+  return ka + kb;
+}
+
+size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
+  uint64_t tail = in_.header->tail.load(std::memory_order_relaxed);
+  uint64_t head = in_.header->head.load(std::memory_order_acquire);
+  size_t k = std::min<uint64_t>(head - tail, max);
+  k &= ~(granule - 1);
+  if (k == 0) return 0;
+  size_t at = tail % in_.capacity;
+  size_t first = std::min<size_t>(k, in_.capacity - at);
+  if (sink.direct) {
+    std::memcpy(sink.direct, in_.data + at, first);
+    if (k > first) std::memcpy(static_cast<char*>(sink.direct) + first, in_.data, k - first);
+  } else {
+    sink.consume(in_.data + at, first);
+    if (k > first) sink.consume(in_.data, k - first);
+  }
+  in_.header->tail.store(tail + k, std::memory_order_release);
+  ring_peer();
+  return k;
+}
+
+}  // namespace pscore

@@ -1,0 +1,35 @@
+// A Channel over two shared-memory rings: outbound lives in the peer's segment, inbound in ours.
+#pragma once
+
+#include <string>
+
+#include "transport/channel.h"
+#include "transport/shm/shm_layout.h"
+
+namespace pscore {
+
+struct RingView {
+  RingHeader* header = nullptr;
+  char* data = nullptr;
+  uint64_t capacity = 0;
+};
+
+class ShmChannel : public Channel {
+ public:
+  // `peer_header` is rung after each write and each read (the peer is both our consumer and
+  // our producer).
+  ShmChannel(RingView out, RingView in, ShmHeader* peer_header);
+  size_t write_some(const void* a, size_t na, const void* b, size_t nb) override;
+  size_t read_some(size_t max, size_t granule, const Sink& sink) override;
+
+ private:
+  void ring_peer();
+  RingView out_;
+  RingView in_;
+  ShmHeader* peer_;
+};
+
+// Bumps a doorbell and wakes its sleepers, if any.
+void ring_doorbell(ShmHeader* h);
+
+}  // namespace pscore

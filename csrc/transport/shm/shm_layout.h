@@ -1,0 +1,51 @@
+// Layout of a rank's shared-memory segment: a header (identity, doorbell, abort flag) followed by
+// one inbound single-producer single-consumer byte ring per (peer, lane).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "transport/transport.h"
+
+namespace pscore {
+
+constexpr uint64_t kShmMagic = 0x50534d454d303031ull;  // "PSMEM001"
+constexpr size_t kShmReasonBytes = 480;
+
+struct alignas(64) ShmHeader {
+  uint64_t magic;
+  uint64_t token;  // random, proves a peer mapped the segment it was told about
+  int32_t pid;
+  int32_t rank;
+  int32_t world;
+  int32_t pad;
+  uint64_t ring_bytes[kNumLanes];
+  alignas(64) std::atomic<uint32_t> doorbell;  // bumped by peers after they write or free space
+  alignas(64) std::atomic<uint32_t> sleepers;  // threads of this rank blocked on the doorbell
+  alignas(64) std::atomic<uint32_t> aborted;
+  char reason[kShmReasonBytes];
+};
+
+struct alignas(64) RingHeader {
+  alignas(64) std::atomic<uint64_t> head;  // bytes ever written (producer)
+  alignas(64) std::atomic<uint64_t> tail;  // bytes ever consumed (consumer)
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory rings need lock-free atomics");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "the doorbell needs a lock-free futex word");
+
+inline size_t ring_stride(uint64_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
+
+// Offset of the inbound ring from `peer` on `lane` inside a segment built with these ring sizes.
+inline size_t ring_offset(const uint64_t* ring_bytes, int world, int peer, int lane) {
+  size_t off = sizeof(ShmHeader);
+  for (int l = 0; l < lane; ++l) off += ring_stride(ring_bytes[l]) * world;
+  return off + ring_stride(ring_bytes[lane]) * peer;
+}
+
+inline size_t segment_bytes(const uint64_t* ring_bytes, int world) {
+  return ring_offset(ring_bytes, world, 0, kNumLanes - 1) + ring_stride(ring_bytes[kNumLanes - 1]) * world;
+}
+
+}  // namespace pscore

@@ -1,0 +1,81 @@
+#include "transport/tcp/tcp_channel.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace pscore {
+namespace {
+constexpr size_t kStagingBytes = 1 << 20;
+
+[[noreturn]] void throw_io(const std::string& peer, const char* op, int err) {
+  if (err == 0) throw NetworkError("connection closed by " + peer + " (peer exited or died)");
+  throw NetworkError(errno_message(std::string(op) + " to/from " + peer, err));
+}
+}  // namespace
+
+TcpChannel::TcpChannel(Socket socket, std::string peer_name)
+    : socket_(std::move(socket)), peer_name_(std::move(peer_name)), staging_(kStagingBytes) {
+  socket_.set_nonblocking(true);
+  socket_.set_nodelay();
+}
+
+size_t TcpChannel::write_some(const void* a, size_t na, const void* b, size_t nb) {
+  iovec iov[2];
+  int cnt = 0;
+  if (na) iov[cnt++] = {const_cast<void*>(a), na};
+  if (nb) iov[cnt++] = {const_cast<void*>(b), nb};
+  if (cnt == 0) return 0;
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = cnt;
+  for (;;) {
+    ssize_t k = ::sendmsg(socket_.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k >= 0) return static_cast<size_t>(k);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    throw_io(peer_name_, "send", errno);
+  }
+}
+
+size_t TcpChannel::read_some(size_t max, size_t granule, const Sink& sink) {
+  if (max == 0) return 0;
+  if (sink.direct) {  // straight into the destination
+    for (;;) {
+      ssize_t k = ::recv(socket_.fd(), sink.direct, max, MSG_DONTWAIT);
+      if (k > 0) return static_cast<size_t>(k);
+      if (k == 0) throw_io(peer_name_, "recv", 0);
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      throw_io(peer_name_, "recv", errno);
+    }
+  }
+  // Consumers take whole elements: stage, hand over the aligned part, carry the remainder.
+  size_t want = std::min(max, staging_.size()) - carried_;
+  ssize_t k;
+  for (;;) {
+    k = ::recv(socket_.fd(), staging_.data() + carried_, want, MSG_DONTWAIT);
+    if (k > 0) break;
+    if (k == 0) throw_io(peer_name_, "recv", 0);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    throw_io(peer_name_, "recv", errno);
+  }
+  size_t have = carried_ + static_cast<size_t>(k);
+  size_t aligned = have & ~(granule - 1);
+  if (aligned) sink.consume(staging_.data(), aligned);
+  carried_ = have - aligned;
+  if (carried_) std::memmove(staging_.data(), staging_.data() + aligned, carried_);
+  // The carried bytes are owed to the caller; they count once they are handed over.
+  return aligned;
+}
+
+void TcpChannel::shutdown() {
+  if (socket_.valid()) ::shutdown(socket_.fd(), SHUT_RDWR);
+}
+
+}  // namespace pscore

@@ -1,0 +1,57 @@
+// Full-mesh TCP transport: one listening socket per rank, one connection per peer and lane,
+// a handshake that checks the job id and ranks, and poll() to sleep until a socket is ready.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/socket.h"
+#include "transport/tcp/tcp_channel.h"
+#include "transport/transport.h"
+
+namespace pscore {
+
+struct TcpOptions {
+  std::string host = "127.0.0.1";  // address to listen on
+  int port = 0;                    // 0 picks a free port
+  int buffer_bytes = 4 << 20;      // SO_SNDBUF / SO_RCVBUF
+  std::string job_id = "pscore";
+};
+
+class TcpTransport : public Transport {
+ public:
+  // Listens at once (a busy port throws NetworkError); connect() completes the mesh.
+  TcpTransport(int rank, int size, TcpOptions options);
+  ~TcpTransport() override;
+
+  int port() const { return port_; }
+  // Connects to every peer (addresses indexed by rank). Blocks until the mesh is up or the
+  // timeout passes; connections that fail the handshake (garbage, wrong job) are dropped.
+  void connect(const std::vector<std::string>& hosts, const std::vector<int>& ports,
+               int64_t timeout_ms);
+
+  const char* name() const override { return "tcp"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Channel& channel(int peer, int lane) override;
+  void wait(const std::vector<WaitItem>& items, int timeout_ms, uint32_t token) override;
+  void check_peer(int peer) override {}
+  void abort(const std::string& reason) override;
+
+ private:
+  void connect_lower(const std::vector<std::string>& hosts, const std::vector<int>& ports,
+                     const Deadline& deadline, std::vector<Socket>& pending_acks);
+  void accept_higher(const Deadline& deadline);
+  void await_acks(std::vector<Socket>& pending_acks, const Deadline& deadline);
+  void install(int peer, int lane, Socket s);
+
+  int rank_;
+  int size_;
+  TcpOptions options_;
+  Socket listener_;
+  int port_ = 0;
+  std::vector<std::unique_ptr<TcpChannel>> channels_;  // [peer * kNumLanes + lane]
+};
+
+}  // namespace pscore

@@ -1,0 +1,44 @@
+// The transport interface collectives are written against: channels to every peer on a few lanes,
+// a way to sleep until one may progress, and liveness of peers. TCP and shared memory implement it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/channel.h"
+
+namespace pscore {
+
+// Lanes separate independent streams between the same pair of ranks.
+enum Lane : int { kCollectiveLane = 0, kP2PLane = 1, kNumLanes = 2 };
+
+struct WaitItem {
+  int peer;
+  int lane;
+  bool want_write;  // else want_read
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Channel& channel(int peer, int lane) = 0;
+
+  // Sleeping protocol: begin_wait() announces a sleeper and returns a token (then the caller
+  // re-checks its channels); wait() blocks until a peer signals after the token was taken, or
+  // timeout_ms passes; end_wait() withdraws the announcement. Thread-safe.
+  virtual uint32_t begin_wait() { return 0; }
+  virtual void wait(const std::vector<WaitItem>& items, int timeout_ms, uint32_t token) = 0;
+  virtual void end_wait() {}
+
+  // Throws NetworkError naming the peer when it is known to have died or aborted the group.
+  virtual void check_peer(int peer) = 0;
+  // Tells every peer this rank is leaving the group because of `reason`; idempotent.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+}  // namespace pscore

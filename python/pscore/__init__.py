@@ -1,0 +1,37 @@
+"""pscore: distributed-training communication - collectives over TCP and shared memory,
+rendezvous stores, a parameter server and Hogwild tables."""
+
+from .collectives import (
+    ReduceOp,
+    all_gather,
+    all_gather_into_tensor,
+    all_reduce,
+    all_to_all,
+    all_to_all_single,
+    barrier,
+    broadcast,
+    gather,
+    get_backend,
+    get_rank,
+    get_world_size,
+    irecv,
+    isend,
+    recv,
+    reduce,
+    reduce_scatter,
+    reduce_scatter_tensor,
+    scatter,
+    send,
+)
+from .errors import Error, NetworkError, StoreError, TimeoutError
+from .group import (
+    NON_GROUP_MEMBER,
+    ProcessGroup,
+    destroy_process_group,
+    init_process_group,
+    is_initialized,
+    new_group,
+)
+from .work import Work
+
+__version__ = "0.1.0"

@@ -1,0 +1,155 @@
+"""Process groups: the default group made by init_process_group, sub-groups from new_group, and
+the bookkeeping that maps global ranks to group ranks (torch.distributed's model)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+from . import _C, rendezvous
+
+DEFAULT_TIMEOUT_S = 300.0
+BACKENDS = ("tcp", "pscore", "cpu")
+
+
+class ProcessGroup:
+    """A set of ranks with their own connections. `ranks` are global ranks, in group order."""
+
+    def __init__(self, native, ranks: list[int], name: str, timeout_s: float, store=None):
+        self.native = native
+        self.ranks = ranks
+        self.name = name
+        self.timeout_s = timeout_s
+        self.store = store
+
+    @property
+    def rank(self) -> int:
+        return self.native.rank
+
+    @property
+    def size(self) -> int:
+        return self.native.size
+
+    @property
+    def transport(self) -> str:
+        return self.native.transport
+
+    def group_rank(self, global_rank: int, what: str) -> int:
+        try:
+            return self.ranks.index(global_rank)
+        except ValueError:
+            raise ValueError(f"{what} {global_rank} is not in group {self.name} {self.ranks}") from None
+
+    def __repr__(self) -> str:
+        return (f"ProcessGroup(name={self.name!r}, rank={self.rank}, size={self.size}, "
+                f"transport={self.transport!r})")
+
+
+class _NonMember:
+    """What new_group returns on ranks outside the new group (torch: GroupMember.NON_GROUP_MEMBER)."""
+
+    def __repr__(self) -> str:
+        return "NON_GROUP_MEMBER"
+
+
+NON_GROUP_MEMBER = _NonMember()
+
+_world: dict = {"group": None, "store": None, "rank": None, "groups": 0}
+
+
+def timeout_seconds(timeout) -> float:
+    if timeout is None:
+        return float(os.environ.get("PSCORE_TIMEOUT", DEFAULT_TIMEOUT_S))
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return float(timeout)
+
+
+def build_group(store, rank: int, world: int, timeout_s: float, name: str, ranks: list[int],
+                master_addr=None) -> ProcessGroup:
+    from .store import PrefixStore
+
+    prefixed = PrefixStore(f"pscore/{name}", store)
+    job = os.environ.get("PSCORE_JOB_ID", "pscore")
+    transport = rendezvous.connect(prefixed, rank, world, timeout_s, job, master_addr)
+    native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000))
+    return ProcessGroup(native, ranks, name, timeout_s, store)
+
+
+def init_process_group(backend: str = "tcp", init_method: str | None = None, rank: int | None = None,
+                       world_size: int | None = None, timeout=None, store=None,
+                       group_name: str = "world") -> ProcessGroup:
+    """Joins the default group. With nothing given, rank, world size and the master's address
+    come from the environment (PSCORE_*, torchrun, TF_CONFIG, Slurm, Open MPI)."""
+    from . import cluster
+    from .store import create_store
+
+    if _world["group"] is not None:
+        raise RuntimeError("pscore.init_process_group was already called; destroy_process_group first")
+    if backend is None:
+        backend = "tcp"
+    if str(backend).lower() not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not supported; use one of {BACKENDS}")
+    timeout_s = timeout_seconds(timeout)
+    master_addr = None
+    if store is None:
+        if init_method is None or init_method == "env://" or rank is None or world_size is None:
+            env = cluster.discover()
+            rank = env.rank if rank is None else rank
+            world_size = env.world_size if world_size is None else world_size
+            master_addr = env.master_addr
+            if init_method is None or init_method == "env://":
+                init_method = f"tcp://{env.master_addr}:{env.master_port}"
+        store = create_store(init_method, rank, world_size, timeout_s)
+        if master_addr is None and init_method.startswith("tcp://"):
+            master_addr = init_method[len("tcp://"):].rsplit(":", 1)[0]
+    elif rank is None or world_size is None:
+        raise ValueError("init_process_group(store=...) needs rank and world_size")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is out of range for world_size {world_size}")
+    group = build_group(store, rank, world_size, timeout_s, group_name, list(range(world_size)),
+                        master_addr)
+    _world.update(group=group, store=store, rank=rank, groups=0)
+    return group
+
+
+def default_group() -> ProcessGroup:
+    g = _world["group"]
+    if g is None:
+        raise RuntimeError("pscore is not initialised: call pscore.init_process_group() first")
+    return g
+
+
+def resolve(group) -> ProcessGroup | None:
+    """The group to run on, or None when this rank is not a member."""
+    if group is None:
+        return default_group()
+    if group is NON_GROUP_MEMBER:
+        return None
+    return group
+
+
+def new_group(ranks=None, timeout=None) -> ProcessGroup | _NonMember:
+    """Creates a sub-group. Every rank of the default group must call it, in the same order."""
+    world = default_group()
+    ranks = sorted(set(range(world.size) if ranks is None else ranks))
+    for r in ranks:
+        if not 0 <= r < world.size:
+            raise ValueError(f"new_group: rank {r} is out of range for world size {world.size}")
+    _world["groups"] += 1
+    name = f"group{_world['groups']}"
+    timeout_s = timeout_seconds(timeout) if timeout is not None else world.timeout_s
+    me = _world["rank"]
+    if me not in ranks:
+        return NON_GROUP_MEMBER
+    return build_group(_world["store"], ranks.index(me), len(ranks), timeout_s, name, ranks)
+
+
+def destroy_process_group(group=None) -> None:
+    if group is None:
+        _world.update(group=None, store=None, rank=None, groups=0)
+    # The native group closes its connections when the last reference goes.
+
+
+def is_initialized() -> bool:
+    return _world["group"] is not None

@@ -1,0 +1,110 @@
+"""Connects the ranks of a group through a store: picks shared memory when every rank is on this
+host (and can map the others' segments), TCP otherwise, and returns the connected transport.
+
+Keys live under the group's prefix: host/<rank>, shm/<rank>, shm_ok/<rank>, tcp/<rank>.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from . import _C
+from .errors import TimeoutError as PscoreTimeoutError
+
+TRANSPORT_ENV = "PSCORE_TRANSPORT"  # auto (default), tcp or shm
+
+
+def host_identity() -> str:
+    """Identifies this machine (and boot), so ranks can tell whether they share /dev/shm."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}|{boot}"
+
+
+def advertised_host(master_addr: str | None) -> str:
+    """The address peers should dial: PSCORE_HOST if set, loopback when the master is local,
+    else the local address of the route towards the master."""
+    explicit = os.environ.get("PSCORE_HOST")
+    if explicit:
+        return explicit
+    if not master_addr or master_addr in ("localhost", "::1") or master_addr.startswith("127."):
+        return "127.0.0.1"
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect((master_addr, 9))
+        return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+    finally:
+        probe.close()
+
+
+def _gather(store, prefix: str, rank: int, world: int, value: str, timeout: float) -> list[str]:
+    store.set(f"{prefix}/{rank}", value)
+    keys = [f"{prefix}/{r}" for r in range(world)]
+    try:
+        store.wait(keys, timeout)
+    except (PscoreTimeoutError, TimeoutError) as e:
+        missing = [k for k in keys if not store.check([k])]
+        raise PscoreTimeoutError(
+            f"rank {rank}: rendezvous timed out after {timeout:.0f} s waiting for "
+            f"{', '.join(missing) or 'keys'} ({e})"
+        ) from None
+    return [store.get(k).decode() for k in keys]
+
+
+def _try_shm(store, rank, world, job_id, timeout):
+    """Returns a connected ShmTransport, or None when some rank could not map the segments."""
+    try:
+        t = _C.ShmTransport(rank, world, job_id)
+        mine = f"{t.segment_name}|{t.token}"
+    except Exception:  # noqa: BLE001 - /dev/shm unusable: fall back, but every rank must vote
+        t, mine = None, "-"
+    entries = _gather(store, "shm", rank, world, mine, timeout)
+    ok = t is not None and all(e != "-" for e in entries)
+    if ok:
+        names = [e.split("|")[0] for e in entries]
+        tokens = [int(e.split("|")[1]) for e in entries]
+        try:
+            t.connect(names, tokens)
+        except ConnectionError:
+            ok = False
+    votes = _gather(store, "shm_ok", rank, world, "1" if ok else "0", timeout)
+    if t is not None:
+        t.unlink()  # every rank has mapped (or given up on) every segment by now
+    return t if all(v == "1" for v in votes) else None
+
+
+def _tcp(store, rank, world, job_id, timeout, master_addr):
+    host = advertised_host(master_addr)
+    t = _C.TcpTransport(rank, world, host=host, port=0, job_id=job_id)
+    entries = _gather(store, "tcp", rank, world, f"{host}:{t.port}", timeout)
+    hosts = [e.rsplit(":", 1)[0] for e in entries]
+    ports = [int(e.rsplit(":", 1)[1]) for e in entries]
+    t.connect(hosts, ports, int(timeout * 1000))
+    return t
+
+
+def connect(store, rank: int, world: int, timeout: float, job_id: str, master_addr=None):
+    """Builds the transport of one group; `store` should already be prefixed for the group."""
+    choice = os.environ.get(TRANSPORT_ENV, "auto").lower()
+    if choice not in ("auto", "tcp", "shm"):
+        raise ValueError(f"{TRANSPORT_ENV}={choice!r}: expected auto, tcp or shm")
+    deadline = time.monotonic() + timeout
+    if choice != "tcp":
+        hosts = _gather(store, "host", rank, world, host_identity(), timeout)
+        if all(h == hosts[0] for h in hosts):
+            t = _try_shm(store, rank, world, job_id, max(1.0, deadline - time.monotonic()))
+            if t is not None:
+                return t
+        if choice == "shm":
+            raise RuntimeError(
+                f"rank {rank}: {TRANSPORT_ENV}=shm but not every rank could map the others' "
+                "shared memory (ranks on several hosts?)"
+            )
+    return _tcp(store, rank, world, job_id, max(1.0, deadline - time.monotonic()), master_addr)
