@@ -1,0 +1,279 @@
+"""Where a process sits in its job: ``discover()`` reads the environment launchers set, and
+``ClusterSpec`` is TensorFlow's job -> task-address map.
+
+Sources, first match wins:
+
+1. ``PSCORE_RANK`` / ``PSCORE_WORLD_SIZE`` (+ ``PSCORE_MASTER_ADDR``, ``PSCORE_MASTER_PORT``,
+   ``PSCORE_LOCAL_RANK``, ``PSCORE_LOCAL_WORLD_SIZE``), set by ``pscore-run``;
+2. torchrun / torch.distributed: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``,
+   ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` (also what Kubeflow's PyTorchJob sets);
+3. ``TF_CONFIG`` (TFJob, tf.distribute): chief first, then workers, form the collective world;
+   ``ps`` and ``evaluator`` tasks are outside it (rank -1) but reported with the cluster;
+4. Slurm (``SLURM_PROCID``, ``SLURM_NTASKS``...): the first node of the nodelist is the master;
+5. Open MPI (``OMPI_COMM_WORLD_*``): the master comes from ``PSCORE_MASTER_ADDR`` /
+   ``MASTER_ADDR`` (``127.0.0.1`` when every rank is on one node).
+
+With none of them set, the process is a world of one (``source == "default"``). When a source
+gives no local rank / local world size, one node is assumed (local = global).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+
+from pscore.cluster_spec import ClusterSpec, split_address
+from pscore.slurm import expand_nodelist, tasks_on_node
+
+__all__ = ["ClusterEnv", "ClusterSpec", "discover", "expand_nodelist"]
+
+DEFAULT_MASTER_PORT = 29500  # torch.distributed's default, used by the Open MPI source
+_TF_COLLECTIVE_JOBS = ("chief", "master", "worker")  # "master": older TFJob name of chief
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterEnv:
+    """This process's place in the job. ``rank`` is -1 for TF tasks outside the collective
+    world (ps, evaluator); ``role``/``task_index`` are the TF task (``worker``/rank otherwise)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    source: str
+    role: str = "worker"
+    task_index: int = 0
+    cluster_spec: ClusterSpec | None = None
+    hosts: list[str] = dataclasses.field(default_factory=list)  # Slurm: the expanded nodelist
+
+    @property
+    def is_collective_member(self) -> bool:
+        return self.rank >= 0
+
+
+def discover(environ: Mapping[str, str] | None = None) -> ClusterEnv:
+    """Reads this process's rank, world and master from the environment (see the module doc).
+    Raises ValueError naming the variable for malformed values."""
+    env = os.environ if environ is None else environ
+    if "PSCORE_RANK" in env or "PSCORE_WORLD_SIZE" in env:
+        return _from_pscore(env)
+    if "RANK" in env or "WORLD_SIZE" in env:
+        return _from_torchrun(env)
+    if env.get("TF_CONFIG", "").strip():
+        return _from_tf_config(env)
+    if "SLURM_PROCID" in env and ("SLURM_NTASKS" in env or "SLURM_STEP_NUM_TASKS" in env):
+        return _from_slurm(env)
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return _from_openmpi(env)
+    return ClusterEnv(0, 1, 0, 1, "127.0.0.1", 0, "default")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    text = env.get(name)
+    if text is None or text.strip() == "":
+        if default is None:
+            raise ValueError(f"environment variable {name} is not set")
+        return default
+    try:
+        return int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={text!r} is not an integer") from None
+
+
+def _first(env: Mapping[str, str], *names: str) -> str | None:
+    for n in names:
+        if env.get(n, "").strip():
+            return n
+    return None
+
+
+def _check_world(rank: int, world: int, rank_name: str, world_name: str) -> None:
+    if world < 1:
+        raise ValueError(f"{world_name}={world} must be >= 1")
+    if not 0 <= rank < world:
+        raise ValueError(f"{rank_name}={rank} is out of range for {world_name}={world}")
+
+
+def _check_port(port: int, name: str) -> int:
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{name}={port} is not a port number (0..65535)")
+    return port
+
+
+def _local(
+    env: Mapping[str, str], rank_names: tuple, size_names: tuple, rank: int, world: int
+) -> tuple:
+    """(local_rank, local_world_size) from the first set names; one node when not given."""
+    r_name, s_name = _first(env, *rank_names), _first(env, *size_names)
+    local_rank = _int(env, r_name) if r_name else rank
+    local_world = _int(env, s_name) if s_name else world
+    if local_world < 1 or not 0 <= local_rank < local_world:
+        raise ValueError(
+            f"{r_name or 'the local rank'}={local_rank} is out of range for "
+            f"{s_name or 'the local world size'}={local_world}"
+        )
+    return local_rank, local_world
+
+
+def _master(env: Mapping[str, str], addr_names: tuple, port_names: tuple, world: int) -> tuple:
+    """(addr, port) from the first set names; a world of one may leave them out."""
+    a_name, p_name = _first(env, *addr_names), _first(env, *port_names)
+    if a_name is None and world > 1:
+        raise ValueError(f"{' or '.join(addr_names)} must be set when the world has {world} ranks")
+    if p_name is None and world > 1:
+        raise ValueError(f"{' or '.join(port_names)} must be set when the world has {world} ranks")
+    addr = env[a_name].strip() if a_name else "127.0.0.1"
+    port = _check_port(_int(env, p_name), p_name) if p_name else 0
+    return addr, port
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def _from_pscore(env: Mapping[str, str]) -> ClusterEnv:
+    rank, world = _int(env, "PSCORE_RANK"), _int(env, "PSCORE_WORLD_SIZE")
+    _check_world(rank, world, "PSCORE_RANK", "PSCORE_WORLD_SIZE")
+    addr, port = _master(
+        env, ("PSCORE_MASTER_ADDR", "MASTER_ADDR"), ("PSCORE_MASTER_PORT", "MASTER_PORT"), world
+    )
+    local = _local(
+        env,
+        ("PSCORE_LOCAL_RANK", "LOCAL_RANK"),
+        ("PSCORE_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"),
+        rank,
+        world,
+    )
+    return ClusterEnv(rank, world, *local, addr, port, "pscore", task_index=rank)
+
+
+def _from_torchrun(env: Mapping[str, str]) -> ClusterEnv:
+    rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+    _check_world(rank, world, "RANK", "WORLD_SIZE")
+    addr, port = _master(env, ("MASTER_ADDR",), ("MASTER_PORT",), world)
+    local = _local(env, ("LOCAL_RANK",), ("LOCAL_WORLD_SIZE",), rank, world)
+    return ClusterEnv(rank, world, *local, addr, port, "torchrun", task_index=rank)
+
+
+def _from_tf_config(env: Mapping[str, str]) -> ClusterEnv:
+    try:
+        config = json.loads(env["TF_CONFIG"])
+    except json.JSONDecodeError as e:
+        raise ValueError(f"TF_CONFIG is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")  # noqa: TRY004 - malformed config
+    spec = ClusterSpec.from_tf_config(config)
+    task = config.get("task")
+    if not isinstance(task, dict) or not isinstance(task.get("type"), str):
+        raise ValueError('TF_CONFIG has no \'task\': {"type": ..., "index": ...}')  # noqa: TRY004 - malformed config
+    role = task["type"]
+    index = task.get("index", 0)
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise ValueError(f"TF_CONFIG task index {index!r} is not an integer")  # noqa: TRY004 - malformed config
+    members = [
+        (job, i) for job in _TF_COLLECTIVE_JOBS if job in spec.jobs for i in spec.task_indices(job)
+    ]
+    if not members:
+        raise ValueError("TF_CONFIG cluster has no chief or worker tasks")
+    if role in spec.jobs and index not in spec.task_indices(role):
+        raise ValueError(f"TF_CONFIG task {role}:{index} is not in the cluster's {role!r} job")
+    master_host, master_port = split_address(spec.task_address(*members[0]))
+    me = (role, index)
+    rank = members.index(me) if me in members else -1
+    hosts = [split_address(spec.task_address(*m))[0] for m in members]
+    local_rank, local_world = 0, 1
+    if rank >= 0:
+        local_world = hosts.count(hosts[rank])
+        local_rank = hosts[:rank].count(hosts[rank])
+    return ClusterEnv(
+        rank,
+        len(members),
+        local_rank,
+        local_world,
+        master_host,
+        master_port,
+        "tf_config",
+        role=role,
+        task_index=index,
+        cluster_spec=spec,
+    )
+
+
+def _from_slurm(env: Mapping[str, str]) -> ClusterEnv:
+    world_name = _first(env, "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS") or "SLURM_NTASKS"
+    rank, world = _int(env, "SLURM_PROCID"), _int(env, world_name)
+    _check_world(rank, world, "SLURM_PROCID", world_name)
+    list_name = _first(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    hosts = expand_nodelist(env[list_name], list_name) if list_name else []
+    addr_name = _first(env, "PSCORE_MASTER_ADDR", "MASTER_ADDR")
+    if addr_name:
+        addr = env[addr_name].strip()
+    elif hosts:
+        addr = hosts[0]
+    elif world == 1:
+        addr = "127.0.0.1"
+    else:
+        raise ValueError("Slurm: SLURM_JOB_NODELIST is not set and neither is MASTER_ADDR")
+    port_name = _first(env, "PSCORE_MASTER_PORT", "MASTER_PORT")
+    if port_name:
+        port = _check_port(_int(env, port_name), port_name)
+    elif "SLURM_JOB_ID" in env:
+        port = 10000 + _int(env, "SLURM_JOB_ID") % 20000  # the same on every task of the job
+    else:
+        raise ValueError("Slurm: set MASTER_PORT (SLURM_JOB_ID, which derives one, is not set)")
+    local_rank = _int(env, "SLURM_LOCALID", 0)
+    local_world = _slurm_local_world(env, hosts, world)
+    if not 0 <= local_rank < local_world:
+        raise ValueError(
+            f"SLURM_LOCALID={local_rank} is out of range for {local_world} tasks on this node"
+        )
+    return ClusterEnv(
+        rank, world, local_rank, local_world, addr, port, "slurm", task_index=rank, hosts=hosts
+    )
+
+
+def _slurm_local_world(env: Mapping[str, str], hosts: list[str], world: int) -> int:
+    per_node = env.get("SLURM_NTASKS_PER_NODE", "").strip()
+    if per_node.isdigit():
+        return int(per_node)
+    name = _first(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+    if name:
+        return tasks_on_node(env[name], _int(env, "SLURM_NODEID", 0), name)
+    if len(hosts) <= 1:
+        return world
+    if world % len(hosts) == 0:
+        return world // len(hosts)
+    raise ValueError(
+        "Slurm: cannot tell how many tasks run on this node; set SLURM_NTASKS_PER_NODE"
+    )
+
+
+def _from_openmpi(env: Mapping[str, str]) -> ClusterEnv:
+    rank, world = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE")
+    _check_world(rank, world, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
+    local_rank = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", rank)
+    local_world = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", world)
+    if not 0 <= local_rank < local_world:
+        raise ValueError(
+            f"OMPI_COMM_WORLD_LOCAL_RANK={local_rank} is out of range for "
+            f"OMPI_COMM_WORLD_LOCAL_SIZE={local_world}"
+        )
+    addr_name = _first(env, "PSCORE_MASTER_ADDR", "MASTER_ADDR")
+    if addr_name:
+        addr = env[addr_name].strip()
+    elif local_world == world:
+        addr = "127.0.0.1"
+    else:
+        raise ValueError(
+            "Open MPI across nodes: set MASTER_ADDR (or PSCORE_MASTER_ADDR) to rank 0's host, "
+            "e.g. mpirun -x MASTER_ADDR=host0"
+        )
+    port_name = _first(env, "PSCORE_MASTER_PORT", "MASTER_PORT")
+    port = _check_port(_int(env, port_name), port_name) if port_name else DEFAULT_MASTER_PORT
+    return ClusterEnv(rank, world, local_rank, local_world, addr, port, "openmpi", task_index=rank)
