@@ -69,10 +69,12 @@ void TCPStore::join_workers(const TCPStoreOptions& options) {
 }
 
 StoreResponse TCPStore::call(Op op, const std::string& payload, const std::string& what,
-                             int64_t server_wait_ms) {
-  int64_t budget = server_wait_ms == -2 ? timeout_ms() : server_wait_ms;
-  Deadline deadline(budget < 0 ? -1 : budget + (server_wait_ms == -2 ? 0 : kReplyGraceMs));
-  return client_->call(op, payload, deadline, what);
+                             std::optional<int64_t> server_wait_ms) {
+  Deadline connect_deadline(timeout_ms());
+  int64_t reply_ms = timeout_ms();
+  if (server_wait_ms) reply_ms = *server_wait_ms < 0 ? -1 : *server_wait_ms + kReplyGraceMs;
+  Deadline reply_deadline(reply_ms);
+  return client_->call(op, payload, connect_deadline, reply_deadline, what);
 }
 
 void TCPStore::set(const std::string& key, const std::string& value) {

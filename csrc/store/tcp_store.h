@@ -50,8 +50,10 @@ class TCPStore : public Store {
   int64_t dropped_connections() const { return server_ ? server_->dropped_connections() : 0; }
 
  private:
+  // server_wait_ms: how long the server may park a get/wait (< 0: forever); unset for ops the
+  // server answers at once.
   StoreResponse call(store_wire::Op op, const std::string& payload, const std::string& what,
-                     int64_t server_wait_ms = -2);
+                     std::optional<int64_t> server_wait_ms = std::nullopt);
   void join_workers(const TCPStoreOptions& options);
 
   std::string host_;

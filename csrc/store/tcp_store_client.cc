@@ -44,8 +44,10 @@ void TcpStoreClient::release(Socket socket) {
 }
 
 StoreResponse TcpStoreClient::call(store_wire::Op op, const std::string& payload,
-                                   const Deadline& deadline, const std::string& what) {
-  Socket s = acquire(deadline);
+                                   const Deadline& connect_deadline, const Deadline& reply_deadline,
+                                   const std::string& what) {
+  Socket s = acquire(connect_deadline);
+  const Deadline& deadline = reply_deadline;
   uint64_t seq = next_seq_.fetch_add(1);
   StoreResponse r;
   // On any failure the socket is closed, not returned: its stream may be mid-frame.

@@ -24,10 +24,12 @@ class TcpStoreClient {
 
   // Opens one connection now, retrying while the server is not up yet, until the deadline.
   void connect(const Deadline& deadline);
-  // Sends one request and waits for its response until the deadline. Returns kOk and kTimeout
+  // Sends one request (opening a connection first if none is idle, retrying until
+  // connect_deadline) and waits for its response until reply_deadline. Returns kOk and kTimeout
   // responses; throws std::invalid_argument (kInvalid), StoreError (kError), TimeoutError when
   // no answer came in time and NetworkError when the connection broke. `what` names the call.
-  StoreResponse call(store_wire::Op op, const std::string& payload, const Deadline& deadline,
+  StoreResponse call(store_wire::Op op, const std::string& payload,
+                     const Deadline& connect_deadline, const Deadline& reply_deadline,
                      const std::string& what);
 
   const std::string& host() const { return host_; }

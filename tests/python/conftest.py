@@ -1,0 +1,73 @@
+"""Shared fixtures: a real redis-server for the RedisStore tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class RedisServer:
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}"
+
+
+def _redis_ready(port: int, proc: subprocess.Popen, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(64).startswith(b"+PONG"):
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> RedisServer:
+    """A real redis-server on a free loopback port, no persistence; skips if not installed."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    workdir = tmp_path_factory.mktemp("redis")
+    for _attempt in range(3):  # the free port may be taken between probe and bind
+        port = free_port()
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(workdir), "--daemonize", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        if _redis_ready(port, proc, 10.0):
+            break
+        proc.kill()
+        proc.wait()
+    else:
+        pytest.fail("redis-server did not start on a free port in 3 attempts")
+    try:
+        yield RedisServer("127.0.0.1", port)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
