@@ -1,0 +1,42 @@
+// Sparse row updates (SGD, Adagrad, Adam) for a float32 table in GPU memory. Plain C++ so the
+// bindings compile without CUDA headers; a build without a CUDA compiler gets versions that
+// throw (cuda_unavailable.cc).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace pscore::hogwild::cuda {
+
+enum class UpdateKind : int { kSgd = 0, kAdagrad = 1, kAdam = 2 };
+
+// One sparse batch on the device: table, state and grads are device pointers (float32,
+// row-major rows x dim), ids num_ids int32/int64 device ids. Rows that collide inside the batch
+// are combined with atomicAdd. coeffs: SGD {lr}; Adagrad {lr, eps}; Adam {lr, beta1, beta2, eps,
+// step}. The call returns once the kernels are queued and the ids were checked (one sync).
+struct SparseUpdate {
+  UpdateKind kind = UpdateKind::kSgd;
+  float* table = nullptr;
+  float* state0 = nullptr;  // Adagrad accumulator, Adam m
+  float* state1 = nullptr;  // Adam v
+  uint64_t rows = 0;
+  uint64_t dim = 0;
+  const void* ids = nullptr;
+  uint64_t num_ids = 0;
+  DType ids_dtype = DType::kInt64;
+  const float* grads = nullptr;
+  void* stream = nullptr;  // cudaStream_t; nullptr is the legacy default stream
+  std::vector<double> coeffs;
+};
+
+// True when this build carries the CUDA kernels.
+bool built();
+// CUDA devices visible (0 without a driver or without the kernels).
+int device_count();
+// Throws pscore::Error when not built or on a CUDA failure, std::invalid_argument for bad ids
+// (out of range: nothing is written) or coefficients.
+void sparse_update(const SparseUpdate& u);
+
+}  // namespace pscore::hogwild::cuda

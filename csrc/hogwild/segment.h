@@ -1,0 +1,115 @@
+// A named POSIX shared-memory segment holding one Hogwild table: a header with the table's
+// spec and a registry of attached pids (the reference count), the lock stripes, the parameters
+// and the optimizer state. The last handle to detach removes the name from /dev/shm.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+#include "hogwild/pid_lock.h"
+#include "hogwild/table_spec.h"
+
+namespace pscore::hogwild {
+
+constexpr uint64_t kSegmentMagic = 0x444c574748435350ull;  // "PSCHGWLD"
+constexpr uint32_t kSegmentVersion = 1;
+constexpr int kMaxAttachments = 256;
+
+enum SegmentState : uint32_t { kInitializing = 0, kReady = 1, kRemoved = 2 };
+
+// The name is taken (create) or missing (attach); Python sees FileExistsError / FileNotFoundError.
+class SegmentExists : public Error {
+ public:
+  using Error::Error;
+};
+class SegmentMissing : public Error {
+ public:
+  using Error::Error;
+};
+
+// Lies at offset 0 of the segment. Written once by the creator before `state` turns kReady,
+// except the atomics, which every process updates.
+struct SegmentHeader {
+  uint64_t magic;
+  uint32_t version;
+  std::atomic<uint32_t> state;
+  uint32_t dtype;
+  uint32_t ndim;
+  uint32_t optimizer;
+  uint32_t lock_stripes;
+  uint64_t shape[kMaxDims];
+  TableLayout layout;
+  int32_t creator_pid;
+  alignas(64) std::atomic<uint64_t> update_count;  // update calls applied, by all processes
+  alignas(64) std::atomic<uint64_t> adam_step;     // global Adam step when callers pass none
+  LockWord registry_lock;                          // guards `attached` and `state` changes
+  std::atomic<int32_t> attached[kMaxAttachments];  // pid per live handle, 0 when free
+};
+
+// How a handle maps its segment.
+struct SegmentOptions {
+  bool populate = true;              // MAP_POPULATE: fault every page in at map time
+  int64_t wait_ms = 0;               // attach: how long to wait for the name to appear
+  int64_t ready_timeout_ms = 30000;  // attach: how long to wait for the creator to finish
+  int64_t lock_timeout_ms = 30000;   // registry lock and the locked variant's stripes
+};
+
+class Segment {
+ public:
+  // Creates the segment, zero-filled, with this handle attached; it stays kInitializing until
+  // publish(). A name left by processes that all died is reclaimed. Throws SegmentExists,
+  // std::invalid_argument (bad name or spec) or Error (/dev/shm full).
+  static std::unique_ptr<Segment> create(const std::string& name, const TableSpec& spec,
+                                         const SegmentOptions& opts);
+  // Maps an existing segment and registers this handle. Blocks up to opts.wait_ms for the name
+  // and opts.ready_timeout_ms for the creator. Throws SegmentMissing, TimeoutError or Error.
+  static std::unique_ptr<Segment> attach(const std::string& name, const SegmentOptions& opts);
+  // Removes `name` from /dev/shm whoever holds it; false when it did not exist.
+  static bool remove(const std::string& name);
+  // "/pscore_hw_<name>"; throws std::invalid_argument unless name is 1-200 of [A-Za-z0-9._-].
+  static std::string shm_path(const std::string& name);
+
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  // Marks a created segment ready for attachers.
+  void publish();
+  // Releases this handle's registration (idempotent); the memory stays mapped until destruction.
+  // The last live handle removes the name. Dead processes' registrations are reaped here.
+  void detach();
+  // Removes the name now; every mapping keeps working. Idempotent.
+  void unlink();
+  // Live registrations, after reaping dead pids.
+  int live_attachments();
+
+  bool detached() const { return slot_ < 0; }
+  bool is_creator() const { return creator_; }
+  const std::string& name() const { return name_; }
+  SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
+  char* base() const { return base_; }
+  uint64_t nbytes() const { return nbytes_; }
+  int64_t lock_timeout_ms() const { return lock_timeout_ms_; }
+  LockWord* locks() const {
+    return reinterpret_cast<LockWord*>(base_ + header().layout.locks_offset);
+  }
+
+ private:
+  Segment(std::string name, char* base, uint64_t nbytes, bool creator)
+      : name_(std::move(name)), base_(base), nbytes_(nbytes), creator_(creator) {}
+  void register_self(int64_t lock_timeout_ms);
+  std::string what(const char* op) const;
+
+  std::string name_;
+  char* base_;
+  uint64_t nbytes_;
+  bool creator_;
+  int slot_ = -1;          // registry slot, -1 once detached
+  int32_t owner_pid_ = 0;  // the pid that registered
+  int64_t lock_timeout_ms_ = 30000;
+};
+
+}  // namespace pscore::hogwild

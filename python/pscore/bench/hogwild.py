@@ -1,0 +1,273 @@
+"""Hogwild sparse and dense update throughput: pscore SharedTable kernels (lock-free and locked)
+against torch.multiprocessing workers on share_memory_() tensors (the mnist_hogwild pattern),
+with 1..N processes updating one table at once.
+
+    python -m pscore.bench hogwild --procs 1,2 --compare torch-mp --json out.json
+
+Sparse: batches of --batch random ids (of --rows rows, --dim wide); torch SGD is
+emb.index_add_(0, ids, -lr * g) and torch Adagrad the index_add_ / index_select / sqrt sequence.
+Dense: one --dense-element vector, torch's add_ (SGD) and addcmul_/addcdiv_ (Adagrad). Each
+worker runs --seconds after a barrier; rows/s is the sum over workers. Timings are medians of
+--repeat runs; the ratio columns compare with torch at the same process count and with
+1 process of the same implementation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+LR = 0.01
+EPS = 1e-10
+POOL = 64  # distinct (ids, grads) batches each worker cycles through
+SPARSE_OPS = ("sgd", "adagrad")
+DENSE_OPS = ("dense-sgd", "dense-adagrad")
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m pscore.bench hogwild",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--procs", default="1,2", help="comma-separated process counts")
+    p.add_argument("--compare", default="torch-mp", choices=["torch-mp", "none"])
+    p.add_argument("--ops", default=",".join(SPARSE_OPS + DENSE_OPS))
+    p.add_argument("--no-locked", action="store_true", help="skip the locked variant")
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--dense", type=int, default=1_000_000, help="elements of the dense vector")
+    p.add_argument("--seconds", type=float, default=0.5, help="timed run per measurement")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads/worker")
+    p.add_argument("--json", default=None, help="write the results here")
+    a = p.parse_args(argv)
+    a.procs = [int(x) for x in a.procs.split(",") if x]
+    a.ops = [x for x in a.ops.split(",") if x]
+    bad = [o for o in a.ops if o not in SPARSE_OPS + DENSE_OPS]
+    if bad or not a.procs or min(a.procs) < 1:
+        p.error(f"bad --ops {bad} or --procs {a.procs}")
+    return a
+
+
+# ---- the workloads, one per (implementation, op) -------------------------------------------
+def _batches(args, rank, kind):
+    rng = np.random.default_rng(1000 + rank)
+    out = []
+    for _ in range(POOL):
+        ids = rng.integers(0, args.rows, args.batch, dtype=np.int64)
+        g = rng.standard_normal((args.batch, args.dim), dtype=np.float32)
+        out.append((ids, g))
+    if kind == "torch":
+        import torch
+
+        out = [(torch.from_numpy(i), torch.from_numpy(g)) for i, g in out]
+    return out
+
+
+def _step_fn(impl, op, tables, args, rank):
+    """Returns (step(k), rows_per_step) for one worker."""
+    if op in DENSE_OPS:
+        g = np.random.default_rng(rank).standard_normal(args.dense, dtype=np.float32)
+        if impl == "torch-mp":
+            import torch
+
+            v, s, gt = tables["t_vec"], tables["t_vec_sum"], torch.from_numpy(g)
+            if op == "dense-sgd":
+                return (lambda k: v.add_(gt, alpha=-LR)), 1
+            return (
+                lambda k: (s.addcmul_(gt, gt), v.addcdiv_(gt, s.sqrt().add_(EPS), value=-LR))
+            ), 1
+        t, locked = tables["p_vec"], impl == "pscore-locked"
+        if op == "dense-sgd":
+            return (lambda k: t.sgd(None, g, LR, locked=locked)), 1
+        return (lambda k: t.adagrad(None, g, LR, EPS, locked=locked)), 1
+    pool = _batches(args, rank, "torch" if impl == "torch-mp" else "numpy")
+    if impl == "torch-mp":
+        emb, st = tables["t_emb"], tables["t_emb_sum"]
+
+        def sgd(k):
+            ids, g = pool[k % POOL]
+            emb.index_add_(0, ids, -LR * g)
+
+        def adagrad(k):
+            ids, g = pool[k % POOL]
+            st.index_add_(0, ids, g * g)
+            std = st.index_select(0, ids).sqrt_().add_(EPS)
+            emb.index_add_(0, ids, g / std, alpha=-LR)
+
+        return (sgd if op == "sgd" else adagrad), args.batch
+    t, locked = tables["p_emb"], impl == "pscore-locked"
+    if op == "sgd":
+        return (lambda k: t.sgd(*pool[k % POOL], LR, locked=locked)), args.batch
+    return (lambda k: t.adagrad(*pool[k % POOL], LR, EPS, locked=locked)), args.batch
+
+
+def _worker(rank, tables, args, barrier, conn):
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
+    while True:
+        task = conn.recv()
+        if task is None:
+            break
+        impl, op = task
+        step, rows = _step_fn(impl, op, tables, args, rank)
+        for k in range(20):  # warm up: page tables, caches, lazy inits
+            step(k)
+        lat = []
+        barrier.wait()
+        start = time.perf_counter()
+        stop, k = start + args.seconds, 0
+        while True:
+            t0 = time.perf_counter()
+            step(k)
+            t1 = time.perf_counter()
+            lat.append(t1 - t0)
+            k += 1
+            if t1 >= stop:
+                break
+        conn.send((k * rows, t1 - start, statistics.median(lat)))
+    from pscore.hogwild import close_all
+
+    close_all()
+
+
+# ---- driver ----------------------------------------------------------------------------------
+def _make_tables(args, impls):
+    import torch
+
+    from pscore.hogwild import SharedTable
+
+    rng = np.random.default_rng(0)
+    emb0 = rng.standard_normal((args.rows, args.dim), dtype=np.float32) * 0.01
+    vec0 = rng.standard_normal(args.dense, dtype=np.float32) * 0.01
+    tables = {
+        "p_emb": SharedTable.create(None, emb0.shape, optimizer="adagrad", init=emb0),
+        "p_vec": SharedTable.create(None, vec0.shape, optimizer="adagrad", init=vec0),
+    }
+    if "torch-mp" in impls:
+        tables["t_emb"] = torch.from_numpy(emb0.copy()).share_memory_()
+        tables["t_emb_sum"] = torch.zeros(args.rows, args.dim).share_memory_()
+        tables["t_vec"] = torch.from_numpy(vec0.copy()).share_memory_()
+        tables["t_vec_sum"] = torch.zeros(args.dense).share_memory_()
+    return tables
+
+
+def _measure(n, tables, args, tasks):
+    import torch.multiprocessing as tmp  # noqa: F401 - registers tensor sharing for spawn
+
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(n)
+    conns, procs = [], []
+    for r in range(n):
+        a, b = ctx.Pipe()
+        p = ctx.Process(target=_worker, args=(r, tables, args, barrier, b), daemon=True)
+        p.start()
+        conns.append(a)
+        procs.append(p)
+    out = {}
+    try:
+        for task in tasks:
+            runs = []
+            for _ in range(args.repeat):
+                for c in conns:
+                    c.send(task)
+                res = [c.recv() for c in conns]
+                rows = sum(r[0] for r in res)
+                secs = max(r[1] for r in res)
+                runs.append((rows / secs, statistics.median(r[2] for r in res)))
+            rates = sorted(r[0] for r in runs)
+            out[task] = {
+                "rows_per_s": statistics.median(rates),
+                "p50_us": statistics.median(r[1] for r in runs) * 1e6,
+                "runs_rows_per_s": rates,
+            }
+    finally:
+        for c in conns:
+            c.send(None)
+        for p in procs:
+            p.join(30)
+    return out
+
+
+def _print(results, args, impls):
+    print(
+        f"# hogwild: rows={args.rows} dim={args.dim} batch={args.batch} dense={args.dense} "
+        f"float32, {args.seconds}s x {args.repeat} runs, cpus={os.cpu_count()}"
+    )
+    hdr = (
+        f"{'op':>14} {'impl':>14} {'procs':>5} {'bytes/call':>11} {'p50(us)':>9} "
+        f"{'Mrows/s':>9} {'GB/s':>7} {'vs torch':>9} {'vs 1proc':>9}"
+    )
+    print(hdr)
+    for r in results:
+        vt = f"{r['vs_torch']:.2f}x" if r.get("vs_torch") else "-"
+        v1 = f"{r['vs_1proc']:.2f}x" if r.get("vs_1proc") else "-"
+        print(
+            f"{r['op']:>14} {r['impl']:>14} {r['procs']:>5} {r['bytes_per_call']:>11} "
+            f"{r['p50_us']:>9.1f} {r['rows_per_s'] / 1e6:>9.2f} {r['gb_per_s']:>7.2f} "
+            f"{vt:>9} {v1:>9}"
+        )
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    impls = ["pscore"] + ([] if args.no_locked else ["pscore-locked"])
+    if args.compare == "torch-mp":
+        impls.append("torch-mp")
+    tasks = [(impl, op) for op in args.ops for impl in impls]
+    tables = _make_tables(args, impls)
+    try:
+        by_n = {n: _measure(n, tables, args, tasks) for n in args.procs}
+    finally:
+        for k in ("p_emb", "p_vec"):
+            tables[k].close()
+    results = []
+    for op in args.ops:
+        for n in args.procs:
+            for impl in impls:
+                m = by_n[n][(impl, op)]
+                dense = op in DENSE_OPS
+                elems = args.dense if dense else args.batch * args.dim
+                touched = 3 if op.endswith("sgd") else 5  # arrays read or written per element
+                r = {
+                    "op": op,
+                    "impl": impl,
+                    "procs": n,
+                    "bytes_per_call": elems * 4,
+                    "rows_per_s": m["rows_per_s"] * (args.dense if dense else 1),
+                    "p50_us": m["p50_us"],
+                    "runs": m["runs_rows_per_s"],
+                }
+                per_row = args.dim if not dense else 1
+                r["gb_per_s"] = r["rows_per_s"] * per_row * 4 * touched / 1e9
+                if impl != "torch-mp" and "torch-mp" in impls:
+                    r["vs_torch"] = m["rows_per_s"] / by_n[n][("torch-mp", op)]["rows_per_s"]
+                if n != 1 and 1 in by_n:
+                    r["vs_1proc"] = m["rows_per_s"] / by_n[1][(impl, op)]["rows_per_s"]
+                results.append(r)
+    _print(results, args, impls)
+    if args.json:
+        meta = {
+            "args": vars(args),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+        }
+        with open(args.json, "w") as f:
+            json.dump({"benchmark": "hogwild", "meta": meta, "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

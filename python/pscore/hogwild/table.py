@@ -1,0 +1,370 @@
+"""SharedTable: a Hogwild parameter table in a named POSIX shared-memory segment.
+
+One process creates it, others attach by name (or receive it pickled: it travels by name), and
+all of them update it in place without locks through C++ kernels that release the GIL. The
+numpy and torch views share the segment's memory. The segment disappears from /dev/shm when the
+last handle closes (the handles are counted in the segment, dead processes reaped), when anyone
+calls unlink(), or at the latest when the last process exits cleanly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .. import _hogwild
+from ..tensor import DTYPE_CODES, as_buffer, is_torch_tensor
+
+OPTIMIZERS = {None: 0, "none": 0, "sgd": 0, "adagrad": 1, "adam": 2}
+STATE_NAMES = {"none": (), "adagrad": ("sum",), "adam": ("exp_avg", "exp_avg_sq")}
+_TABLE_DTYPES = ("float32", "float64")
+_ID_DTYPES = ("int32", "int64")
+_counter = {"n": 0}
+_counter_lock = threading.Lock()
+
+
+def _default_name() -> str:
+    with _counter_lock:
+        _counter["n"] += 1
+        n = _counter["n"]
+    return f"t{os.getpid()}-{n}-{os.urandom(4).hex()}"
+
+
+def _ms(seconds: float | None, what: str) -> int:
+    if seconds is None:
+        return -1
+    if not isinstance(seconds, (int, float)) or math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"{what} must be a number of seconds >= 0 or None, got {seconds!r}")
+    return int(seconds * 1000)
+
+
+def _check_dtype(dtype: Any) -> str:
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if hasattr(dtype, "is_floating_point"):  # a torch.dtype
+        name = str(dtype).replace("torch.", "")
+    if name not in _TABLE_DTYPES:
+        raise TypeError(f"a shared table holds float32 or float64, not {name}")
+    return name
+
+
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        dims = tuple(int(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+    if not 1 <= len(dims) <= 4 or any(d <= 0 for d in dims):
+        raise ValueError(f"shape {dims} must have 1 to 4 dimensions, each > 0")
+    return dims
+
+
+def _as_ids(ids: Any, what: str):
+    if not (isinstance(ids, np.ndarray) or is_torch_tensor(ids)):
+        ids = np.asarray(ids, dtype=np.int64)
+    b = as_buffer(ids, writable=False, what=what)
+    if b.dtype not in _ID_DTYPES:
+        raise TypeError(f"{what} are {b.dtype}; pass int64 or int32 ids")
+    if ids.ndim != 1:
+        raise ValueError(f"{what} must be 1-D, got shape {tuple(ids.shape)}")
+    return b
+
+
+class SharedTable:
+    """A float32/float64 table of shape (rows, *row_shape) in shared memory.
+
+    Make one with SharedTable.create or SharedTable.attach. Updates (sgd, adagrad, adam, axpy)
+    are Hogwild: no locks, rows updated in place, safe from any number of threads and
+    processes; pass locked=True to take the table's striped row locks instead.
+    """
+
+    def __init__(self, handle: Any):
+        self._h = handle
+        self.name: str = handle.name
+        self.shape: tuple[int, ...] = tuple(handle.shape)
+        self.dtype: np.dtype = np.dtype("float32" if handle.dtype_code == 2 else "float64")
+        self.optimizer: str = handle.optimizer
+        self._dtype_name = self.dtype.name
+        self._row_shape = self.shape[1:]
+        self._close = weakref.finalize(self, handle.close)
+
+    # ---- making and finding tables -------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        name: str | None = None,
+        shape: Any = None,
+        dtype: Any = "float32",
+        *,
+        optimizer: str | None = None,
+        init: Any = None,
+        initial_accumulator: float = 0.0,
+        lock_stripes: int = 1024,
+        exist_ok: bool = False,
+        populate: bool = True,
+        lock_timeout: float | None = 30.0,
+    ) -> SharedTable:
+        """Creates table `name` (a fresh unique name when None), zero-filled or copied from init.
+
+        optimizer: None/"sgd" (no state), "adagrad" (accumulator "sum") or "adam" ("exp_avg",
+        "exp_avg_sq"): the state lives in the segment too. exist_ok attaches to an existing table
+        of the same shape, dtype and optimizer (ValueError if it differs). A name left behind by
+        processes that all died is reclaimed. Raises FileExistsError when the name is taken.
+        """
+        if shape is None:
+            raise TypeError("SharedTable.create needs a shape")
+        dims = _check_shape(shape)
+        dt = _check_dtype(dtype)
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer {optimizer!r} is not one of sgd, adagrad, adam")
+        if not isinstance(lock_stripes, int) or lock_stripes < 1:
+            raise ValueError(f"lock_stripes must be an int >= 1, got {lock_stripes!r}")
+        init_arr = None
+        if init is not None:
+            init_arr = np.asarray(init.numpy() if is_torch_tensor(init) else init, dtype=dt)
+            if init_arr.ndim == 0:
+                init_arr = np.full(dims, init_arr, dtype=dt)
+            if init_arr.shape != dims:
+                raise ValueError(f"init has shape {init_arr.shape}, the table {dims}")
+            init_arr = np.ascontiguousarray(init_arr)
+        name = _default_name() if name is None else name
+        try:
+            h = _hogwild.Table.create(
+                name,
+                list(dims),
+                DTYPE_CODES[dt],
+                OPTIMIZERS[optimizer],
+                lock_stripes,
+                init_arr.ctypes.data if init_arr is not None else 0,
+                init_arr.nbytes if init_arr is not None else 0,
+                float(initial_accumulator),
+                populate,
+                _ms(lock_timeout, "lock_timeout"),
+            )
+        except FileExistsError:
+            if not exist_ok:
+                raise
+            t = cls.attach(name, shape=dims, dtype=dt, timeout=5.0, lock_timeout=lock_timeout)
+            want = OPTIMIZERS[optimizer]
+            if OPTIMIZERS[t.optimizer] != want:
+                t.close()
+                raise ValueError(
+                    f"shared table '{name}' exists with optimizer={t.optimizer!r}, "
+                    f"not {optimizer!r}"
+                ) from None
+            return t
+        return _track(cls(h))
+
+    @classmethod
+    def attach(
+        cls,
+        name: str,
+        *,
+        shape: Any = None,
+        dtype: Any = None,
+        timeout: float | None = 0.0,
+        ready_timeout: float = 30.0,
+        populate: bool = True,
+        lock_timeout: float | None = 30.0,
+    ) -> SharedTable:
+        """Maps table `name`. Waits up to `timeout` seconds for it to appear (None: forever) and
+        `ready_timeout` for its creator to fill it. Raises FileNotFoundError when it does not
+        exist, ValueError when shape/dtype are given and differ from the table's."""
+        h = _hogwild.Table.attach(
+            name,
+            _ms(timeout, "timeout"),
+            _ms(ready_timeout, "ready_timeout"),
+            populate,
+            _ms(lock_timeout, "lock_timeout"),
+        )
+        t = _track(cls(h))
+        problems = []
+        if shape is not None and _check_shape(shape) != t.shape:
+            problems.append(f"shape {t.shape}, not {_check_shape(shape)}")
+        if dtype is not None and _check_dtype(dtype) != t._dtype_name:
+            problems.append(f"dtype {t._dtype_name}, not {_check_dtype(dtype)}")
+        if problems:
+            t.close()
+            raise ValueError(f"shared table '{name}' exists with " + " and ".join(problems))
+        return t
+
+    @staticmethod
+    def remove(name: str) -> bool:
+        """Removes table `name` from /dev/shm whoever holds it (e.g. one left by a crash)."""
+        return _hogwild.Table.remove(name)
+
+    @staticmethod
+    def shm_path(name: str) -> str:
+        """Where table `name` lives: /dev/shm/pscore_hw_<name>."""
+        return "/dev/shm" + _hogwild.Table.shm_path(name)
+
+    def __reduce__(self):
+        # Pickling sends the name; unpickling attaches (spawned workers, multiprocessing queues).
+        return (_attach_pickled, (self.name, self.shape, self._dtype_name))
+
+    # ---- views ----------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The parameters as a writable numpy array over the shared memory (no copy)."""
+        return self._h.view(-1)
+
+    def torch(self):
+        """The parameters as a CPU torch tensor over the shared memory (no copy)."""
+        import torch
+
+        return torch.from_numpy(self._h.view(-1))
+
+    def state(self, name: str, as_torch: bool = False):
+        """Optimizer state by torch's name: "sum" (Adagrad), "exp_avg" / "exp_avg_sq" (Adam)."""
+        names = STATE_NAMES[self.optimizer]
+        if name not in names:
+            raise KeyError(
+                f"shared table '{self.name}' (optimizer={self.optimizer!r}) has no "
+                f"state {name!r}; it has {list(names)}"
+            )
+        arr = self._h.view(names.index(name))
+        if as_torch:
+            import torch
+
+            return torch.from_numpy(arr)
+        return arr
+
+    # ---- updates ----------------------------------------------------------------------------
+    def _batch(self, ids: Any, grads: Any, op: str):
+        if self._h.closed:
+            raise ValueError(f"{op} on shared table '{self.name}': the table is closed")
+        g = as_buffer(grads, writable=False, what="grads")
+        if g.dtype != self._dtype_name:
+            raise TypeError(
+                f"{op} on shared table '{self.name}': grads are {g.dtype} but the "
+                f"table holds {self._dtype_name}"
+            )
+        if ids is None:
+            if tuple(grads.shape) != self.shape:
+                raise ValueError(
+                    f"{op} on shared table '{self.name}': dense grads have shape "
+                    f"{tuple(grads.shape)}, the table {self.shape}"
+                )
+            return True, 0, 0, 7, g.ptr, g.numel, g.dtype_code
+        i = _as_ids(ids, f"{op} ids")
+        if tuple(grads.shape) != (i.numel,) + self._row_shape:
+            raise ValueError(
+                f"{op} on shared table '{self.name}': grads have shape "
+                f"{tuple(grads.shape)}; {i.numel} ids need "
+                f"{(i.numel,) + self._row_shape}"
+            )
+        return False, i.ptr, i.numel, i.dtype_code, g.ptr, g.numel, g.dtype_code
+
+    def sgd(self, ids: Any, grads: Any, lr: float = 0.01, *, locked: bool = False) -> None:
+        """table[ids[i]] -= lr * grads[i] (ids=None: the whole table, grads shaped like it)."""
+        self._h.sgd(*self._batch(ids, grads, "sgd"), bool(locked), float(lr))
+
+    def adagrad(
+        self, ids: Any, grads: Any, lr: float = 0.01, eps: float = 1e-10, *, locked: bool = False
+    ) -> None:
+        """torch.optim.Adagrad's update of rows `ids` (or all), fused in one pass per row."""
+        self._h.adagrad(*self._batch(ids, grads, "adagrad"), bool(locked), float(lr), float(eps))
+
+    def adam(
+        self,
+        ids: Any,
+        grads: Any,
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        step: int | None = None,
+        *,
+        locked: bool = False,
+    ) -> None:
+        """torch.optim.Adam's update (no weight decay) of rows `ids` (or all) in one pass per
+        row. step: the bias-correction step (>= 1); None takes the table's next global step."""
+        if step is not None and (not isinstance(step, (int, np.integer)) or step < 1):
+            raise ValueError(f"adam step must be an int >= 1 or None, got {step!r}")
+        b1, b2 = betas
+        self._h.adam(
+            *self._batch(ids, grads, "adam"),
+            bool(locked),
+            float(lr),
+            float(b1),
+            float(b2),
+            float(eps),
+            int(step or 0),
+        )
+
+    def axpy(self, alpha: float, x: Any, *, locked: bool = False) -> None:
+        """table += alpha * x over the whole table (x shaped like the table)."""
+        _, _, _, _, ptr, numel, code = self._batch(None, x, "axpy")
+        self._h.axpy(float(alpha), ptr, numel, code, bool(locked))
+
+    # ---- lifetime -------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._h.closed
+
+    @property
+    def is_creator(self) -> bool:
+        return self._h.is_creator
+
+    @property
+    def rows(self) -> int:
+        return self.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
+    @property
+    def update_count(self) -> int:
+        """Update calls applied to the table so far, by every process."""
+        return self._h.update_count
+
+    @property
+    def lock_stripes(self) -> int:
+        return self._h.lock_stripes
+
+    def live_attachments(self) -> int:
+        """Open handles on the table across all processes (dead processes' are reaped)."""
+        return self._h.live_attachments()
+
+    def close(self) -> None:
+        """Releases this handle; the last one to close removes the segment. Views stay valid."""
+        self._close()
+
+    def unlink(self) -> None:
+        """Removes the name from /dev/shm now; open handles and views keep working."""
+        self._h.unlink()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return (
+            f"SharedTable(name={self.name!r}, shape={self.shape}, dtype={self._dtype_name}, "
+            f"optimizer={self.optimizer!r}, {state})"
+        )
+
+
+_open_tables: weakref.WeakSet = weakref.WeakSet()
+
+
+def _track(t: SharedTable) -> SharedTable:
+    _open_tables.add(t)
+    return t
+
+
+def close_all() -> None:
+    """Closes every table this process opened (train() workers call it before exiting)."""
+    for t in list(_open_tables):
+        t.close()
+
+
+def _attach_pickled(name: str, shape: tuple, dtype: str) -> SharedTable:
+    return SharedTable.attach(name, shape=shape, dtype=dtype, timeout=5.0)
