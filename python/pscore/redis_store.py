@@ -78,6 +78,7 @@ class RedisStore(Store):
             password=password,
             socket_connect_timeout=self._timeout,
             socket_timeout=self._timeout,
+            **_no_retry(),
         )
         self._compare_set_script = self._client.register_script(_COMPARE_SET_LUA)
         self._connect()
@@ -206,6 +207,17 @@ class RedisStore(Store):
 
     def __repr__(self) -> str:
         return self._name
+
+
+def _no_retry() -> dict:
+    """Turns off redis-py's own retries (recent versions retry 3 times with backoff): this store
+    retries connecting itself, within its timeout."""
+    try:
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+    except ImportError:  # redis-py too old to retry on its own
+        return {}
+    return {"retry": Retry(NoBackoff(), 0)}
 
 
 def _glob_escape(text: str) -> bytes:
