@@ -83,7 +83,9 @@ def test_get_blocks_until_another_thread_sets(store):
 
 def test_get_times_out_naming_the_key(store):
     store.set_timeout(0.2)
-    with pytest.raises(pscore.errors.TimeoutError, match=r"get\('(job7/)?never_set'\).*200 ms") as info:
+    with pytest.raises(
+        pscore.errors.TimeoutError, match=r"get\('(job7/)?never_set'\).*200 ms"
+    ) as info:
         store.get("never_set")
     assert isinstance(info.value, TimeoutError)  # the builtin, as users catch it
 
@@ -100,7 +102,9 @@ def test_add(store):
 
 def test_add_on_a_non_integer_is_a_value_error(store):
     store.set("word", b"hello")
-    with pytest.raises(ValueError, match=r"add: key '(job7/)?word' holds b?'hello', which is not an int"):
+    with pytest.raises(
+        ValueError, match=r"add: key '(job7/)?word' holds b?'hello', which is not an int"
+    ):
         store.add("word", 1)
     assert store.get("word") == b"hello"
 
