@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .errors import NetworkError
+from .errors import TimeoutError as PscoreTimeoutError
 from .group import default_group, resolve
 from .tensor import REDUCE_OPS, Buffer, as_buffer
 from .work import CompletedWork, Work
@@ -29,9 +31,13 @@ def _op_code(op: Any) -> int:
     return REDUCE_OPS[name]
 
 
-def _finish(handle, async_op: bool, keep: Any, result: Any = None):
-    work = Work(handle, keep, (lambda: result) if result is not None else None)
-    return work if async_op else None
+def _finish(g, call, async_op: bool, keep: Any):
+    """Runs a native call; a failure carries what the other ranks reported about it."""
+    try:
+        handle = call()
+    except (NetworkError, PscoreTimeoutError) as e:
+        raise g.explain(e) from None
+    return Work(handle, keep, group=g) if async_op else None
 
 
 def _same_kind(bufs: Sequence[Buffer], ref: Buffer, what: str) -> None:
@@ -47,8 +53,12 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     if g is None:
         return CompletedWork() if async_op else None
     b = as_buffer(tensor)
-    h = g.native.allreduce(b.ptr, b.numel, b.dtype_code, _op_code(op), async_op)
-    return _finish(h, async_op, b)
+    return _finish(
+        g,
+        lambda: g.native.allreduce(b.ptr, b.numel, b.dtype_code, _op_code(op), async_op),
+        async_op,
+        b,
+    )
 
 
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
@@ -56,8 +66,14 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     if g is None:
         return CompletedWork() if async_op else None
     b = as_buffer(tensor)
-    h = g.native.broadcast(b.ptr, b.numel, b.dtype_code, g.group_rank(src, "src"), async_op)
-    return _finish(h, async_op, b)
+    return _finish(
+        g,
+        lambda: g.native.broadcast(
+            b.ptr, b.numel, b.dtype_code, g.group_rank(src, "src"), async_op
+        ),
+        async_op,
+        b,
+    )
 
 
 def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -66,8 +82,12 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
         return CompletedWork() if async_op else None
     b = as_buffer(tensor)
     root = g.group_rank(dst, "dst")
-    h = g.native.reduce(b.ptr, b.numel, b.dtype_code, _op_code(op), root, async_op)
-    return _finish(h, async_op, b)
+    return _finish(
+        g,
+        lambda: g.native.reduce(b.ptr, b.numel, b.dtype_code, _op_code(op), root, async_op),
+        async_op,
+        b,
+    )
 
 
 def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
@@ -76,16 +96,24 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
         return CompletedWork() if async_op else None
     b = as_buffer(tensor, writable=False)
     if len(tensor_list) != g.size:
-        raise ValueError(f"all_gather: tensor_list has {len(tensor_list)} entries, the group has {g.size} ranks")
+        raise ValueError(
+            f"all_gather: tensor_list has {len(tensor_list)} entries, the group has {g.size} ranks"
+        )
     outs = [as_buffer(t, what=f"tensor_list[{i}]") for i, t in enumerate(tensor_list)]
     _same_kind(outs, b, "tensor_list")
-    h = g.native.allgather(b.ptr, b.numel, b.dtype_code, [o.ptr for o in outs], async_op)
-    return _finish(h, async_op, (b, outs))
+    return _finish(
+        g,
+        lambda: g.native.allgather(b.ptr, b.numel, b.dtype_code, [o.ptr for o in outs], async_op),
+        async_op,
+        (b, outs),
+    )
 
 
 def _split(buf: Buffer, parts: int, what: str) -> list[int]:
     if buf.numel % parts:
-        raise ValueError(f"{what} has {buf.numel} elements, not divisible by the group size {parts}")
+        raise ValueError(
+            f"{what} has {buf.numel} elements, not divisible by the group size {parts}"
+        )
     step = buf.nbytes // parts
     return [buf.ptr + i * step for i in range(parts)]
 
@@ -97,10 +125,18 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     b = as_buffer(input_tensor, writable=False)
     out = as_buffer(output_tensor, what="output_tensor")
     if out.dtype != b.dtype or out.numel != b.numel * g.size:
-        raise ValueError(f"all_gather_into_tensor: output must be {g.size} x {b.numel} {b.dtype}, "
-                         f"got {out.numel} {out.dtype}")
-    h = g.native.allgather(b.ptr, b.numel, b.dtype_code, _split(out, g.size, "output"), async_op)
-    return _finish(h, async_op, (b, out))
+        raise ValueError(
+            f"all_gather_into_tensor: output must be {g.size} x {b.numel} {b.dtype}, "
+            f"got {out.numel} {out.dtype}"
+        )
+    return _finish(
+        g,
+        lambda: g.native.allgather(
+            b.ptr, b.numel, b.dtype_code, _split(out, g.size, "output"), async_op
+        ),
+        async_op,
+        (b, out),
+    )
 
 
 def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -109,12 +145,19 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
         return CompletedWork() if async_op else None
     out = as_buffer(output, what="output")
     if len(input_list) != g.size:
-        raise ValueError(f"reduce_scatter: input_list has {len(input_list)} entries, the group has {g.size} ranks")
+        raise ValueError(
+            f"reduce_scatter: input_list has {len(input_list)} entries, the group has {g.size} ranks"
+        )
     ins = [as_buffer(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
     _same_kind(ins, out, "input_list")
-    h = g.native.reduce_scatter([i.ptr for i in ins], out.ptr, out.numel, out.dtype_code,
-                                _op_code(op), async_op)
-    return _finish(h, async_op, (out, ins))
+    return _finish(
+        g,
+        lambda: g.native.reduce_scatter(
+            [i.ptr for i in ins], out.ptr, out.numel, out.dtype_code, _op_code(op), async_op
+        ),
+        async_op,
+        (out, ins),
+    )
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -124,14 +167,23 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     out = as_buffer(output, what="output")
     inp = as_buffer(input, writable=False, what="input")
     if inp.dtype != out.dtype or inp.numel != out.numel * g.size:
-        raise ValueError(f"reduce_scatter_tensor: input must be {g.size} x {out.numel} {out.dtype}, "
-                         f"got {inp.numel} {inp.dtype}")
-    h = g.native.reduce_scatter(_split(inp, g.size, "input"), out.ptr, out.numel, out.dtype_code,
-                                _op_code(op), async_op)
-    return _finish(h, async_op, (out, inp))
+        raise ValueError(
+            f"reduce_scatter_tensor: input must be {g.size} x {out.numel} {out.dtype}, "
+            f"got {inp.numel} {inp.dtype}"
+        )
+    return _finish(
+        g,
+        lambda: g.native.reduce_scatter(
+            _split(inp, g.size, "input"), out.ptr, out.numel, out.dtype_code, _op_code(op), async_op
+        ),
+        async_op,
+        (out, inp),
+    )
 
 
-def gather(tensor, gather_list: list | None = None, dst: int = 0, group=None, async_op: bool = False):
+def gather(
+    tensor, gather_list: list | None = None, dst: int = 0, group=None, async_op: bool = False
+):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -145,11 +197,19 @@ def gather(tensor, gather_list: list | None = None, dst: int = 0, group=None, as
         _same_kind(outs, b, "gather_list")
     elif gather_list:
         raise ValueError("gather: only the destination rank passes a gather_list")
-    h = g.native.gather(b.ptr, b.numel, b.dtype_code, [o.ptr for o in outs], root, async_op)
-    return _finish(h, async_op, (b, outs))
+    return _finish(
+        g,
+        lambda: g.native.gather(
+            b.ptr, b.numel, b.dtype_code, [o.ptr for o in outs], root, async_op
+        ),
+        async_op,
+        (b, outs),
+    )
 
 
-def scatter(tensor, scatter_list: list | None = None, src: int = 0, group=None, async_op: bool = False):
+def scatter(
+    tensor, scatter_list: list | None = None, src: int = 0, group=None, async_op: bool = False
+):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -159,29 +219,53 @@ def scatter(tensor, scatter_list: list | None = None, src: int = 0, group=None, 
     if g.rank == root:
         if scatter_list is None or len(scatter_list) != g.size:
             raise ValueError(f"scatter: the source needs a scatter_list of {g.size} tensors")
-        ins = [as_buffer(t, writable=False, what=f"scatter_list[{i}]") for i, t in enumerate(scatter_list)]
+        ins = [
+            as_buffer(t, writable=False, what=f"scatter_list[{i}]")
+            for i, t in enumerate(scatter_list)
+        ]
         _same_kind(ins, out, "scatter_list")
     elif scatter_list:
         raise ValueError("scatter: only the source rank passes a scatter_list")
-    h = g.native.scatter([i.ptr for i in ins], out.ptr, out.numel, out.dtype_code, root, async_op)
-    return _finish(h, async_op, (out, ins))
+    return _finish(
+        g,
+        lambda: g.native.scatter(
+            [i.ptr for i in ins], out.ptr, out.numel, out.dtype_code, root, async_op
+        ),
+        async_op,
+        (out, ins),
+    )
 
 
-def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None, async_op: bool = False):
+def all_to_all(
+    output_tensor_list: list, input_tensor_list: list, group=None, async_op: bool = False
+):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
     if len(output_tensor_list) != g.size or len(input_tensor_list) != g.size:
         raise ValueError(f"all_to_all: need {g.size} input and {g.size} output tensors")
-    ins = [as_buffer(t, writable=False, what=f"input_tensor_list[{i}]") for i, t in enumerate(input_tensor_list)]
+    ins = [
+        as_buffer(t, writable=False, what=f"input_tensor_list[{i}]")
+        for i, t in enumerate(input_tensor_list)
+    ]
     outs = [as_buffer(t, what=f"output_tensor_list[{i}]") for i, t in enumerate(output_tensor_list)]
     dtype = ins[0].dtype
     for b in ins + outs:
         if b.dtype != dtype:
             raise TypeError(f"all_to_all: mixed dtypes {b.dtype} and {dtype}")
-    h = g.native.all_to_all([b.ptr for b in ins], [b.numel for b in ins], [b.ptr for b in outs],
-                            [b.numel for b in outs], ins[0].dtype_code, async_op)
-    return _finish(h, async_op, (ins, outs))
+    return _finish(
+        g,
+        lambda: g.native.all_to_all(
+            [b.ptr for b in ins],
+            [b.numel for b in ins],
+            [b.ptr for b in outs],
+            [b.numel for b in outs],
+            ins[0].dtype_code,
+            async_op,
+        ),
+        async_op,
+        (ins, outs),
+    )
 
 
 def _splits(buf: Buffer, sizes, n: int, what: str) -> tuple[list[int], list[int]]:
@@ -191,7 +275,9 @@ def _splits(buf: Buffer, sizes, n: int, what: str) -> tuple[list[int], list[int]
     row = buf.numel // rows if rows else 0
     if sizes is None:
         if rows % n:
-            raise ValueError(f"{what}: first dimension {rows} is not divisible by the group size {n}")
+            raise ValueError(
+                f"{what}: first dimension {rows} is not divisible by the group size {n}"
+            )
         sizes = [rows // n] * n
     sizes = list(sizes)
     if len(sizes) != n or sum(sizes) != rows:
@@ -205,8 +291,14 @@ def _splits(buf: Buffer, sizes, n: int, what: str) -> tuple[list[int], list[int]
     return ptrs, counts
 
 
-def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
-                      async_op: bool = False):
+def all_to_all_single(
+    output,
+    input,
+    output_split_sizes=None,
+    input_split_sizes=None,
+    group=None,
+    async_op: bool = False,
+):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -216,16 +308,21 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
         raise TypeError(f"all_to_all_single: output is {out.dtype}, input is {inp.dtype}")
     in_ptrs, in_counts = _splits(inp, input_split_sizes, g.size, "input")
     out_ptrs, out_counts = _splits(out, output_split_sizes, g.size, "output")
-    h = g.native.all_to_all(in_ptrs, in_counts, out_ptrs, out_counts, inp.dtype_code, async_op)
-    return _finish(h, async_op, (out, inp))
+    return _finish(
+        g,
+        lambda: g.native.all_to_all(
+            in_ptrs, in_counts, out_ptrs, out_counts, inp.dtype_code, async_op
+        ),
+        async_op,
+        (out, inp),
+    )
 
 
 def barrier(group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    h = g.native.barrier(async_op)
-    return _finish(h, async_op, None)
+    return _finish(g, lambda: g.native.barrier(async_op), async_op, None)
 
 
 def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
@@ -233,8 +330,8 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
     if g is None:
         raise ValueError("isend: this rank is not in the group")
     b = as_buffer(tensor, writable=False)
-    h = g.native.send(b.ptr, b.numel, b.dtype_code, g.group_rank(dst, "dst"), tag, True)
-    return Work(h, b)
+    peer = g.group_rank(dst, "dst")
+    return _finish(g, lambda: g.native.send(b.ptr, b.numel, b.dtype_code, peer, tag, True), True, b)
 
 
 def irecv(tensor, src: int, group=None, tag: int = 0) -> Work:
@@ -242,10 +339,12 @@ def irecv(tensor, src: int, group=None, tag: int = 0) -> Work:
     if g is None:
         raise ValueError("irecv: this rank is not in the group")
     if src is None:
-        raise ValueError("irecv: pscore needs an explicit src (receive from any source is not supported)")
+        raise ValueError(
+            "irecv: pscore needs an explicit src (receive from any source is not supported)"
+        )
     b = as_buffer(tensor)
-    h = g.native.recv(b.ptr, b.numel, b.dtype_code, g.group_rank(src, "src"), tag, True)
-    return Work(h, b, lambda: src)
+    peer = g.group_rank(src, "src")
+    return _finish(g, lambda: g.native.recv(b.ptr, b.numel, b.dtype_code, peer, tag, True), True, b)
 
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 
 from . import _C, rendezvous
+from .errors import NetworkError
+from .errors import TimeoutError as PscoreTimeoutError
 
 DEFAULT_TIMEOUT_S = 300.0
+REPORT_WAIT_S = 0.5  # how long a failing rank waits for its peer's account of the failure
 BACKENDS = ("tcp", "pscore", "cpu")
 
 
@@ -34,15 +38,44 @@ class ProcessGroup:
     def transport(self) -> str:
         return self.native.transport
 
+    def explain(self, exc: BaseException) -> BaseException:
+        """Adds what the other ranks reported to a failure: a rank that only saw its neighbour
+        hang up learns which rank really died. Each failing rank posts its error to the store."""
+        if self.store is None or not isinstance(exc, (NetworkError, PscoreTimeoutError)):
+            return exc
+        msg = str(exc)
+        notes = []
+        try:
+            self.store.set(f"abort/{self.rank}", msg)
+            culprit = re.search(r"(?:closed by|<- |-> )rank (\d+)", msg)
+            if culprit and int(culprit.group(1)) != self.rank:
+                key = f"abort/{culprit.group(1)}"
+                try:
+                    self.store.wait([key], REPORT_WAIT_S)
+                    notes.append(
+                        f"rank {culprit.group(1)} reported: {self.store.get(key).decode()}"
+                    )
+                except Exception:  # noqa: BLE001 - that rank died without a word
+                    pass
+        except Exception:  # noqa: BLE001 - the store may have died with the job
+            return exc
+        if not notes:
+            return exc
+        return type(exc)(msg + " [" + "; ".join(notes) + "]")
+
     def group_rank(self, global_rank: int, what: str) -> int:
         try:
             return self.ranks.index(global_rank)
         except ValueError:
-            raise ValueError(f"{what} {global_rank} is not in group {self.name} {self.ranks}") from None
+            raise ValueError(
+                f"{what} {global_rank} is not in group {self.name} {self.ranks}"
+            ) from None
 
     def __repr__(self) -> str:
-        return (f"ProcessGroup(name={self.name!r}, rank={self.rank}, size={self.size}, "
-                f"transport={self.transport!r})")
+        return (
+            f"ProcessGroup(name={self.name!r}, rank={self.rank}, size={self.size}, "
+            f"transport={self.transport!r})"
+        )
 
 
 class _NonMember:
@@ -65,27 +98,35 @@ def timeout_seconds(timeout) -> float:
     return float(timeout)
 
 
-def build_group(store, rank: int, world: int, timeout_s: float, name: str, ranks: list[int],
-                master_addr=None) -> ProcessGroup:
+def build_group(
+    store, rank: int, world: int, timeout_s: float, name: str, ranks: list[int], master_addr=None
+) -> ProcessGroup:
     from .store import PrefixStore
 
     prefixed = PrefixStore(f"pscore/{name}", store)
     job = os.environ.get("PSCORE_JOB_ID", "pscore")
     transport = rendezvous.connect(prefixed, rank, world, timeout_s, job, master_addr)
     native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000))
-    return ProcessGroup(native, ranks, name, timeout_s, store)
+    return ProcessGroup(native, ranks, name, timeout_s, prefixed)
 
 
-def init_process_group(backend: str = "tcp", init_method: str | None = None, rank: int | None = None,
-                       world_size: int | None = None, timeout=None, store=None,
-                       group_name: str = "world") -> ProcessGroup:
+def init_process_group(
+    backend: str = "tcp",
+    init_method: str | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    timeout=None,
+    store=None,
+    group_name: str = "world",
+) -> ProcessGroup:
     """Joins the default group. With nothing given, rank, world size and the master's address
     come from the environment (PSCORE_*, torchrun, TF_CONFIG, Slurm, Open MPI)."""
-    from . import cluster
     from .store import create_store
 
     if _world["group"] is not None:
-        raise RuntimeError("pscore.init_process_group was already called; destroy_process_group first")
+        raise RuntimeError(
+            "pscore.init_process_group was already called; destroy_process_group first"
+        )
     if backend is None:
         backend = "tcp"
     if str(backend).lower() not in BACKENDS:
@@ -94,6 +135,8 @@ def init_process_group(backend: str = "tcp", init_method: str | None = None, ran
     master_addr = None
     if store is None:
         if init_method is None or init_method == "env://" or rank is None or world_size is None:
+            from . import cluster
+
             env = cluster.discover()
             rank = env.rank if rank is None else rank
             world_size = env.world_size if world_size is None else world_size
@@ -102,13 +145,14 @@ def init_process_group(backend: str = "tcp", init_method: str | None = None, ran
                 init_method = f"tcp://{env.master_addr}:{env.master_port}"
         store = create_store(init_method, rank, world_size, timeout_s)
         if master_addr is None and init_method.startswith("tcp://"):
-            master_addr = init_method[len("tcp://"):].rsplit(":", 1)[0]
+            master_addr = init_method[len("tcp://") :].rsplit(":", 1)[0]
     elif rank is None or world_size is None:
         raise ValueError("init_process_group(store=...) needs rank and world_size")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is out of range for world_size {world_size}")
-    group = build_group(store, rank, world_size, timeout_s, group_name, list(range(world_size)),
-                        master_addr)
+    group = build_group(
+        store, rank, world_size, timeout_s, group_name, list(range(world_size)), master_addr
+    )
     _world.update(group=group, store=store, rank=rank, groups=0)
     return group
 

@@ -9,16 +9,25 @@ from typing import Any, Callable
 class Work:
     """A running operation. Holds the buffers it reads and writes alive until it completes."""
 
-    def __init__(self, handle, keepalive: Any = None, result: Callable[[], Any] | None = None):
+    def __init__(
+        self, handle, keepalive: Any = None, result: Callable[[], Any] | None = None, group=None
+    ):
         self._handle = handle
         self._keepalive = keepalive
         self._result = result
+        self._group = group
 
     def wait(self, timeout: float | datetime.timedelta | None = None) -> bool:
         """Blocks until done; raises the operation's error, or TimeoutError past `timeout`."""
         if isinstance(timeout, datetime.timedelta):
             timeout = timeout.total_seconds()
-        self._handle.wait(-1 if timeout is None else int(timeout * 1000))
+        limit_ms = -1 if timeout is None else int(timeout * 1000)
+        try:
+            self._handle.wait(limit_ms)
+        except Exception as e:
+            if self._group is None or not self._handle.is_completed():
+                raise
+            raise self._group.explain(e) from None
         self._keepalive = None
         return True
 

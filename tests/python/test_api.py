@@ -1,0 +1,189 @@
+"""The torch.distributed-style API: p2p, async work, groups, numpy and torch inputs, bad input."""
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import pscore
+from dist_helpers import run_ranks
+
+
+def p2p(rank, world):
+    right, left = (rank + 1) % world, (rank - 1) % world
+    out = torch.arange(1000, dtype=torch.float64) + rank
+    got = torch.empty(1000, dtype=torch.float64)
+    # Both directions at once, large enough to fill socket buffers if they were blocking.
+    big_out = np.full(3_000_000, rank, np.int32)
+    big_in = np.empty(3_000_000, np.int32)
+    works = [
+        pscore.isend(out, right, tag=7),
+        pscore.irecv(got, left, tag=7),
+        pscore.isend(big_out, right),
+        pscore.irecv(big_in, left),
+    ]
+    for w in works:
+        assert w.wait(timeout=30)
+    assert torch.equal(got, torch.arange(1000, dtype=torch.float64) + left)
+    assert (big_in == left).all()
+    # Blocking forms, ordered messages between a pair.
+    if rank == 0:
+        for i in range(5):
+            pscore.send(np.full(3, i, np.int64), 1)
+    elif rank == 1:
+        for i in range(5):
+            buf = np.empty(3, np.int64)
+            assert pscore.recv(buf, 0) == 0
+            assert (buf == i).all()
+    return True
+
+
+def test_point_to_point():
+    assert all(run_ranks(p2p, 3).values())
+
+
+def tag_mismatch(rank, world):
+    buf = np.zeros(4, np.float32)
+    with pytest.raises(
+        ConnectionError, match="tag mismatch: the peer sent tag 1, this rank expects 2"
+    ):
+        if rank == 0:
+            pscore.send(buf, 1, tag=1)
+            pscore.recv(buf, 1)  # rank 1 breaks the group and tells us
+        else:
+            pscore.recv(buf, 0, tag=2)
+    return True
+
+
+def test_tag_mismatch():
+    run_ranks(tag_mismatch, 2, timeout=5)
+
+
+def async_ops(rank, world):
+    xs = [np.full(100_000, rank + i, np.float32) for i in range(4)]
+    works = [pscore.all_reduce(x, async_op=True) for x in xs]
+    y = np.full(10, rank, np.int64)
+    pscore.broadcast(y, src=1)  # a blocking call after queued async ones keeps the order
+    for w in works:
+        w.wait()
+        assert w.is_completed() and w.is_success() and w.exception() is None
+    total = sum(range(world))
+    for i, x in enumerate(xs):
+        assert (x == total + world * i).all()
+    assert (y == 1).all()
+    b = pscore.barrier(async_op=True)
+    assert b.wait()
+    return True
+
+
+def test_async_work_handles():
+    assert all(run_ranks(async_ops, 3).values())
+
+
+def async_failure(rank, world):
+    if rank == 1:
+        time.sleep(3.0)  # alive but silent
+        return True
+    w = pscore.all_reduce(np.ones(4, np.float32), async_op=True)
+    with pytest.raises(pscore.TimeoutError, match="still running"):
+        w.wait(timeout=0.05)
+    with pytest.raises(pscore.TimeoutError, match="rank 0 <- rank 1: allreduce #0 timed out"):
+        w.wait()
+    assert w.is_completed() and not w.is_success()
+    assert isinstance(w.exception(), TimeoutError)
+    return True
+
+
+def test_async_failure_is_reported_by_wait():
+    run_ranks(async_failure, 2, timeout=1.5)
+
+
+def subgroups(rank, world):
+    evens = pscore.new_group([0, 2])
+    odds = pscore.new_group([1, 3])
+    mine = evens if rank % 2 == 0 else odds
+    other = odds if rank % 2 == 0 else evens
+    assert other is pscore.NON_GROUP_MEMBER
+    assert pscore.get_world_size(mine) == 2 and pscore.get_rank(mine) == rank // 2
+    x = np.array([rank], np.int64)
+    pscore.all_reduce(x, group=mine)
+    assert x[0] == (2 if rank % 2 == 0 else 4)
+    pscore.all_reduce(x, group=other)  # not a member: a no-op
+    y = np.array([rank], np.int64)
+    pscore.broadcast(y, src=3 if rank % 2 else 2, group=mine)  # src is a global rank
+    assert y[0] == (3 if rank % 2 else 2)
+    z = np.array([1], np.int64)
+    pscore.all_reduce(z)  # the default group still works
+    assert z[0] == world
+    return True
+
+
+def test_new_group():
+    assert all(run_ranks(subgroups, 4).values())
+
+
+def single_and_splits(rank, world):
+    inp = torch.arange(6 * world, dtype=torch.int32).reshape(2 * world, 3) + 100 * rank
+    out = torch.empty_like(inp)
+    pscore.all_to_all_single(out, inp)
+    for p in range(world):
+        want = (
+            torch.arange(6 * world, dtype=torch.int32).reshape(2 * world, 3)[
+                2 * rank : 2 * rank + 2
+            ]
+            + 100 * p
+        )
+        assert torch.equal(out[2 * p : 2 * p + 2], want)
+    # uneven splits: rank r sends r+1 rows to everyone
+    send = torch.full((world * (rank + 1), 2), rank, dtype=torch.float32)
+    recv = torch.empty((sum(p + 1 for p in range(world)), 2), dtype=torch.float32)
+    pscore.all_to_all_single(recv, send, [p + 1 for p in range(world)], [rank + 1] * world)
+    at = 0
+    for p in range(world):
+        assert (recv[at : at + p + 1] == p).all()
+        at += p + 1
+    return True
+
+
+def test_all_to_all_single_with_splits():
+    assert all(run_ranks(single_and_splits, 3).values())
+
+
+def bad_input(rank, world):
+    with pytest.raises(ValueError, match="not contiguous"):
+        pscore.all_reduce(torch.ones(4, 4).t())
+    with pytest.raises(TypeError, match="dtype bool is not supported"):
+        pscore.all_reduce(np.ones(3, bool))
+    with pytest.raises(TypeError, match="expected a numpy array or a torch tensor"):
+        pscore.all_reduce([1, 2, 3])
+    with pytest.raises(ValueError, match="read-only"):
+        a = np.ones(3)
+        a.flags.writeable = False
+        pscore.all_reduce(a)
+    with pytest.raises(ValueError, match="reduce op 'median' is not supported"):
+        pscore.all_reduce(np.ones(3), op="median")
+    with pytest.raises(ValueError, match="tensor_list has 1 entries, the group has 2 ranks"):
+        pscore.all_gather([np.ones(3)], np.ones(3))
+    with pytest.raises(TypeError, match=r"tensor_list\[1\] is float32, expected float64"):
+        pscore.all_gather([np.ones(3), np.ones(3, np.float32)], np.ones(3))
+    with pytest.raises(ValueError, match="src 5 is not in group"):
+        pscore.broadcast(np.ones(3), src=5)
+    with pytest.raises(ValueError, match="a rank cannot send to itself"):
+        pscore.send(np.ones(3), rank)
+    # torch's ReduceOp enum is accepted too.
+    import torch.distributed as dist
+
+    x = np.ones(3)
+    pscore.all_reduce(x, op=dist.ReduceOp.MAX)
+    pscore.all_reduce(x, op=pscore.ReduceOp.PRODUCT)
+    return True
+
+
+def test_bad_input_is_a_clear_error():
+    run_ranks(bad_input, 2)
+
+
+def test_uninitialised_use_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="call pscore.init_process_group"):
+        pscore.all_reduce(np.ones(3))

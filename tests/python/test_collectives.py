@@ -1,0 +1,196 @@
+"""Every collective x dtype x op x world size x size, on real processes, against numpy."""
+
+import numpy as np
+import pytest
+import torch
+
+import pscore
+from dist_helpers import run_ranks
+
+DTYPES = [
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.uint8,
+    torch.int32,
+    torch.int64,
+]
+OPS = ["sum", "prod", "min", "max", "avg"]
+# 0, 1, odd, and past the ring threshold (64 KB) for every dtype with odd block splits.
+SIZES = [0, 1, 17, 40_001]
+
+
+def rank_input(rank, n, dtype, op):
+    """Small integers so every dtype (even float16 / int8 sums and products) is exact."""
+    g = torch.Generator().manual_seed(1000 * rank + n)
+    if op == "prod":
+        return (
+            torch.randint(1, 3, (n,), generator=g).to(dtype)
+            if n < 100
+            else torch.ones(n, dtype=dtype)
+        )
+    return torch.randint(0, 5, (n,), generator=g).to(dtype)
+
+
+def expected_reduce(world, n, dtype, op):
+    stack = torch.stack([rank_input(r, n, dtype, op).double() for r in range(world)])
+    if op == "sum":
+        out = stack.sum(0)
+    elif op == "prod":
+        out = stack.prod(0)
+    elif op == "min":
+        out = stack.min(0).values
+    elif op == "max":
+        out = stack.max(0).values
+    else:
+        out = stack.sum(0) / world
+        if not dtype.is_floating_point:
+            out = torch.trunc(out)
+    return out
+
+
+def check(got, want, dtype, what):
+    got = got.double()
+    if dtype.is_floating_point:
+        tol = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6
+        assert torch.allclose(got, want, rtol=tol, atol=tol), what
+    else:
+        assert torch.equal(got, want), what
+
+
+def reduce_matrix(rank, world):
+    for dtype in DTYPES:
+        for op in OPS:
+            for n in SIZES:
+                what = f"{dtype} {op} n={n}"
+                t = rank_input(rank, n, dtype, op)
+                pscore.all_reduce(t, op=op)
+                check(t, expected_reduce(world, n, dtype, op), dtype, "all_reduce " + what)
+                t = rank_input(rank, n, dtype, op)
+                pscore.reduce(t, dst=world - 1, op=op)
+                if rank == world - 1:
+                    check(t, expected_reduce(world, n, dtype, op), dtype, "reduce " + what)
+                else:
+                    assert torch.equal(t, rank_input(rank, n, dtype, op)), "reduce input changed"
+                inp = (
+                    torch.cat([rank_input(rank, n, dtype, op) + b for b in range(world)])
+                    if op != "prod"
+                    else torch.cat([rank_input(rank, n, dtype, op)] * world)
+                )
+                out = torch.empty(n, dtype=dtype)
+                pscore.reduce_scatter_tensor(out, inp, op=op)
+                want = expected_reduce(world, n, dtype, op)
+                if op in ("sum", "avg"):
+                    want = want + (rank * world if op == "sum" else rank)
+                elif op in ("min", "max"):
+                    want = want + rank
+                check(out, want, dtype, "reduce_scatter " + what)
+    return True
+
+
+def data_matrix(rank, world):
+    for dtype in DTYPES:
+        for n in SIZES:
+            what = f"{dtype} n={n}"
+            mine = torch.full((n,), rank + 1).to(dtype)
+            # broadcast from every root
+            for root in range(world):
+                t = mine.clone()
+                pscore.broadcast(t, src=root)
+                assert torch.equal(t, torch.full((n,), root + 1).to(dtype)), "broadcast " + what
+            outs = [torch.empty(n, dtype=dtype) for _ in range(world)]
+            pscore.all_gather(outs, mine)
+            for r in range(world):
+                assert torch.equal(outs[r], torch.full((n,), r + 1).to(dtype)), "all_gather " + what
+            flat = torch.empty(n * world, dtype=dtype)
+            pscore.all_gather_into_tensor(flat, mine)
+            assert torch.equal(flat, torch.cat(outs)), "all_gather_into_tensor " + what
+            root = world // 2
+            glist = [torch.empty(n, dtype=dtype) for _ in range(world)] if rank == root else None
+            pscore.gather(mine, glist, dst=root)
+            if rank == root:
+                assert all(
+                    torch.equal(glist[r], torch.full((n,), r + 1).to(dtype)) for r in range(world)
+                )
+            slist = (
+                [torch.full((n,), 10 + r).to(dtype) for r in range(world)] if rank == root else None
+            )
+            out = torch.empty(n, dtype=dtype)
+            pscore.scatter(out, slist, src=root)
+            assert torch.equal(out, torch.full((n,), 10 + rank).to(dtype)), "scatter " + what
+            ins = [torch.full((n,), rank * 10 + p).to(dtype) for p in range(world)]
+            outs = [torch.empty(n, dtype=dtype) for _ in range(world)]
+            pscore.all_to_all(outs, ins)
+            for p in range(world):
+                assert torch.equal(outs[p], torch.full((n,), p * 10 + rank).to(dtype)), (
+                    "all_to_all " + what
+                )
+    pscore.barrier()
+    return True
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
+def test_reductions(world, transport):
+    assert all(run_ranks(reduce_matrix, world, transport=transport).values())
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
+def test_data_movement(world, transport):
+    assert all(run_ranks(data_matrix, world, transport=transport).values())
+
+
+def large_allreduce(rank, world):
+    # 6 MB: several laps of the 4 MB shared ring and the 1 MB socket staging area.
+    n = 1_500_001
+    x = np.full(n, rank + 1, dtype=np.float32)
+    x[::7] = rank
+    pscore.all_reduce(x)
+    want = np.full(n, world * (world + 1) / 2, dtype=np.float32)
+    want[::7] = world * (world - 1) / 2
+    return bool(np.array_equal(x, want)) and pscore.get_backend()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_large_numpy_allreduce(transport):
+    results = run_ranks(large_allreduce, 3, transport=transport)
+    assert set(results.values()) == {f"pscore/{transport}"}
+
+
+def matches_gloo(rank, world):
+    """Integer results equal torch.distributed gloo's exactly, floats within rounding."""
+    import torch.distributed as dist
+
+    store = dist.FileStore(GLOO_FILE, world)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    g = torch.Generator().manual_seed(rank)
+    for dtype in (torch.int32, torch.int64, torch.float32, torch.float64):
+        for n in (5, 100_003):
+            a = (torch.randint(-1000, 1000, (n,), generator=g)).to(dtype)
+            if dtype.is_floating_point:
+                a = a / 7
+            b = a.clone()
+            pscore.all_reduce(a)
+            dist.all_reduce(b)
+            if dtype.is_floating_point:
+                assert (
+                    torch.allclose(a, b, rtol=1e-9, atol=1e-9)
+                    if dtype == torch.float64
+                    else torch.allclose(a, b, rtol=1e-5, atol=1e-4)
+                )
+            else:
+                assert torch.equal(a, b)
+    dist.destroy_process_group()
+    return True
+
+
+GLOO_FILE = ""
+
+
+def test_matches_gloo(tmp_path):
+    global GLOO_FILE
+    GLOO_FILE = str(tmp_path / "gloo")
+    assert all(run_ranks(matches_gloo, 3).values())
