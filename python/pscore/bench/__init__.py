@@ -1,0 +1,1 @@
+"""pscore's microbenchmarks: `python -m pscore.bench NAME --help`."""

@@ -1,0 +1,192 @@
+"""Collective benchmarks against torch.distributed's gloo, measured in the same processes and
+the same run: `python -m pscore.bench allreduce --world 2 --compare gloo --json out.json`."""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import tempfile
+import time
+
+from .report import human_bytes, p50, print_table, write_json
+
+# nccl-tests' bus bandwidth factors: what each rank's links carry relative to the message.
+BUS_FACTOR = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "barrier": lambda n: 0.0,
+}
+
+
+def parse_sizes(text: str) -> list[int]:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    out = []
+    for part in text.split(","):
+        part = part.strip().upper().rstrip("B")
+        out.append(int(part[:-1]) * units[part[-1]] if part[-1] in units else int(part))
+    return out
+
+
+def default_sizes() -> list[int]:
+    return [4 << 10 << (2 * i) for i in range(8)]  # 4 KB .. 64 MB, x4 steps
+
+
+def _ops(name, torch, dist, pscore, world):
+    """(pscore call, gloo call) building their buffers once per size."""
+
+    def make(nbytes):
+        n = max(1, nbytes // 4)
+        x = torch.ones(n, dtype=torch.float32)
+        if name == "allreduce":
+            return (lambda: pscore.all_reduce(x)), (lambda: dist.all_reduce(x))
+        if name == "broadcast":
+            return (lambda: pscore.broadcast(x, 0)), (lambda: dist.broadcast(x, 0))
+        if name == "reduce":
+            return (lambda: pscore.reduce(x, 0)), (lambda: dist.reduce(x, 0))
+        if name == "allgather":
+            part = torch.ones(max(1, n // world))
+            out = torch.empty(part.numel() * world)
+            return (lambda: pscore.all_gather_into_tensor(out, part)), (
+                lambda: dist.all_gather_into_tensor(out, part)
+            )
+        if name == "reduce_scatter":
+            out = torch.empty(max(1, n // world))
+            inp = torch.ones(out.numel() * world)
+            return (lambda: pscore.reduce_scatter_tensor(out, inp)), (
+                lambda: dist.reduce_scatter_tensor(out, inp)
+            )
+        if name == "alltoall":
+            m = max(world, n - n % world)
+            inp, out = torch.ones(m), torch.empty(m)
+            return (lambda: pscore.all_to_all_single(out, inp)), (
+                lambda: dist.all_to_all_single(out, inp)
+            )
+        if name == "barrier":
+            return (lambda: pscore.barrier()), (lambda: dist.barrier())
+        raise ValueError(name)
+
+    return make
+
+
+def _time(fn, iters: int) -> list[float]:
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def _iters_for(nbytes: int, budget: int) -> int:
+    return max(5, min(budget, (256 << 20) // max(nbytes, 1)))
+
+
+def _worker(rank, args, port, gloo_file, queue):
+    os.environ["PSCORE_TRANSPORT"] = args.transport
+    import torch
+    import torch.distributed as dist
+
+    import pscore
+    from pscore.store import TCPStore
+
+    torch.set_num_threads(1)
+    store = TCPStore("127.0.0.1", port, is_master=False, timeout=60)
+    pscore.init_process_group(store=store, rank=rank, world_size=args.world, timeout=120)
+    compare = args.compare == "gloo"
+    if compare:
+        dist.init_process_group(
+            "gloo", init_method=f"file://{gloo_file}", rank=rank, world_size=args.world
+        )
+    make = _ops(args.collective, torch, dist, pscore, args.world)
+    rows = []
+    for nbytes in args.sizes:
+        ours, theirs = make(nbytes)
+        iters = _iters_for(nbytes, args.iters)
+        ours_t, theirs_t = [], []
+        for _ in range(args.rounds):  # alternate so both see the same machine weather
+            _time(ours, 2)
+            ours_t += _time(ours, iters)
+            if compare:
+                _time(theirs, 2)
+                theirs_t += _time(theirs, iters)
+        rows.append((nbytes, ours_t, theirs_t))
+    queue.put((rank, rows, pscore.get_backend()))
+    if compare:
+        dist.destroy_process_group()
+
+
+def _row(name, world, nbytes, samples):
+    t = p50(samples)
+    algbw = nbytes / t / 1e9 if name != "barrier" else 0.0
+    return {"p50_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * BUS_FACTOR[name](world)}
+
+
+def run(args) -> dict:
+    from pscore.store import TCPStore
+
+    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=60)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [
+            ctx.Process(target=_worker, args=(r, args, master.port, f"{tmp}/gloo", queue))
+            for r in range(args.world)
+        ]
+        for p in procs:
+            p.start()
+        results = {}
+        backend = None
+        for _ in range(args.world):
+            rank, rows, backend_r = queue.get(timeout=3600)
+            results[rank] = rows
+            backend = backend or backend_r
+        for p in procs:
+            p.join()
+    out = []
+    for nbytes, ours_t, theirs_t in results[0]:
+        entry = {"bytes": nbytes, "pscore": _row(args.collective, args.world, nbytes, ours_t)}
+        if theirs_t:
+            entry["gloo"] = _row(args.collective, args.world, nbytes, theirs_t)
+            entry["time_ratio"] = entry["pscore"]["p50_us"] / entry["gloo"]["p50_us"]
+        out.append(entry)
+    return {"collective": args.collective, "world": args.world, "backend": backend, "results": out}
+
+
+def print_report(report: dict) -> None:
+    compare = any("gloo" in r for r in report["results"])
+    cols = ["bytes", "p50 us", "algbw GB/s", "busbw GB/s"]
+    if compare:
+        cols += ["gloo p50 us", "gloo busbw", "busbw x gloo", "time / gloo"]
+    rows = []
+    for r in report["results"]:
+        ours = r["pscore"]
+        row = [human_bytes(r["bytes"]), ours["p50_us"], ours["algbw_GBps"], ours["busbw_GBps"]]
+        if compare:
+            g = r["gloo"]
+            speed = ours["busbw_GBps"] / g["busbw_GBps"] if g["busbw_GBps"] else 0.0
+            row += [g["p50_us"], g["busbw_GBps"], speed, r["time_ratio"]]
+        rows.append(row)
+    title = f"{report['collective']} world={report['world']} backend={report['backend']}"
+    print_table(title, cols, rows, [10, 12, 12, 12, 13, 12, 14, 13][: len(cols)])
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pscore.bench " + argv[0])
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--transport", choices=["auto", "tcp", "shm"], default="auto")
+    parser.add_argument("--compare", choices=["gloo", "none"], default="gloo")
+    parser.add_argument("--sizes", type=parse_sizes, default=default_sizes())
+    parser.add_argument("--iters", type=int, default=200, help="iterations per round (at most)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating pscore/gloo rounds")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv[1:])
+    args.collective = argv[0]
+    report = run(args)
+    print_report(report)
+    write_json(args.json, report)
+    return 0

@@ -1,0 +1,237 @@
+// Collectives with ranks as threads over real TCP and shared-memory transports: every algorithm,
+// world sizes {1,2,3,4,7}, element counts from 0 up, both allreduce algorithms forced.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "collectives/process_group.h"
+#include "common/error.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace pscore {
+namespace {
+
+using Groups = std::vector<std::shared_ptr<ProcessGroup>>;
+
+void in_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(n);
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+Groups make_groups(int n, bool shm, GroupOptions opts) {
+  std::vector<std::shared_ptr<Transport>> ts(n);
+  Groups groups(n);
+  if (shm) {
+    std::vector<std::shared_ptr<ShmTransport>> s(n);
+    std::vector<std::string> names(n);
+    std::vector<uint64_t> tokens(n);
+    ShmOptions so;
+    so.ring_bytes = 4096;  // tiny rings: every message laps them
+    so.p2p_ring_bytes = 1024;
+    for (int r = 0; r < n; ++r) {
+      s[r] = std::make_shared<ShmTransport>(r, n, so);
+      names[r] = s[r]->segment_name();
+      tokens[r] = s[r]->token();
+    }
+    in_threads(n, [&](int r) { s[r]->connect(names, tokens); });
+    for (int r = 0; r < n; ++r) {
+      s[r]->unlink();
+      ts[r] = s[r];
+    }
+  } else {
+    std::vector<std::shared_ptr<TcpTransport>> t(n);
+    std::vector<int> ports(n);
+    for (int r = 0; r < n; ++r) {
+      t[r] = std::make_shared<TcpTransport>(r, n, TcpOptions{});
+      ports[r] = t[r]->port();
+    }
+    std::vector<std::string> hosts(n, "127.0.0.1");
+    in_threads(n, [&](int r) { t[r]->connect(hosts, ports, 10000); });
+    for (int r = 0; r < n; ++r) ts[r] = t[r];
+  }
+  for (int r = 0; r < n; ++r) groups[r] = std::make_shared<ProcessGroup>(ts[r], opts);
+  return groups;
+}
+
+struct Param {
+  int world;
+  bool shm;
+  size_t small_bytes;  // 0 forces the ring, huge forces recursive doubling
+};
+
+class CollectivesTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    GroupOptions o;
+    o.timeout_ms = 20000;
+    o.small_allreduce_bytes = GetParam().small_bytes;
+    o.large_broadcast_bytes = 64;
+    groups_ = make_groups(GetParam().world, GetParam().shm, o);
+  }
+  int n() const { return GetParam().world; }
+  Groups groups_;
+};
+
+const std::vector<size_t> kCounts = {0, 1, 5, 13, 1000, 10007};
+
+TEST_P(CollectivesTest, AllreduceSumMaxAvg) {
+  in_threads(n(), [&](int r) {
+    for (size_t count : kCounts) {
+      std::vector<int64_t> a(count), b(count), c(count);
+      for (size_t i = 0; i < count; ++i) a[i] = b[i] = c[i] = static_cast<int64_t>(i) * (r + 1);
+      groups_[r]->allreduce(a.data(), count, DType::kInt64, ReduceOp::kSum, false);
+      groups_[r]->allreduce(b.data(), count, DType::kInt64, ReduceOp::kMax, false);
+      groups_[r]->allreduce(c.data(), count, DType::kInt64, ReduceOp::kAvg, false);
+      int64_t tri = n() * (n() + 1) / 2;
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(a[i], static_cast<int64_t>(i) * tri) << "count " << count;
+        ASSERT_EQ(b[i], static_cast<int64_t>(i) * n());
+        ASSERT_EQ(c[i], static_cast<int64_t>(i) * tri / n());
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, FloatAllreduceIsBitwiseEqualAcrossRanks) {
+  std::vector<std::vector<float>> out(n());
+  in_threads(n(), [&](int r) {
+    std::vector<float> x(10007);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f / static_cast<float>(i + r + 1);
+    groups_[r]->allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
+    out[r] = x;
+  });
+  for (int r = 1; r < n(); ++r) EXPECT_EQ(0, std::memcmp(out[0].data(), out[r].data(), out[0].size() * 4));
+}
+
+TEST_P(CollectivesTest, BroadcastAndReduceFromEveryRoot) {
+  in_threads(n(), [&](int r) {
+    for (int root = 0; root < n(); ++root) {
+      for (size_t count : kCounts) {
+        std::vector<int32_t> x(count, r == root ? 42 : r);
+        groups_[r]->broadcast(x.data(), count, DType::kInt32, root, false);
+        for (auto v : x) ASSERT_EQ(v, 42);
+        std::vector<int32_t> y(count, r + 1);
+        groups_[r]->reduce(y.data(), count, DType::kInt32, ReduceOp::kSum, root, false);
+        for (auto v : y) ASSERT_EQ(v, r == root ? n() * (n() + 1) / 2 : r + 1);
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, GatherScatterFamilies) {
+  in_threads(n(), [&](int r) {
+    for (size_t count : {size_t{0}, size_t{3}, size_t{1001}}) {
+      std::vector<int32_t> mine(count, r);
+      std::vector<std::vector<int32_t>> outs(n(), std::vector<int32_t>(count, -1));
+      std::vector<void*> ptrs;
+      for (auto& o : outs) ptrs.push_back(o.data());
+      groups_[r]->allgather(mine.data(), count, DType::kInt32, ptrs, false);
+      for (int p = 0; p < n(); ++p)
+        for (auto v : outs[p]) ASSERT_EQ(v, p);
+
+      std::vector<std::vector<int32_t>> blocks(n(), std::vector<int32_t>(count));
+      std::vector<const void*> in_ptrs;
+      for (int b = 0; b < n(); ++b) {
+        std::fill(blocks[b].begin(), blocks[b].end(), b * 100 + r);
+        in_ptrs.push_back(blocks[b].data());
+      }
+      std::vector<int32_t> red(count);
+      groups_[r]->reduce_scatter(in_ptrs, red.data(), count, DType::kInt32, ReduceOp::kSum, false);
+      for (auto v : red) ASSERT_EQ(v, r * 100 * n() + n() * (n() - 1) / 2);
+
+      int root = n() - 1;
+      for (auto& o : outs) std::fill(o.begin(), o.end(), -1);
+      groups_[r]->gather(mine.data(), count, DType::kInt32, r == root ? ptrs : std::vector<void*>{},
+                         root, false);
+      if (r == root)
+        for (int p = 0; p < n(); ++p)
+          for (auto v : outs[p]) ASSERT_EQ(v, p);
+      std::vector<int32_t> got(count, -1);
+      groups_[r]->scatter(r == root ? in_ptrs : std::vector<const void*>{}, got.data(), count,
+                          DType::kInt32, root, false);
+      for (auto v : got) ASSERT_EQ(v, r * 100 + root);
+
+      std::vector<size_t> counts(n(), count);
+      for (auto& o : outs) std::fill(o.begin(), o.end(), -1);
+      groups_[r]->all_to_all(in_ptrs, counts, ptrs, counts, DType::kInt32, false);
+      for (int p = 0; p < n(); ++p)
+        for (auto v : outs[p]) ASSERT_EQ(v, r * 100 + p);
+    }
+    groups_[r]->barrier(false);
+  });
+}
+
+TEST_P(CollectivesTest, SendRecvRing) {
+  if (n() == 1) return;
+  in_threads(n(), [&](int r) {
+    std::vector<double> out(5000, r), in(5000, -1);
+    auto s = groups_[r]->send(out.data(), out.size(), DType::kFloat64, (r + 1) % n(), 3, true);
+    groups_[r]->recv(in.data(), in.size(), DType::kFloat64, (r + n() - 1) % n(), 3, false);
+    s->wait();
+    for (auto v : in) ASSERT_EQ(v, (r + n() - 1) % n());
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, CollectivesTest,
+    ::testing::Values(Param{1, false, 64}, Param{2, false, 64}, Param{3, false, 0},
+                      Param{4, false, 1 << 30}, Param{7, false, 64}, Param{2, true, 0},
+                      Param{3, true, 1 << 30}, Param{4, true, 64}, Param{7, true, 64}),
+    [](const ::testing::TestParamInfo<Param>& p) {
+      return std::string(p.param.shm ? "shm" : "tcp") + std::to_string(p.param.world) + "_" +
+             std::to_string(p.param.small_bytes);
+    });
+
+TEST(CollectivesFailure, SilentPeerTimesOutWithNames) {
+  GroupOptions o;
+  o.timeout_ms = 300;
+  auto g = make_groups(2, false, o);
+  std::vector<float> x(10, 1.0f);
+  try {
+    g[0]->allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
+    FAIL() << "expected a timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_STREQ(e.what(),
+                 "rank 0 <- rank 1: allreduce #0 timed out after 300 ms waiting for 40 bytes (0 moved)");
+  }
+  // The group is broken from now on, and says so at once.
+  EXPECT_THROW(g[0]->barrier(false), NetworkError);
+}
+
+TEST(CollectivesFailure, SizeMismatchIsDetected) {
+  GroupOptions o;
+  o.timeout_ms = 5000;
+  auto g = make_groups(2, true, o);
+  std::vector<std::string> msgs(2);
+  in_threads(2, [&](int r) {
+    std::vector<float> x(r == 0 ? 8 : 9, 1.0f);
+    try {
+      g[r]->allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
+    } catch (const NetworkError& e) {
+      msgs[r] = e.what();
+    }
+  });
+  EXPECT_NE(msgs[0].find("size mismatch: the peer sent 36 bytes, this rank expects 32"),
+            std::string::npos)
+      << msgs[0];
+}
+
+}  // namespace
+}  // namespace pscore

@@ -1,0 +1,91 @@
+// The element-wise reduce kernels and half-precision conversions, against scalar references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "common/half.h"
+#include "common/reduce.h"
+
+namespace pscore {
+namespace {
+
+TEST(Half, RoundTripsEveryFloat16) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    uint16_t v = static_cast<uint16_t>(h);
+    float f = half_to_float(v);
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(float_to_half(f), v) << std::hex << h;
+  }
+}
+
+TEST(Half, RoundsToNearestEven) {
+  EXPECT_EQ(half_to_float(float_to_half(1.0f + 1.0f / 4096)), 1.0f);  // below half an ulp
+  EXPECT_EQ(half_to_float(float_to_half(65504.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(half_to_float(float_to_half(1e6f))));
+  EXPECT_EQ(half_to_float(float_to_half(5.96046448e-08f)), 5.96046448e-08f);  // smallest subnormal
+  EXPECT_EQ(bf16_to_float(float_to_bf16(3.0f)), 3.0f);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.00390625f)), 1.0f);  // tie goes to even
+}
+
+TEST(Reduce, IntegerSumsWrapLikeTorch) {
+  std::vector<int8_t> a = {127, -128, 5};
+  std::vector<int8_t> b = {1, -1, 5};
+  reduce_into(a.data(), b.data(), 3, DType::kInt8, ReduceOp::kSum);
+  EXPECT_EQ(a, (std::vector<int8_t>{-128, 127, 10}));
+  std::vector<int32_t> p = {std::numeric_limits<int32_t>::max(), 3};
+  std::vector<int32_t> q = {2, -3};
+  reduce_into(p.data(), q.data(), 2, DType::kInt32, ReduceOp::kProd);
+  EXPECT_EQ(p, (std::vector<int32_t>{-2, -9}));
+}
+
+TEST(Reduce, EveryOpEveryType) {
+  std::vector<double> a = {1, 5, -2, 7}, b = {3, 2, -4, 7};
+  auto run = [&](DType t, ReduceOp op) {
+    std::vector<double> out(4);
+    // Round trip through the type via float conversions kept exact (small integers).
+    std::vector<char> x(4 * 8), y(4 * 8);
+    for (int i = 0; i < 4; ++i) {
+      switch (t) {
+        case DType::kFloat32: reinterpret_cast<float*>(x.data())[i] = a[i]; reinterpret_cast<float*>(y.data())[i] = b[i]; break;
+        case DType::kFloat64: reinterpret_cast<double*>(x.data())[i] = a[i]; reinterpret_cast<double*>(y.data())[i] = b[i]; break;
+        case DType::kInt64: reinterpret_cast<int64_t*>(x.data())[i] = a[i]; reinterpret_cast<int64_t*>(y.data())[i] = b[i]; break;
+        case DType::kFloat16: reinterpret_cast<uint16_t*>(x.data())[i] = float_to_half(a[i]); reinterpret_cast<uint16_t*>(y.data())[i] = float_to_half(b[i]); break;
+        case DType::kBFloat16: reinterpret_cast<uint16_t*>(x.data())[i] = float_to_bf16(a[i]); reinterpret_cast<uint16_t*>(y.data())[i] = float_to_bf16(b[i]); break;
+        default: break;
+      }
+    }
+    reduce_into(x.data(), y.data(), 4, t, op);
+    for (int i = 0; i < 4; ++i) {
+      switch (t) {
+        case DType::kFloat32: out[i] = reinterpret_cast<float*>(x.data())[i]; break;
+        case DType::kFloat64: out[i] = reinterpret_cast<double*>(x.data())[i]; break;
+        case DType::kInt64: out[i] = reinterpret_cast<int64_t*>(x.data())[i]; break;
+        case DType::kFloat16: out[i] = half_to_float(reinterpret_cast<uint16_t*>(x.data())[i]); break;
+        case DType::kBFloat16: out[i] = bf16_to_float(reinterpret_cast<uint16_t*>(x.data())[i]); break;
+        default: break;
+      }
+    }
+    return out;
+  };
+  for (DType t : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kFloat16, DType::kBFloat16}) {
+    EXPECT_EQ(run(t, ReduceOp::kSum), (std::vector<double>{4, 7, -6, 14}));
+    EXPECT_EQ(run(t, ReduceOp::kProd), (std::vector<double>{3, 10, 8, 49}));
+    EXPECT_EQ(run(t, ReduceOp::kMin), (std::vector<double>{1, 2, -4, 7}));
+    EXPECT_EQ(run(t, ReduceOp::kMax), (std::vector<double>{3, 5, -2, 7}));
+  }
+}
+
+TEST(Reduce, AverageDividesAfterTheSum) {
+  std::vector<int32_t> a = {7, -7, 9};
+  divide_by(a.data(), 3, DType::kInt32, 2);
+  EXPECT_EQ(a, (std::vector<int32_t>{3, -3, 4}));  // truncation toward zero
+  std::vector<float> f = {3.0f, 1.0f};
+  divide_by(f.data(), 2, DType::kFloat32, 4);
+  EXPECT_FLOAT_EQ(f[0], 0.75f);
+}
+
+}  // namespace
+}  // namespace pscore
