@@ -66,6 +66,11 @@ void* SharedTable::array(int slot) const {
   return segment_->base() + l.state_offset[slot];
 }
 
+LockWord& SharedTable::row_lock(uint64_t row) const {
+  const SegmentHeader& h = header();
+  return segment_->locks()[(row / h.layout.granule_rows) % h.lock_stripes];
+}
+
 std::string SharedTable::what(const char* op) const {
   return std::string(op) + " shared table '" + name() + "'";
 }

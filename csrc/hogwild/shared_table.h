@@ -93,6 +93,8 @@ class SharedTable {
   uint64_t adam_step() const { return header().adam_step.load(std::memory_order_relaxed); }
   // The parameters (slot -1) or optimizer state slot 0/1; throws std::invalid_argument if absent.
   void* array(int slot) const;
+  // The stripe lock that locked updates of `row` take (row < rows()).
+  LockWord& row_lock(uint64_t row) const;
 
  private:
   explicit SharedTable(std::unique_ptr<Segment> segment) : segment_(std::move(segment)) {}

@@ -42,10 +42,12 @@ def average_tables(
     *,
     group: Any = None,
     include_state: bool = False,
+    locked: bool = False,
 ) -> None:
     """Averages each table with the same table on every other member of `group` (pscore's
     default group when None), keeping local updates made while the collective ran.
-    include_state also averages the optimizer state (Adagrad sums, Adam moments)."""
+    include_state also averages the optimizer state (Adagrad sums, Adam moments); locked adds
+    the correction under the row locks (use it when the local workers update with locked=True)."""
     reduce_fn = all_reduce or _default_all_reduce()
     for t in tables:
         arrays = [t.numpy()]
@@ -57,7 +59,7 @@ def average_tables(
             _reduce(reduce_fn, averaged, group)
             np.subtract(averaged, snapshot, out=averaged)
             if i == 0:
-                t.axpy(1.0, averaged)
+                t.axpy(1.0, averaged, locked=locked)
             else:
                 live += averaged  # state arrays have no kernel entry; numpy adds in place
 
@@ -75,6 +77,8 @@ class DistributedHogwild:
     sync_every: local update calls (on `clock`, the first table by default, counted over all
     local workers) between averaging rounds. all_reduce: the collective (pscore.all_reduce when
     None; any callable all_reduce(array, op="avg"[, group=]) that averages in place works).
+    locked: apply the averaging corrections under the row locks, for workers that update with
+    locked=True (then no update is lost and the arithmetic can be checked exactly).
     """
 
     def __init__(
@@ -86,6 +90,7 @@ class DistributedHogwild:
         group: Any = None,
         clock: SharedTable | None = None,
         include_state: bool = False,
+        locked: bool = False,
     ):
         if not tables:
             raise ValueError("DistributedHogwild needs at least one SharedTable")
@@ -95,6 +100,7 @@ class DistributedHogwild:
         self.sync_every = sync_every
         self.group = group
         self.include_state = include_state
+        self.locked = locked
         self._all_reduce = all_reduce or _default_all_reduce()
         self._clock = clock or self.tables[0]
         self._next = self._clock.update_count + sync_every
@@ -130,6 +136,10 @@ class DistributedHogwild:
 
     def _average(self) -> None:
         average_tables(
-            self.tables, self._all_reduce, group=self.group, include_state=self.include_state
+            self.tables,
+            self._all_reduce,
+            group=self.group,
+            include_state=self.include_state,
+            locked=self.locked,
         )
         self.rounds += 1

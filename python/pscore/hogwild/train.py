@@ -129,6 +129,14 @@ def train(
     return results
 
 
+def _read(conn):
+    """The worker's report, or None when it died without sending one."""
+    try:
+        return conn.recv() if conn.poll() else None
+    except (EOFError, OSError):
+        return None
+
+
 def _wait_all(procs, conns, timeout, sync, poll_interval) -> list:
     n = len(procs)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -141,28 +149,23 @@ def _wait_all(procs, conns, timeout, sync, poll_interval) -> list:
             raise PscoreTimeoutError(
                 f"hogwild train: workers {sorted(pending)} of {n} still running after {timeout} s"
             )
-        step = poll_interval if sync is not None else left
-        if step is not None and left is not None:
-            step = min(step, left)
-        ready = wait(
-            [procs[r].sentinel for r in pending] + [conns[r] for r in pending if r not in messages],
-            step,
+        step = (
+            left if sync is None else (poll_interval if left is None else min(poll_interval, left))
         )
-        for r in list(pending):
+        waitables = [procs[r].sentinel for r in pending]
+        waitables += [conns[r] for r in pending if r not in messages]
+        ready = wait(waitables, step)
+        for r in sorted(pending):
             if conns[r] in ready and r not in messages:
-                try:
-                    messages[r] = conns[r].recv()
-                except EOFError:
-                    messages[r] = None
-            if procs[r].sentinel in ready or (r in messages and not procs[r].is_alive()):
-                procs[r].join()
-                msg = messages.get(r)
-                if msg is None and conns[r].poll():
-                    msg = conns[r].recv()
-                if msg is None or msg[0] != "ok" or procs[r].exitcode != 0:
-                    raise _failure(r, n, procs[r], msg)
-                results[r] = pickle.loads(msg[1])
-                pending.discard(r)
+                messages[r] = _read(conns[r])
+            if procs[r].sentinel not in ready:
+                continue
+            procs[r].join()
+            msg = messages.get(r) or _read(conns[r])
+            if msg is None or msg[0] != "ok" or procs[r].exitcode != 0:
+                raise _failure(r, n, procs[r], msg)
+            results[r] = pickle.loads(msg[1])
+            pending.discard(r)
         if sync is not None and pending:
             sync.maybe_sync()
     return results

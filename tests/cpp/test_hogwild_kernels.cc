@@ -1,0 +1,277 @@
+// Each update kernel (SGD, Adagrad, Adam, axpy; sparse and dense; float and double; locked and
+// lock-free) against a plain reference loop, and every bad batch rejected with nothing written.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "hogwild/shared_table.h"
+
+namespace hw = pscore::hogwild;
+using pscore::DType;
+
+namespace {
+
+std::string unique_name(const char* tag) {
+  static int n = 0;
+  return std::string("gt-") + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+}
+
+template <typename T>
+constexpr DType dtype_of() {
+  return sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64;
+}
+
+template <typename T>
+std::shared_ptr<hw::SharedTable> make_table(std::vector<uint64_t> shape, hw::OptimizerState opt,
+                                            const std::vector<T>& init, double acc0 = 0.0) {
+  hw::TableSpec spec;
+  spec.shape = std::move(shape);
+  spec.dtype = dtype_of<T>();
+  spec.optimizer = opt;
+  hw::CreateOptions o;
+  o.init = init.data();
+  o.init_nbytes = init.size() * sizeof(T);
+  o.initial_accumulator = acc0;
+  return hw::SharedTable::create(unique_name("k"), spec, o);
+}
+
+template <typename T>
+std::vector<T> randn(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> d;
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(d(rng));
+  return v;
+}
+
+template <typename T>
+std::vector<T> copy_of(const hw::SharedTable& t, int slot) {
+  const T* p = static_cast<const T*>(t.array(slot));
+  return std::vector<T>(p, p + t.rows() * t.dim());
+}
+
+template <typename T>
+hw::UpdateBatch sparse_batch(const std::vector<int64_t>& ids, const std::vector<T>& g,
+                             bool locked) {
+  hw::UpdateBatch b;
+  b.ids = ids.data();
+  b.num_ids = ids.size();
+  b.ids_dtype = DType::kInt64;
+  b.grads = g.data();
+  b.grads_numel = g.size();
+  b.grads_dtype = dtype_of<T>();
+  b.locked = locked;
+  return b;
+}
+
+template <typename T>
+void expect_near_all(const std::vector<T>& got, const std::vector<T>& want, double rel) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rel * (1.0 + std::fabs(want[i]))) << "element " << i;
+  }
+}
+
+// Rows 0..rows-1 with ids that repeat (so repeated ids apply one after another).
+std::vector<int64_t> ids_with_repeats(uint64_t rows, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int64_t> ids(n);
+  for (auto& i : ids) i = static_cast<int64_t>(rng() % rows);
+  if (n > 2) ids[n - 1] = ids[0];
+  return ids;
+}
+
+template <typename T>
+class KernelTest : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(KernelTest, Types);
+
+TYPED_TEST(KernelTest, SgdSparseAndDenseMatchReference) {
+  using T = TypeParam;
+  for (uint64_t dim : {1u, 3u, 64u, 300u}) {
+    for (bool locked : {false, true}) {
+      const uint64_t rows = 17;
+      auto w0 = randn<T>(rows * dim, 1);
+      auto t = make_table<T>({rows, dim}, hw::OptimizerState::kNone, w0);
+      auto ids = ids_with_repeats(rows, 9, 2);
+      auto g = randn<T>(ids.size() * dim, 3);
+      t->sgd(sparse_batch(ids, g, locked), {0.5});
+      std::vector<T> ref = w0;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        for (uint64_t j = 0; j < dim; ++j) ref[ids[i] * dim + j] -= T(0.5) * g[i * dim + j];
+      }
+      expect_near_all(copy_of<T>(*t, -1), ref, 1e-6);
+      auto gd = randn<T>(rows * dim, 4);
+      hw::UpdateBatch dense;
+      dense.dense = true;
+      dense.grads = gd.data();
+      dense.grads_numel = gd.size();
+      dense.grads_dtype = dtype_of<T>();
+      dense.locked = locked;
+      t->sgd(dense, {0.25});
+      for (size_t k = 0; k < ref.size(); ++k) ref[k] -= T(0.25) * gd[k];
+      expect_near_all(copy_of<T>(*t, -1), ref, 1e-6);
+      t->axpy(2.0, gd.data(), gd.size(), dtype_of<T>(), locked);
+      for (size_t k = 0; k < ref.size(); ++k) ref[k] += T(2.0) * gd[k];
+      expect_near_all(copy_of<T>(*t, -1), ref, 1e-6);
+      EXPECT_EQ(t->update_count(), 3u);
+    }
+  }
+}
+
+TYPED_TEST(KernelTest, AdagradMatchesReference) {
+  using T = TypeParam;
+  for (uint64_t dim : {1u, 5u, 64u, 300u}) {
+    for (bool locked : {false, true}) {
+      const uint64_t rows = 11;
+      auto w0 = randn<T>(rows * dim, 5);
+      auto t = make_table<T>({rows, dim}, hw::OptimizerState::kAdagrad, w0, 0.1);
+      std::vector<T> w = w0, acc(rows * dim, T(0.1));
+      for (int step = 0; step < 3; ++step) {
+        auto ids = ids_with_repeats(rows, 7, 10 + step);
+        auto g = randn<T>(ids.size() * dim, 20 + step);
+        t->adagrad(sparse_batch(ids, g, locked), {0.1, 1e-10});
+        for (size_t i = 0; i < ids.size(); ++i) {
+          for (uint64_t j = 0; j < dim; ++j) {
+            size_t k = ids[i] * dim + j;
+            acc[k] += g[i * dim + j] * g[i * dim + j];
+            w[k] -= T(0.1) * g[i * dim + j] / (std::sqrt(acc[k]) + T(1e-10));
+          }
+        }
+      }
+      expect_near_all(copy_of<T>(*t, -1), w, 1e-5);
+      expect_near_all(copy_of<T>(*t, 0), acc, 1e-5);
+    }
+  }
+}
+
+TYPED_TEST(KernelTest, AdamMatchesReference) {
+  using T = TypeParam;
+  for (uint64_t dim : {1u, 7u, 64u, 260u}) {
+    const uint64_t rows = 9;
+    auto w0 = randn<T>(rows * dim, 6);
+    auto t = make_table<T>({rows, dim}, hw::OptimizerState::kAdam, w0);
+    std::vector<T> w = w0, m(rows * dim, 0), v(rows * dim, 0);
+    const double lr = 0.01, b1 = 0.9, b2 = 0.99, eps = 1e-8;
+    for (uint64_t step = 1; step <= 3; ++step) {
+      auto ids = ids_with_repeats(rows, 6, 30 + step);
+      auto g = randn<T>(ids.size() * dim, 40 + step);
+      hw::AdamOptions o{lr, b1, b2, eps, step};
+      t->adam(sparse_batch(ids, g, step == 2), o);
+      const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        for (uint64_t j = 0; j < dim; ++j) {
+          size_t k = ids[i] * dim + j;
+          double gj = g[i * dim + j];
+          m[k] = b1 * m[k] + (1 - b1) * gj;
+          v[k] = b2 * v[k] + (1 - b2) * gj * gj;
+          w[k] -= lr / bc1 * m[k] / (std::sqrt(v[k]) / std::sqrt(bc2) + eps);
+        }
+      }
+    }
+    expect_near_all(copy_of<T>(*t, -1), w, 1e-5);
+    expect_near_all(copy_of<T>(*t, 0), m, 1e-5);
+    expect_near_all(copy_of<T>(*t, 1), v, 1e-5);
+  }
+}
+
+TEST(KernelGlobalStep, AdamWithoutStepUsesTheTablesCounter) {
+  auto t = make_table<float>({4, 2}, hw::OptimizerState::kAdam, std::vector<float>(8, 0.f));
+  std::vector<int64_t> ids{1};
+  std::vector<float> g{1.f, -1.f};
+  t->adam(sparse_batch(ids, g, false), {0.1, 0.9, 0.999, 1e-8, 0});
+  t->adam(sparse_batch(ids, g, false), {0.1, 0.9, 0.999, 1e-8, 0});
+  EXPECT_EQ(t->adam_step(), 2u);
+  // With bias correction the first two Adam steps of a constant gradient move by ~lr each.
+  const float* w = static_cast<const float*>(t->array(-1));
+  EXPECT_NEAR(w[2], -0.2f, 1e-4);
+  EXPECT_NEAR(w[3], 0.2f, 1e-4);
+}
+
+TEST(KernelInt32Ids, Int32IdsWork) {
+  auto t = make_table<float>({5, 2}, hw::OptimizerState::kNone, std::vector<float>(10, 1.f));
+  std::vector<int32_t> ids{4, 0, 4};
+  std::vector<float> g(6, 1.f);
+  hw::UpdateBatch b;
+  b.ids = ids.data();
+  b.num_ids = 3;
+  b.ids_dtype = DType::kInt32;
+  b.grads = g.data();
+  b.grads_numel = 6;
+  t->sgd(b, {1.0});
+  const float* w = static_cast<const float*>(t->array(-1));
+  EXPECT_EQ(w[0], 0.f);
+  EXPECT_EQ(w[8], -1.f);
+  EXPECT_EQ(w[4], 1.f);
+}
+
+// Runs `fn`, expects std::invalid_argument mentioning `needle`, and checks nothing was written.
+template <typename Fn>
+void expect_rejected(hw::SharedTable& t, Fn fn, const std::string& needle) {
+  auto before = copy_of<float>(t, -1);
+  try {
+    fn();
+    FAIL() << "expected std::invalid_argument containing '" << needle << "'";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(copy_of<float>(t, -1), before);
+}
+
+TEST(KernelErrors, BadBatchesWriteNothing) {
+  auto t = make_table<float>({6, 4}, hw::OptimizerState::kNone, randn<float>(24, 7));
+  std::vector<float> g(3 * 4, 1.f);
+  std::vector<int64_t> late_bad{0, 1, 6};  // the bad id comes last: the first rows are untouched
+  expect_rejected(*t, [&] { t->sgd(sparse_batch(late_bad, g, false), {0.1}); },
+                  "ids[2] = 6 is out of range [0, 6)");
+  std::vector<int64_t> negative{0, -1, 2};
+  expect_rejected(*t, [&] { t->sgd(sparse_batch(negative, g, true), {0.1}); },
+                  "ids[1] = -1 is out of range");
+  std::vector<int64_t> ok{0, 1, 2};
+  std::vector<float> short_g(5, 1.f);
+  expect_rejected(*t, [&] { t->sgd(sparse_batch(ok, short_g, false), {0.1}); },
+                  "grads hold 5 elements; 3 ids x 6 rows x 4 need 12");
+  std::vector<double> g64(12, 1.0);
+  expect_rejected(*t, [&] { t->sgd(sparse_batch(ok, g64, false), {0.1}); },
+                  "grads are float64 but the table holds float32");
+  auto bad_ids = sparse_batch(ok, g, false);
+  bad_ids.ids_dtype = DType::kFloat32;
+  expect_rejected(*t, [&] { t->sgd(bad_ids, {0.1}); }, "pass int32 or int64");
+  expect_rejected(*t, [&] { t->sgd(sparse_batch(ok, g, false), {-1.0}); }, "lr = -1");
+  expect_rejected(*t, [&] { t->adagrad(sparse_batch(ok, g, false), {0.1, 1e-10}); },
+                  "created with optimizer='none'; adagrad needs optimizer='adagrad'");
+  expect_rejected(*t, [&] { t->adam(sparse_batch(ok, g, false), {}); }, "needs optimizer='adam'");
+  expect_rejected(*t, [&] { t->axpy(NAN, g.data(), 24, DType::kFloat32, false); }, "not finite");
+  expect_rejected(*t, [&] { t->axpy(1.0, g.data(), 12, DType::kFloat32, false); },
+                  "grads hold 12 elements; the whole table, 6 rows x 4 need 24");
+  EXPECT_EQ(t->update_count(), 0u);
+}
+
+TEST(KernelErrors, AdamRejectsBadBetasAndClosedTablesThrow) {
+  auto t = make_table<float>({2, 2}, hw::OptimizerState::kAdam, std::vector<float>(4, 0.f));
+  std::vector<int64_t> ids{0};
+  std::vector<float> g{1.f, 1.f};
+  expect_rejected(*t, [&] { t->adam(sparse_batch(ids, g, false), {0.1, 1.0, 0.9, 1e-8, 1}); },
+                  "must lie in [0, 1)");
+  t->close();
+  EXPECT_THROW(t->sgd(sparse_batch(ids, g, false), {0.1}), pscore::Error);
+  EXPECT_THROW(t->array(2), std::invalid_argument);  // Adam keeps slots 0 and 1 only
+}
+
+TEST(KernelErrors, EmptyBatchIsANoOp) {
+  auto t = make_table<float>({3, 2}, hw::OptimizerState::kNone, std::vector<float>(6, 2.f));
+  std::vector<int64_t> ids;
+  std::vector<float> g;
+  t->sgd(sparse_batch(ids, g, false), {0.1});
+  EXPECT_EQ(copy_of<float>(*t, -1), std::vector<float>(6, 2.f));
+}
+
+}  // namespace

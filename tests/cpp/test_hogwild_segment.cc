@@ -1,0 +1,233 @@
+// Segment lifecycle: create/attach by name, the pid registry as a reference count, removal by
+// the last handle or on request, crashed processes reaped, stale names reclaimed, lock takeover.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "common/error.h"
+#include "hogwild/shared_table.h"
+
+namespace hw = pscore::hogwild;
+using pscore::DType;
+
+namespace {
+
+std::string unique_name(const char* tag) {
+  static int n = 0;
+  return std::string("gt-") + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+}
+
+bool shm_exists(const std::string& name) {
+  return ::access(("/dev/shm" + hw::Segment::shm_path(name)).c_str(), F_OK) == 0;
+}
+
+hw::TableSpec spec_of(std::vector<uint64_t> shape, DType dt = DType::kFloat32) {
+  hw::TableSpec s;
+  s.shape = std::move(shape);
+  s.dtype = dt;
+  return s;
+}
+
+std::shared_ptr<hw::SharedTable> create(const std::string& name, hw::TableSpec s = spec_of({8, 4})) {
+  return hw::SharedTable::create(name, s, {});
+}
+
+std::shared_ptr<hw::SharedTable> attach(const std::string& name, int64_t wait_ms = 0) {
+  hw::SegmentOptions o;
+  o.wait_ms = wait_ms;
+  return hw::SharedTable::attach(name, o);
+}
+
+// Forks, runs fn in the child and returns the child's wait status.
+template <typename Fn>
+int in_child(Fn fn) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    fn();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+TEST(Segment, LastCloseRemovesTheName) {
+  const std::string name = unique_name("life");
+  auto a = create(name);
+  auto b = attach(name);
+  EXPECT_TRUE(a->is_creator());
+  EXPECT_FALSE(b->is_creator());
+  EXPECT_EQ(a->live_attachments(), 2);
+  static_cast<float*>(a->array(-1))[5] = 42.f;
+  EXPECT_EQ(static_cast<float*>(b->array(-1))[5], 42.f);
+  a->close();
+  EXPECT_TRUE(shm_exists(name)) << "b still holds it";
+  EXPECT_EQ(b->live_attachments(), 1);
+  b->close();
+  EXPECT_FALSE(shm_exists(name));
+  EXPECT_EQ(static_cast<float*>(b->array(-1))[5], 42.f) << "memory stays mapped after close";
+}
+
+TEST(Segment, DestructionDetachesToo) {
+  const std::string name = unique_name("dtor");
+  { auto a = create(name); }
+  EXPECT_FALSE(shm_exists(name));
+}
+
+TEST(Segment, UnlinkRemovesTheNameButKeepsTheMemory) {
+  const std::string name = unique_name("unlink");
+  auto a = create(name);
+  auto b = attach(name);
+  a->unlink();
+  EXPECT_FALSE(shm_exists(name));
+  static_cast<float*>(b->array(-1))[0] = 7.f;
+  EXPECT_EQ(static_cast<float*>(a->array(-1))[0], 7.f);
+  EXPECT_THROW(attach(name), hw::SegmentMissing);
+  auto c = create(name);  // the name is free again: a new, separate table
+  EXPECT_EQ(static_cast<float*>(c->array(-1))[0], 0.f);
+  a->close();
+  b->close();
+  EXPECT_TRUE(shm_exists(name)) << "closing the old table must not remove the new one";
+}
+
+TEST(Segment, NameErrors) {
+  const std::string name = unique_name("errs");
+  try {
+    attach(name);
+    FAIL();
+  } catch (const hw::SegmentMissing& e) {
+    EXPECT_NE(std::string(e.what()).find("no such table"), std::string::npos) << e.what();
+  }
+  auto a = create(name);
+  try {
+    create(name);
+    FAIL();
+  } catch (const hw::SegmentExists& e) {
+    EXPECT_NE(std::string(e.what()).find("the name is taken"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(create("bad/name"), std::invalid_argument);
+  EXPECT_THROW(create(""), std::invalid_argument);
+  EXPECT_THROW(create(std::string(201, 'a')), std::invalid_argument);
+}
+
+TEST(Segment, BadSpecsAreRejectedBeforeAnythingIsCreated) {
+  const std::string name = unique_name("spec");
+  EXPECT_THROW(create(name, spec_of({4, 0})), std::invalid_argument);
+  EXPECT_THROW(create(name, spec_of({})), std::invalid_argument);
+  EXPECT_THROW(create(name, spec_of({1, 2, 3, 4, 5})), std::invalid_argument);
+  EXPECT_THROW(create(name, spec_of({4}, DType::kInt32)), std::invalid_argument);
+  auto s = spec_of({4});
+  s.lock_stripes = 0;
+  EXPECT_THROW(create(name, s), std::invalid_argument);
+  hw::CreateOptions o;
+  float init[3] = {1, 2, 3};
+  o.init = init;
+  o.init_nbytes = sizeof(init);
+  EXPECT_THROW(hw::SharedTable::create(name, spec_of({4}), o), std::invalid_argument);
+  EXPECT_FALSE(shm_exists(name));
+}
+
+TEST(Segment, AttachWaitsForTheNameToAppear) {
+  const std::string name = unique_name("wait");
+  std::shared_ptr<hw::SharedTable> a;
+  std::thread creator([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    a = create(name);
+  });
+  auto b = attach(name, 5000);
+  creator.join();
+  EXPECT_EQ(b->rows(), 8u);
+  EXPECT_EQ(b->shape(), (std::vector<uint64_t>{8, 4}));
+}
+
+TEST(Segment, ACrashedProcessIsReapedAndTheOthersKeepWorking) {
+  const std::string name = unique_name("crash");
+  auto a = create(name);
+  int status = in_child([&] {
+    auto c = attach(name);
+    static_cast<float*>(c->array(-1))[1] = 3.f;
+    ::kill(::getpid(), SIGKILL);  // dies holding its registration
+  });
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(static_cast<float*>(a->array(-1))[1], 3.f);
+  EXPECT_EQ(a->live_attachments(), 1) << "the dead child's registration is reaped";
+  a->close();
+  EXPECT_FALSE(shm_exists(name));
+}
+
+TEST(Segment, AForkedChildDoesNotReleaseItsParentsRegistration) {
+  const std::string name = unique_name("fork");
+  auto a = create(name);
+  in_child([&] { a->close(); });  // inherited handle: must be a no-op in the child
+  EXPECT_EQ(a->live_attachments(), 1);
+  EXPECT_TRUE(shm_exists(name));
+}
+
+TEST(Segment, AStaleNameIsReclaimed) {
+  const std::string name = unique_name("stale");
+  int status = in_child([&] {
+    auto c = create(name);
+    ::_exit(0);  // exits without closing: the name stays behind
+  });
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_TRUE(shm_exists(name));
+  auto a = create(name);  // all holders are dead, so create takes the name over
+  EXPECT_EQ(a->live_attachments(), 1);
+  EXPECT_TRUE(hw::Segment::remove(name));
+  EXPECT_FALSE(shm_exists(name));
+  EXPECT_FALSE(hw::Segment::remove(name));
+}
+
+TEST(Segment, ALockLeftByADeadProcessIsTakenOver) {
+  const std::string name = unique_name("lock");
+  auto a = create(name);
+  int status = in_child([&] {
+    auto c = attach(name);
+    hw::lock_word(c->row_lock(0), 1000, "test");
+    ::kill(::getpid(), SIGKILL);  // dies inside its critical section
+  });
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_NE(a->row_lock(0).owner.load(), 0) << "the dead child still owns the stripe";
+  std::vector<int64_t> ids{0};
+  std::vector<float> g(4, 1.f);
+  hw::UpdateBatch b;
+  b.ids = ids.data();
+  b.num_ids = 1;
+  b.grads = g.data();
+  b.grads_numel = 4;
+  b.locked = true;
+  a->sgd(b, {1.0});  // takes the dead owner's lock over instead of hanging
+  EXPECT_EQ(static_cast<float*>(a->array(-1))[0], -1.f);
+  EXPECT_EQ(a->row_lock(0).owner.load(), 0);
+}
+
+TEST(Segment, ALockHeldByALiveHolderTimesOut) {
+  const std::string name = unique_name("lockto");
+  hw::CreateOptions o;
+  o.segment.lock_timeout_ms = 50;
+  auto a = hw::SharedTable::create(name, spec_of({8, 4}), o);
+  hw::lock_word(a->row_lock(3), 1000, "test");  // held by this (live) process
+  std::vector<int64_t> ids{3};
+  std::vector<float> g(4, 1.f);
+  hw::UpdateBatch b;
+  b.ids = ids.data();
+  b.num_ids = 1;
+  b.grads = g.data();
+  b.grads_numel = 4;
+  b.locked = true;
+  try {
+    a->sgd(b, {1.0});  // the holder is alive (it is us), so this waits out the timeout
+    FAIL() << "expected a timeout";
+  } catch (const pscore::TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("for more than 50 ms"), std::string::npos) << e.what();
+  }
+  hw::unlock_word(a->row_lock(3));
+}
+
+}  // namespace
