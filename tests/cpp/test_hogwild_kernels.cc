@@ -230,28 +230,40 @@ TEST(KernelErrors, BadBatchesWriteNothing) {
   auto t = make_table<float>({6, 4}, hw::OptimizerState::kNone, randn<float>(24, 7));
   std::vector<float> g(3 * 4, 1.f);
   std::vector<int64_t> late_bad{0, 1, 6};  // the bad id comes last: the first rows are untouched
-  expect_rejected(*t, [&] { t->sgd(sparse_batch(late_bad, g, false), {0.1}); },
-                  "ids[2] = 6 is out of range [0, 6)");
+  expect_rejected(
+      *t, [&] { t->sgd(sparse_batch(late_bad, g, false), {0.1}); },
+      "ids[2] = 6 is out of range [0, 6)");
   std::vector<int64_t> negative{0, -1, 2};
-  expect_rejected(*t, [&] { t->sgd(sparse_batch(negative, g, true), {0.1}); },
-                  "ids[1] = -1 is out of range");
+  expect_rejected(
+      *t, [&] { t->sgd(sparse_batch(negative, g, true), {0.1}); }, "ids[1] = -1 is out of range");
   std::vector<int64_t> ok{0, 1, 2};
   std::vector<float> short_g(5, 1.f);
-  expect_rejected(*t, [&] { t->sgd(sparse_batch(ok, short_g, false), {0.1}); },
-                  "grads hold 5 elements; 3 ids x 6 rows x 4 need 12");
+  expect_rejected(
+      *t, [&] { t->sgd(sparse_batch(ok, short_g, false), {0.1}); },
+      "grads hold 5 elements; 3 ids x 6 rows x 4 need 12");
   std::vector<double> g64(12, 1.0);
-  expect_rejected(*t, [&] { t->sgd(sparse_batch(ok, g64, false), {0.1}); },
-                  "grads are float64 but the table holds float32");
+  expect_rejected(
+      *t, [&] { t->sgd(sparse_batch(ok, g64, false), {0.1}); },
+      "grads are float64 but the table holds float32");
   auto bad_ids = sparse_batch(ok, g, false);
   bad_ids.ids_dtype = DType::kFloat32;
-  expect_rejected(*t, [&] { t->sgd(bad_ids, {0.1}); }, "pass int32 or int64");
-  expect_rejected(*t, [&] { t->sgd(sparse_batch(ok, g, false), {-1.0}); }, "lr = -1");
-  expect_rejected(*t, [&] { t->adagrad(sparse_batch(ok, g, false), {0.1, 1e-10}); },
-                  "created with optimizer='none'; adagrad needs optimizer='adagrad'");
-  expect_rejected(*t, [&] { t->adam(sparse_batch(ok, g, false), {}); }, "needs optimizer='adam'");
-  expect_rejected(*t, [&] { t->axpy(NAN, g.data(), 24, DType::kFloat32, false); }, "not finite");
-  expect_rejected(*t, [&] { t->axpy(1.0, g.data(), 12, DType::kFloat32, false); },
-                  "grads hold 12 elements; the whole table, 6 rows x 4 need 24");
+  expect_rejected(
+      *t, [&] { t->sgd(bad_ids, {0.1}); }, "pass int32 or int64");
+  expect_rejected(
+      *t, [&] { t->sgd(sparse_batch(ok, g, false), {-1.0}); }, "lr = -1");
+  expect_rejected(
+      *t,
+      [&] {
+        t->adagrad(sparse_batch(ok, g, false), {0.1, 1e-10});
+      },
+      "created with optimizer='none'; adagrad needs optimizer='adagrad'");
+  expect_rejected(
+      *t, [&] { t->adam(sparse_batch(ok, g, false), {}); }, "needs optimizer='adam'");
+  expect_rejected(
+      *t, [&] { t->axpy(NAN, g.data(), 24, DType::kFloat32, false); }, "not finite");
+  expect_rejected(
+      *t, [&] { t->axpy(1.0, g.data(), 12, DType::kFloat32, false); },
+      "grads hold 12 elements; the whole table, 6 rows x 4 need 24");
   EXPECT_EQ(t->update_count(), 0u);
 }
 
@@ -259,8 +271,12 @@ TEST(KernelErrors, AdamRejectsBadBetasAndClosedTablesThrow) {
   auto t = make_table<float>({2, 2}, hw::OptimizerState::kAdam, std::vector<float>(4, 0.f));
   std::vector<int64_t> ids{0};
   std::vector<float> g{1.f, 1.f};
-  expect_rejected(*t, [&] { t->adam(sparse_batch(ids, g, false), {0.1, 1.0, 0.9, 1e-8, 1}); },
-                  "must lie in [0, 1)");
+  expect_rejected(
+      *t,
+      [&] {
+        t->adam(sparse_batch(ids, g, false), {0.1, 1.0, 0.9, 1e-8, 1});
+      },
+      "must lie in [0, 1)");
   t->close();
   EXPECT_THROW(t->sgd(sparse_batch(ids, g, false), {0.1}), pscore::Error);
   EXPECT_THROW(t->array(2), std::invalid_argument);  // Adam keeps slots 0 and 1 only

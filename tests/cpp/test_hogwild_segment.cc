@@ -34,7 +34,8 @@ hw::TableSpec spec_of(std::vector<uint64_t> shape, DType dt = DType::kFloat32) {
   return s;
 }
 
-std::shared_ptr<hw::SharedTable> create(const std::string& name, hw::TableSpec s = spec_of({8, 4})) {
+std::shared_ptr<hw::SharedTable> create(const std::string& name,
+                                        hw::TableSpec s = spec_of({8, 4})) {
   return hw::SharedTable::create(name, s, {});
 }
 

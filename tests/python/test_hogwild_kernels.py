@@ -137,30 +137,62 @@ def test_bad_input_is_rejected_and_writes_nothing():
     t = SharedTable.create(_name("bad"), (5, 3), init=1.0)
     g = np.ones((3, 3), np.float32)
     ok = np.array([0, 1, 2])
-    _expect_rejected(t, ValueError, r"ids\[2\] = 5 is out of range \[0, 5\); nothing was written",
-                     lambda: t.sgd(np.array([0, 1, 5]), g))
-    _expect_rejected(t, ValueError, r"ids\[0\] = -1 is out of range",
-                     lambda: t.sgd(np.array([-1, 1, 2]), g, locked=True))
-    _expect_rejected(t, TypeError, "grads are float64 but the table holds float32",
-                     lambda: t.sgd(ok, g.astype(np.float64)))
-    _expect_rejected(t, TypeError, "sgd ids are float32; pass int64 or int32",
-                     lambda: t.sgd(ok.astype(np.float32), g))
-    _expect_rejected(t, ValueError, r"grads have shape \(3, 2\); 3 ids need \(3, 3\)",
-                     lambda: t.sgd(ok, np.ones((3, 2), np.float32)))
+    _expect_rejected(
+        t,
+        ValueError,
+        r"ids\[2\] = 5 is out of range \[0, 5\); nothing was written",
+        lambda: t.sgd(np.array([0, 1, 5]), g),
+    )
+    _expect_rejected(
+        t,
+        ValueError,
+        r"ids\[0\] = -1 is out of range",
+        lambda: t.sgd(np.array([-1, 1, 2]), g, locked=True),
+    )
+    _expect_rejected(
+        t,
+        TypeError,
+        "grads are float64 but the table holds float32",
+        lambda: t.sgd(ok, g.astype(np.float64)),
+    )
+    _expect_rejected(
+        t,
+        TypeError,
+        "sgd ids are float32; pass int64 or int32",
+        lambda: t.sgd(ok.astype(np.float32), g),
+    )
+    _expect_rejected(
+        t,
+        ValueError,
+        r"grads have shape \(3, 2\); 3 ids need \(3, 3\)",
+        lambda: t.sgd(ok, np.ones((3, 2), np.float32)),
+    )
     _expect_rejected(t, ValueError, "must be 1-D", lambda: t.sgd(ok.reshape(3, 1), g))
-    _expect_rejected(t, ValueError, r"dense grads have shape \(3, 3\), the table \(5, 3\)",
-                     lambda: t.axpy(1.0, g))
-    _expect_rejected(t, ValueError, "grads is not C-contiguous",
-                     lambda: t.sgd(np.array([0, 1, 2]), np.ones((3, 6), np.float32)[:, ::2]))
-    _expect_rejected(t, ValueError, "grads is not contiguous",
-                     lambda: t.sgd(ok, torch.ones(3, 6)[:, ::2]))
-    _expect_rejected(t, ValueError, "lr = -0.1.* must be finite and >= 0",
-                     lambda: t.sgd(ok, g, lr=-0.1))
-    _expect_rejected(t, ValueError, "created with optimizer='none'; adagrad needs",
-                     lambda: t.adagrad(ok, g))
+    _expect_rejected(
+        t,
+        ValueError,
+        r"dense grads have shape \(3, 3\), the table \(5, 3\)",
+        lambda: t.axpy(1.0, g),
+    )
+    _expect_rejected(
+        t,
+        ValueError,
+        "grads is not C-contiguous",
+        lambda: t.sgd(np.array([0, 1, 2]), np.ones((3, 6), np.float32)[:, ::2]),
+    )
+    _expect_rejected(
+        t, ValueError, "grads is not contiguous", lambda: t.sgd(ok, torch.ones(3, 6)[:, ::2])
+    )
+    _expect_rejected(
+        t, ValueError, "lr = -0.1.* must be finite and >= 0", lambda: t.sgd(ok, g, lr=-0.1)
+    )
+    _expect_rejected(
+        t, ValueError, "created with optimizer='none'; adagrad needs", lambda: t.adagrad(ok, g)
+    )
     _expect_rejected(t, ValueError, "adam step must be an int >= 1", lambda: t.adam(ok, g, step=0))
-    _expect_rejected(t, TypeError, "expected a numpy array or a torch tensor",
-                     lambda: t.sgd(ok, [[1.0] * 3] * 3))
+    _expect_rejected(
+        t, TypeError, "expected a numpy array or a torch tensor", lambda: t.sgd(ok, [[1.0] * 3] * 3)
+    )
     assert t.update_count == 0
     t.close()
     with pytest.raises(ValueError, match="the table is closed"):
