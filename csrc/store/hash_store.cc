@@ -19,7 +19,7 @@ void HashStore::set(const std::string& key, const std::string& value) {
 std::vector<std::string> HashStore::wait_locked(std::unique_lock<std::mutex>& lock,
                                                 const std::vector<std::string>& keys,
                                                 int64_t timeout_ms) {
-  Deadline deadline(timeout_ms);
+  Deadline deadline = store_deadline(timeout_ms);
   auto missing = table_.missing(keys);
   while (!missing.empty()) {
     if (deadline.infinite()) {

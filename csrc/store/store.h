@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+
 namespace pscore {
 
 // Values are arbitrary bytes carried in std::string. add() keeps integers as decimal text, so
@@ -46,6 +48,14 @@ class Store {
  private:
   std::atomic<int64_t> timeout_ms_;
 };
+
+// Timeouts beyond this (about 30 years) mean "forever", like negative ones; longer ones would
+// overflow the clock.
+constexpr int64_t kMaxFiniteTimeoutMs = int64_t{1} << 50;
+inline Deadline store_deadline(int64_t timeout_ms) {
+  return (timeout_ms < 0 || timeout_ms > kMaxFiniteTimeoutMs) ? Deadline::never()
+                                                              : Deadline(timeout_ms);
+}
 
 // Keys starting with this byte are the stores' own bookkeeping; num_keys() does not count them.
 constexpr char kInternalKeyPrefix = '\0';

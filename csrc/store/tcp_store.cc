@@ -47,7 +47,7 @@ TCPStore::TCPStore(const TCPStoreOptions& options)
       connect_host = so.host;
   }
   client_ = std::make_unique<TcpStoreClient>(connect_host, port_);
-  client_->connect(Deadline(options.timeout_ms));
+  client_->connect(store_deadline(options.timeout_ms));
   if (options.world_size > 0) join_workers(options);
 }
 
@@ -70,10 +70,11 @@ void TCPStore::join_workers(const TCPStoreOptions& options) {
 
 StoreResponse TCPStore::call(Op op, const std::string& payload, const std::string& what,
                              std::optional<int64_t> server_wait_ms) {
-  Deadline connect_deadline(timeout_ms());
+  Deadline connect_deadline = store_deadline(timeout_ms());
   int64_t reply_ms = timeout_ms();
-  if (server_wait_ms) reply_ms = *server_wait_ms < 0 ? -1 : *server_wait_ms + kReplyGraceMs;
-  Deadline reply_deadline(reply_ms);
+  if (server_wait_ms)
+    reply_ms = store_deadline(*server_wait_ms).infinite() ? -1 : *server_wait_ms + kReplyGraceMs;
+  Deadline reply_deadline = store_deadline(reply_ms);
   return client_->call(op, payload, connect_deadline, reply_deadline, what);
 }
 

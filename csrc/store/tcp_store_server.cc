@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "store/key_value_table.h"
+#include "store/store.h"
 #include "store/store_connection.h"
 
 namespace pscore {
@@ -217,7 +218,8 @@ void TcpStoreServer::Loop::park(StoreConnection& c, Op op, uint64_t seq,
   w.seq = seq;
   w.keys = std::move(keys);
   for (const auto& k : w.keys) watchers_[k].insert(c.fd());
-  if (timeout_ms >= 0) deadlines_.push({Deadline(timeout_ms).time_point(), c.fd(), w.id});
+  Deadline deadline = store_deadline(timeout_ms);
+  if (!deadline.infinite()) deadlines_.push({deadline.time_point(), c.fd(), w.id});
   c.parked = std::move(w);
 }
 

@@ -76,8 +76,8 @@ class RedisStore(Store):
             port=port,
             db=db,
             password=password,
-            socket_connect_timeout=self._timeout,
-            socket_timeout=self._timeout,
+            socket_connect_timeout=_socket_timeout(self._timeout),
+            socket_timeout=_socket_timeout(self._timeout),
             **_no_retry(),
         )
         self._compare_set_script = self._client.register_script(_COMPARE_SET_LUA)
@@ -207,6 +207,10 @@ class RedisStore(Store):
 
     def __repr__(self) -> str:
         return self._name
+
+
+def _socket_timeout(seconds: float) -> float | None:
+    return None if seconds > 1e9 else seconds  # socket timeouts must be finite; None blocks
 
 
 def _no_retry() -> dict:

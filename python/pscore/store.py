@@ -9,6 +9,7 @@ timeout / set_timeout. Blocking calls release the GIL and raise
 
 from __future__ import annotations
 
+import math
 import os
 import urllib.parse
 
@@ -63,7 +64,8 @@ class _CppStore(Store):
         return self._impl.num_keys()
 
     def _get_timeout(self) -> float:
-        return self._impl.timeout_ms / 1000.0
+        ms = self._impl.timeout_ms
+        return math.inf if ms < 0 else ms / 1000.0
 
     def _set_timeout(self, seconds: float) -> None:
         self._impl.timeout_ms = to_ms(seconds)

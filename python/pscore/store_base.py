@@ -39,11 +39,15 @@ def to_seconds(timeout: Timeout, name: str = "timeout", allow_zero: bool = False
     return seconds
 
 
+# Longer timeouts (about 30 years) mean "forever" (the C++ stores' kMaxFiniteTimeoutMs).
+MAX_FINITE_TIMEOUT_MS = 1 << 50
+
+
 def to_ms(seconds: float) -> int:
-    """Seconds to whole milliseconds for the C++ stores (an infinite timeout becomes -1)."""
-    if math.isinf(seconds):
+    """Seconds to whole milliseconds for the C++ stores (-1, "forever", when infinite)."""
+    if math.isinf(seconds) or seconds * 1000.0 > MAX_FINITE_TIMEOUT_MS:
         return -1
-    return min(math.ceil(seconds * 1000.0), INT64_MAX)
+    return math.ceil(seconds * 1000.0)
 
 
 def check_key(key: object) -> str:
@@ -148,8 +152,12 @@ class Store(abc.ABC):
 
     @property
     def timeout(self) -> datetime.timedelta:
-        """Default timeout of get/wait (a timedelta, as torch's Store.timeout)."""
-        return datetime.timedelta(seconds=self.timeout_s)
+        """Default timeout of get/wait (a timedelta, as torch's Store.timeout; timedelta.max
+        when infinite)."""
+        seconds = self.timeout_s
+        if seconds >= datetime.timedelta.max.total_seconds():
+            return datetime.timedelta.max
+        return datetime.timedelta(seconds=seconds)
 
     @timeout.setter
     def timeout(self, value: Timeout) -> None:

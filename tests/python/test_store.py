@@ -195,6 +195,15 @@ def test_timeout_property(store):
         store.set_timeout("10")
 
 
+def test_infinite_timeout(store):
+    store.set_timeout(float("inf"))
+    assert store.timeout_s == float("inf") and store.timeout == datetime.timedelta.max
+    timer = threading.Timer(0.05, store.set, args=("forever", b"1"))
+    timer.start()
+    assert store.get("forever") == b"1"
+    timer.join()
+
+
 def test_bad_arguments(store):
     with pytest.raises(TypeError, match="keys must be str, not int"):
         store.set(1, b"x")
