@@ -22,8 +22,12 @@ def load_shard(rank: int, world: int):
     x = (x / 16.0).astype(np.float32)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0)
     shard = slice(rank, None, world)
-    return (torch.from_numpy(x_train[shard]), torch.from_numpy(y_train[shard]),
-            torch.from_numpy(x_test), torch.from_numpy(y_test))
+    return (
+        torch.from_numpy(x_train[shard]),
+        torch.from_numpy(y_train[shard]),
+        torch.from_numpy(x_test),
+        torch.from_numpy(y_test),
+    )
 
 
 def average_gradients(model: torch.nn.Module) -> None:
@@ -32,7 +36,7 @@ def average_gradients(model: torch.nn.Module) -> None:
     pscore.all_reduce(flat, op=pscore.ReduceOp.AVG)
     at = 0
     for g in grads:
-        g.copy_(flat[at:at + g.numel()].view_as(g))
+        g.copy_(flat[at : at + g.numel()].view_as(g))
         at += g.numel()
 
 
@@ -58,7 +62,7 @@ def main() -> None:
     for epoch in range(args.epochs):
         order = torch.randperm(len(x), generator=gen)
         for step in range(int(counts.item())):
-            idx = order[step * args.batch:(step + 1) * args.batch]
+            idx = order[step * args.batch : (step + 1) * args.batch]
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
             loss.backward()
@@ -67,8 +71,11 @@ def main() -> None:
         if rank == 0 and (epoch % 5 == 4 or epoch == args.epochs - 1):
             with torch.no_grad():
                 acc = (model(x_test).argmax(1) == y_test).float().mean().item()
-            print(f"epoch {epoch + 1:3d}  loss {loss.item():.4f}  test accuracy {acc:.4f}  "
-                  f"(world {world}, {pscore.get_backend()})", flush=True)
+            print(
+                f"epoch {epoch + 1:3d}  loss {loss.item():.4f}  test accuracy {acc:.4f}  "
+                f"(world {world}, {pscore.get_backend()})",
+                flush=True,
+            )
     # All ranks must hold the same weights.
     digest = torch.cat([p.data.reshape(-1) for p in model.parameters()]).double().sum().reshape(1)
     spread = digest.clone()

@@ -177,6 +177,7 @@ void Socket::set_nodelay() const {
 }
 
 void Socket::set_buffer_bytes(int nbytes) const {
+  if (nbytes <= 0) return;  // leave the kernel's autotuning alone
   ::setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &nbytes, sizeof(nbytes));
   ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &nbytes, sizeof(nbytes));
 }

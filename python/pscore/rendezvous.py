@@ -14,6 +14,8 @@ from . import _C
 from .errors import TimeoutError as PscoreTimeoutError
 
 TRANSPORT_ENV = "PSCORE_TRANSPORT"  # auto (default), tcp or shm
+SOCKET_BUFFER_ENV = "PSCORE_SOCKET_BUFFER_BYTES"  # 0 leaves the kernel's autotuning on
+DEFAULT_SOCKET_BUFFER_BYTES = 4 << 20
 
 
 def host_identity() -> str:
@@ -82,7 +84,8 @@ def _try_shm(store, rank, world, job_id, timeout):
 
 def _tcp(store, rank, world, job_id, timeout, master_addr):
     host = advertised_host(master_addr)
-    t = _C.TcpTransport(rank, world, host=host, port=0, job_id=job_id)
+    buffer_bytes = int(os.environ.get(SOCKET_BUFFER_ENV, DEFAULT_SOCKET_BUFFER_BYTES))
+    t = _C.TcpTransport(rank, world, host=host, port=0, job_id=job_id, buffer_bytes=buffer_bytes)
     entries = _gather(store, "tcp", rank, world, f"{host}:{t.port}", timeout)
     hosts = [e.rsplit(":", 1)[0] for e in entries]
     ports = [int(e.rsplit(":", 1)[1]) for e in entries]

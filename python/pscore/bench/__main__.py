@@ -5,7 +5,15 @@ from __future__ import annotations
 import importlib
 import sys
 
-COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "barrier")
+COLLECTIVES = (
+    "allreduce",
+    "broadcast",
+    "reduce",
+    "allgather",
+    "reduce_scatter",
+    "alltoall",
+    "barrier",
+)
 MODULES = {name: "collectives" for name in COLLECTIVES}
 MODULES.update(hogwild="hogwild", ps="ps", loopback="loopback")
 

@@ -29,7 +29,11 @@ def print_table(title: str, columns: list[str], rows: list[list], widths: list[i
 
 
 def machine() -> dict:
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def write_json(path: str | None, payload: dict) -> None:
