@@ -103,9 +103,9 @@ bool Exchange::step_recv(Item& it, Channel& ch) {
   if (off < it.nbytes) {
     Sink sink;
     size_t granule = 1;
+    size_t at = off;  // where the next consumed piece lands; outlives the read below
     if (it.reduce) {
       granule = dtype_size(ctx_.dtype);
-      size_t at = off;
       sink.consume = [&](const void* src, size_t n) {
         reduce_into(it.data + at, src, n / granule, ctx_.dtype, it.op);
         at += n;
