@@ -1,0 +1,233 @@
+// pscore._ps: the parameter server (PsServer) and client (PsClient) for Python. Arrays cross as
+// (address, element count) pairs taken from pscore.tensor.as_buffer; every call that can block
+// releases the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings/errors.h"
+#include "ps/ps_client.h"
+#include "ps/ps_server.h"
+#include "ps/shard_state.h"
+
+namespace py = pybind11;
+using namespace pscore::ps;
+
+namespace {
+
+template <typename T>
+T* ptr(uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+
+using Release = py::call_guard<py::gil_scoped_release>;
+
+void bind_specs(py::module_& m) {
+  py::class_<OptimizerSpec>(m, "OptimizerSpec")
+      .def(py::init<>())
+      .def_property(
+          "kind", [](const OptimizerSpec& o) { return static_cast<int>(o.kind); },
+          [](OptimizerSpec& o, int k) { o.kind = static_cast<OptimizerKind>(k); })
+      .def_readwrite("lr", &OptimizerSpec::lr)
+      .def_readwrite("momentum", &OptimizerSpec::momentum)
+      .def_readwrite("dampening", &OptimizerSpec::dampening)
+      .def_readwrite("weight_decay", &OptimizerSpec::weight_decay)
+      .def_readwrite("nesterov", &OptimizerSpec::nesterov)
+      .def_readwrite("beta1", &OptimizerSpec::beta1)
+      .def_readwrite("beta2", &OptimizerSpec::beta2)
+      .def_readwrite("eps", &OptimizerSpec::eps)
+      .def_readwrite("amsgrad", &OptimizerSpec::amsgrad)
+      .def_readwrite("lr_decay", &OptimizerSpec::lr_decay)
+      .def_readwrite("initial_accumulator_value", &OptimizerSpec::initial_accumulator_value)
+      .def_readwrite("alpha", &OptimizerSpec::alpha)
+      .def_readwrite("centered", &OptimizerSpec::centered)
+      .def_readwrite("clip_norm", &OptimizerSpec::clip_norm)
+      .def_readwrite("clip_value", &OptimizerSpec::clip_value);
+  py::class_<TableSpec>(m, "TableSpec")
+      .def(py::init<>())
+      .def_readwrite("name", &TableSpec::name)
+      .def_property(
+          "sparse", [](const TableSpec& s) { return s.kind == TableKind::kSparse; },
+          [](TableSpec& s, bool v) { s.kind = v ? TableKind::kSparse : TableKind::kDense; })
+      .def_readwrite("shape", &TableSpec::shape)
+      .def_property(
+          "init_kind", [](const TableSpec& s) { return static_cast<int>(s.init.kind); },
+          [](TableSpec& s, int k) { s.init.kind = static_cast<InitKind>(k); })
+      .def_property(
+          "init_a", [](const TableSpec& s) { return s.init.a; },
+          [](TableSpec& s, double v) { s.init.a = v; })
+      .def_property(
+          "init_b", [](const TableSpec& s) { return s.init.b; },
+          [](TableSpec& s, double v) { s.init.b = v; })
+      .def_property(
+          "seed", [](const TableSpec& s) { return s.init.seed; },
+          [](TableSpec& s, uint64_t v) { s.init.seed = v; })
+      .def_readwrite("optimizer", &TableSpec::optimizer)
+      .def_property(
+          "consistency", [](const TableSpec& s) { return static_cast<int>(s.consistency.mode); },
+          [](TableSpec& s, int v) { s.consistency.mode = static_cast<Consistency>(v); })
+      .def_property(
+          "staleness", [](const TableSpec& s) { return s.consistency.staleness; },
+          [](TableSpec& s, int v) { s.consistency.staleness = v; })
+      .def_property(
+          "backup_workers", [](const TableSpec& s) { return s.consistency.backup_workers; },
+          [](TableSpec& s, int v) { s.consistency.backup_workers = v; })
+      .def("validate", &TableSpec::validate, py::arg("num_workers"));
+  py::class_<TableLayout>(m, "TableLayout")
+      .def_readonly("id", &TableLayout::id)
+      .def_readonly("spec", &TableLayout::spec)
+      .def_property_readonly("parts", [](const TableLayout& l) {
+        py::list out;
+        for (const DensePart& p : l.parts) out.append(py::make_tuple(p.shard, p.offset, p.numel));
+        return out;
+      });
+  m.def(
+      "plan_dense_parts",
+      [](int64_t numel, int64_t elem_bytes, std::vector<int64_t> loads, int64_t min_part_bytes) {
+        PartitionOptions o;
+        o.min_part_bytes = min_part_bytes;
+        auto parts = plan_dense_parts(numel, elem_bytes, loads, o);
+        py::list out;
+        for (const DensePart& p : parts) out.append(py::make_tuple(p.shard, p.offset, p.numel));
+        return py::make_tuple(out, loads);
+      },
+      py::arg("numel"), py::arg("elem_bytes"), py::arg("shard_bytes"),
+      py::arg("min_part_bytes") = 64 * 1024);
+  m.def("shard_for_id", &shard_for_id, py::arg("id"), py::arg("num_shards"));
+}
+
+void bind_server(py::module_& m) {
+  py::class_<ServerOptions>(m, "ServerOptions")
+      .def(py::init<>())
+      .def_readwrite("host", &ServerOptions::host)
+      .def_readwrite("port", &ServerOptions::port)
+      .def_readwrite("shard", &ServerOptions::shard)
+      .def_readwrite("num_shards", &ServerOptions::num_shards)
+      .def_readwrite("num_workers", &ServerOptions::num_workers)
+      .def_readwrite("auth_token", &ServerOptions::auth_token)
+      .def_readwrite("insecure", &ServerOptions::insecure)
+      .def_readwrite("job_id", &ServerOptions::job_id)
+      .def_readwrite("num_threads", &ServerOptions::num_threads)
+      .def_readwrite("max_frame_bytes", &ServerOptions::max_frame_bytes)
+      .def_readwrite("max_queued_requests", &ServerOptions::max_queued_requests)
+      .def_readwrite("max_outbox_bytes", &ServerOptions::max_outbox_bytes)
+      .def_readwrite("max_connections", &ServerOptions::max_connections)
+      .def_readwrite("handshake_timeout_ms", &ServerOptions::handshake_timeout_ms)
+      .def_readwrite("recover_dir", &ServerOptions::recover_dir)
+      .def_readwrite("fsync_log", &ServerOptions::fsync_log)
+      .def_readwrite("min_part_bytes", &ServerOptions::min_part_bytes)
+      .def_readwrite("log_connections", &ServerOptions::log_connections);
+  py::class_<PsServer>(m, "Server")
+      .def(py::init<const ServerOptions&>())
+      .def("start", &PsServer::start, Release())
+      .def("stop", &PsServer::stop, py::arg("drain_timeout_ms"), Release())
+      .def_property_readonly("port", &PsServer::port)
+      .def_property_readonly("running", &PsServer::running)
+      .def_property_readonly("incarnation", &PsServer::incarnation)
+      .def_property_readonly("replayed_records", &PsServer::replayed_records)
+      .def("stats_json", &PsServer::stats_json, Release())
+      .def(
+          "save", [](PsServer& s, const std::string& dir) { s.shard().save(dir); }, Release())
+      .def(
+          "load", [](PsServer& s, const std::string& dir) { s.shard().load(dir); }, Release());
+}
+
+void bind_client(py::module_& m) {
+  py::class_<Work, std::shared_ptr<Work>>(m, "Work")
+      .def("wait", &Work::wait, py::arg("timeout_ms"), Release())
+      .def("is_completed", &Work::is_completed)
+      .def("failed_shards", &Work::failed_shards)
+      .def_property_readonly("retryable", &Work::retryable)
+      .def_property_readonly("what", &Work::what)
+      .def("progress", &Work::progress)
+      .def("status_counts", &Work::status_counts)
+      .def("replies", [](Work& w) {
+        py::list out;
+        for (const std::string& r : w.replies()) out.append(py::bytes(r));
+        return out;
+      });
+  py::class_<ClientOptions>(m, "ClientOptions")
+      .def(py::init<>())
+      .def_readwrite("worker", &ClientOptions::worker)
+      .def_readwrite("job_id", &ClientOptions::job_id)
+      .def_readwrite("auth_token", &ClientOptions::auth_token)
+      .def_readwrite("timeout_ms", &ClientOptions::timeout_ms)
+      .def_readwrite("connect_timeout_ms", &ClientOptions::connect_timeout_ms);
+  py::class_<PsClient>(m, "Client")
+      .def(py::init<const ClientOptions&, int>(), py::arg("options"), py::arg("num_shards"))
+      .def_property_readonly("num_shards", &PsClient::num_shards)
+      .def("connect", &PsClient::connect, Release())
+      .def("connected", &PsClient::connected)
+      .def("link_error", &PsClient::link_error)
+      .def("incarnation", &PsClient::incarnation)
+      .def(
+          "create_table",
+          [](PsClient& c, const TableSpec& spec, uintptr_t init, int64_t n) {
+            return c.create_table(spec, init ? ptr<const float>(init) : nullptr, n);
+          },
+          Release())
+      .def("lookup_table", &PsClient::lookup_table, Release())
+      .def(
+          "push",
+          [](PsClient& c, const std::string& name, uintptr_t g, int64_t n) {
+            return c.push(name, ptr<const float>(g), n);
+          },
+          Release())
+      .def(
+          "pull",
+          [](PsClient& c, const std::string& name, uintptr_t out, int64_t n) {
+            return c.pull(name, ptr<float>(out), n);
+          },
+          Release())
+      .def(
+          "push_pull",
+          [](PsClient& c, const std::string& name, uintptr_t g, uintptr_t out, int64_t n) {
+            return c.push_pull(name, ptr<const float>(g), ptr<float>(out), n);
+          },
+          Release())
+      .def(
+          "assign",
+          [](PsClient& c, const std::string& name, uintptr_t v, int64_t n) {
+            return c.assign(name, ptr<const float>(v), n);
+          },
+          Release())
+      .def(
+          "push_sparse",
+          [](PsClient& c, const std::string& name, uintptr_t ids, uintptr_t g, int64_t n) {
+            return c.push_sparse(name, ptr<const int64_t>(ids), ptr<const float>(g), n);
+          },
+          Release())
+      .def(
+          "pull_sparse",
+          [](PsClient& c, const std::string& name, uintptr_t ids, uintptr_t out, int64_t n) {
+            return c.pull_sparse(name, ptr<const int64_t>(ids), ptr<float>(out), n);
+          },
+          Release())
+      .def("worker_done", &PsClient::worker_done, Release())
+      .def("global_step", &PsClient::global_step, Release())
+      .def("save", &PsClient::save, Release())
+      .def("load", &PsClient::load, Release())
+      .def("stats", &PsClient::stats, Release())
+      .def("ping", &PsClient::ping, Release())
+      .def_static("combine", &PsClient::combine)
+      .def("retry", &PsClient::retry, Release())
+      .def("table_step", &PsClient::table_step, Release());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_ps, m) {
+  m.doc() = "pscore parameter server: C++ server and client";
+  pscore::bindings::register_error_translator();
+  // Registered after the common translator, so tried first.
+  py::register_exception_translator([](std::exception_ptr p) {
+    if (!p) return;
+    try {
+      std::rethrow_exception(p);
+    } catch (const TableNotFound& e) {
+      PyErr_SetString(PyExc_KeyError, e.what());
+    }
+  });
+  bind_specs(m);
+  bind_server(m);
+  bind_client(m);
+}

@@ -1,0 +1,387 @@
+// PsClient operations: how each request is split over the shards and how replies are absorbed.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "common/error.h"
+#include "ps/byte_codec.h"
+#include "ps/consistency.h"
+#include "ps/optimizer.h"
+#include "ps/partitioner.h"
+#include "ps/ps_client.h"
+#include "ps/ps_protocol.h"
+#include "ps/shard_state.h"
+
+namespace pscore::ps {
+namespace {
+
+std::string quoted(const std::string& name) { return "'" + name + "'"; }
+
+ByteBuffer bytes_of(const std::vector<uint8_t>& v) {
+  ByteBuffer b;
+  b.append(v.data(), v.size());
+  return b;
+}
+
+}  // namespace
+
+std::shared_ptr<SubRequest> PsClient::make_sub(int shard, uint8_t type, uint32_t tag,
+                                               std::string what) {
+  auto s = std::make_shared<SubRequest>();
+  s->shard = shard;
+  s->header.type = type;
+  s->header.tag = tag;
+  s->what = std::move(what);
+  return s;
+}
+
+PsClient::TableState& PsClient::table_state(const std::string& name) {
+  auto it = tables_.find(name);
+  if (it == tables_.end()) throw std::logic_error("table " + quoted(name) + " has no client state");
+  return it->second;
+}
+
+std::shared_ptr<Work> PsClient::run_blocking(const std::shared_ptr<Work>& w) {
+  w->wait(-1);
+  return w;
+}
+
+TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int64_t init_numel) {
+  if (init && (spec.kind != TableKind::kDense || init_numel != spec.numel()))
+    throw std::invalid_argument("table " + quoted(spec.name) + ": initial value has " +
+                                std::to_string(init_numel) + " elements, the table " +
+                                std::to_string(spec.numel()));
+  std::vector<uint8_t> body;
+  ByteWriter bw(&body);
+  encode_spec(bw, spec);
+  auto w = std::make_shared<Work>("create_table " + quoted(spec.name));
+  auto s = make_sub(0, uint8_t(MsgType::kCreateTable), 0, w->what());
+  s->prefix = bytes_of(body);
+  s->variable_reply = true;
+  w->subs = {s};
+  submit(w, w->subs);
+  run_blocking(w);
+  std::string reply = w->replies().at(0);
+  ByteReader r(reinterpret_cast<const uint8_t*>(reply.data()), reply.size(), "create_table");
+  r.get<uint8_t>();
+  TableLayout layout = decode_layout(r);
+
+  std::vector<int> shards;
+  if (layout.spec.kind == TableKind::kDense) {
+    for (const DensePart& p : layout.parts) shards.push_back(p.shard);
+  } else {
+    for (int i = 0; i < num_shards_; ++i) shards.push_back(i);
+  }
+  auto parts = std::make_shared<Work>("create_table " + quoted(spec.name));
+  for (int shard : shards) {
+    auto ps = make_sub(shard, uint8_t(MsgType::kCreatePart), layout.id, parts->what());
+    std::vector<uint8_t> pb;
+    ByteWriter pw(&pb);
+    encode_layout(pw, layout);
+    const DensePart* mine = nullptr;
+    for (const DensePart& p : layout.parts)
+      if (p.shard == shard) mine = &p;
+    uint64_t n = init && mine ? static_cast<uint64_t>(mine->numel) : 0;
+    pw.put<uint64_t>(n);
+    ps->prefix = bytes_of(pb);
+    if (n) ps->parts.push_back({init + mine->offset, n * 4});
+    ps->variable_reply = true;
+    parts->subs.push_back(ps);
+  }
+  submit(parts, parts->subs);
+  run_blocking(parts);
+  std::lock_guard<std::mutex> lk(state_mu_);
+  auto it = tables_.find(layout.spec.name);
+  if (it == tables_.end()) {
+    TableState st;
+    st.layout = layout;
+    st.next_seq = seq_base_;
+    tables_[layout.spec.name] = st;
+  }
+  return layout;
+}
+
+TableLayout PsClient::lookup_table(const std::string& name) {
+  std::vector<uint8_t> body;
+  ByteWriter bw(&body);
+  bw.put_string(name);
+  auto w = std::make_shared<Work>("lookup_table " + quoted(name));
+  auto s = make_sub(0, uint8_t(MsgType::kLookupTable), 0, w->what());
+  s->prefix = bytes_of(body);
+  s->variable_reply = true;
+  w->subs = {s};
+  submit(w, w->subs);
+  run_blocking(w);
+  std::string reply = w->replies().at(0);
+  ByteReader r(reinterpret_cast<const uint8_t*>(reply.data()), reply.size(), "lookup_table");
+  TableLayout layout = decode_layout(r);
+  std::lock_guard<std::mutex> lk(state_mu_);
+  if (!tables_.count(name)) {
+    TableState st;
+    st.layout = layout;
+    st.next_seq = seq_base_;
+    tables_[name] = st;
+  }
+  return layout;
+}
+
+TableLayout PsClient::layout_of(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lk(state_mu_);
+    auto it = tables_.find(name);
+    if (it != tables_.end()) return it->second.layout;
+  }
+  return lookup_table(name);
+}
+
+int64_t PsClient::table_step(const std::string& name) {
+  layout_of(name);
+  std::lock_guard<std::mutex> lk(state_mu_);
+  return table_state(name).step;
+}
+
+float PsClient::clip_factor(const TableSpec& spec, const float* g, int64_t n) const {
+  const OptimizerSpec& o = spec.optimizer;
+  if (o.clip_norm <= 0) return 1.0f;
+  double sq = 0;
+  if (o.clip_value > 0) {
+    const float v = static_cast<float>(o.clip_value);
+    for (int64_t i = 0; i < n; ++i) {
+      double x = std::min(std::max(g[i], -v), v);
+      sq += x * x;
+    }
+  } else {
+    sq = sum_of_squares(g, n);
+  }
+  return clip_norm_factor(o, std::sqrt(sq));
+}
+
+std::shared_ptr<Work> PsClient::dense_op(const std::string& name, uint8_t type, const float* grad,
+                                         float* out, int64_t n) {
+  TableLayout layout = layout_of(name);
+  const char* op = msg_type_name(type);
+  if (layout.spec.kind != TableKind::kDense)
+    throw std::invalid_argument(std::string(op) + " " + quoted(name) + ": the table is sparse");
+  if (n != layout.spec.numel())
+    throw std::invalid_argument(std::string(op) + " " + quoted(name) + ": the array has " +
+                                std::to_string(n) + " elements, the table " +
+                                std::to_string(layout.spec.numel()));
+  const bool pushes =
+      type == uint8_t(MsgType::kPushDense) || type == uint8_t(MsgType::kPushPullDense);
+  PushHeader h;
+  h.worker = opts_.worker;
+  if (pushes) {
+    h.clip_factor = clip_factor(layout.spec, grad, n);
+    std::lock_guard<std::mutex> lk(state_mu_);
+    TableState& st = table_state(name);
+    h.seq = ++st.next_seq;
+    h.step = st.step;
+  }
+  auto w = std::make_shared<Work>(std::string(op) + " " + quoted(name));
+  const Consistency mode = layout.spec.consistency.mode;
+  for (const DensePart& p : layout.parts) {
+    auto s = make_sub(p.shard, type, layout.id, w->what());
+    const size_t bytes = static_cast<size_t>(p.numel) * 4;
+    if (pushes) s->prefix.put(h);
+    if (grad) s->parts.push_back({grad + p.offset, bytes});
+    if (out) {
+      s->direct = reinterpret_cast<uint8_t*>(out + p.offset);
+      s->direct_bytes = bytes;
+    }
+    if (pushes) {
+      s->reply_prefix_bytes = sizeof(PushReply);
+      s->on_reply = [this, name, mode](SubRequest& sub) {
+        PushReply r;
+        std::memcpy(&r, sub.reply.data(), sizeof(r));
+        if (auto o = sub.owner.lock()) o->note_push(r.status, r.progress);
+        if (mode == Consistency::kAsync) return;
+        std::lock_guard<std::mutex> lk(state_mu_);
+        TableState& st = table_state(name);
+        st.step = std::max(st.step, r.progress);
+      };
+    }
+    w->subs.push_back(s);
+  }
+  submit(w, w->subs);
+  return w;
+}
+
+std::shared_ptr<Work> PsClient::push(const std::string& name, const float* grad, int64_t n) {
+  return dense_op(name, uint8_t(MsgType::kPushDense), grad, nullptr, n);
+}
+
+std::shared_ptr<Work> PsClient::pull(const std::string& name, float* out, int64_t n) {
+  return dense_op(name, uint8_t(MsgType::kPullDense), nullptr, out, n);
+}
+
+std::shared_ptr<Work> PsClient::push_pull(const std::string& name, const float* grad, float* out,
+                                          int64_t n) {
+  return dense_op(name, uint8_t(MsgType::kPushPullDense), grad, out, n);
+}
+
+std::shared_ptr<Work> PsClient::assign(const std::string& name, const float* values, int64_t n) {
+  return dense_op(name, uint8_t(MsgType::kAssignDense), values, nullptr, n);
+}
+
+std::shared_ptr<Work> PsClient::push_sparse(const std::string& name, const int64_t* ids,
+                                            const float* grads, int64_t n) {
+  TableLayout layout = layout_of(name);
+  if (layout.spec.kind != TableKind::kSparse)
+    throw std::invalid_argument("push_sparse " + quoted(name) + ": the table is dense");
+  if (n < 0) throw std::invalid_argument("push_sparse " + quoted(name) + ": negative id count");
+  const int64_t dim = layout.spec.dim();
+  const Consistency mode = layout.spec.consistency.mode;
+  PushHeader h;
+  h.worker = opts_.worker;
+  h.clip_factor = clip_factor(layout.spec, grads, n * dim);
+  {
+    std::lock_guard<std::mutex> lk(state_mu_);
+    TableState& st = table_state(name);
+    h.seq = ++st.next_seq;
+    h.step = st.step;
+  }
+  auto w = std::make_shared<Work>("push_sparse " + quoted(name));
+  std::vector<std::vector<int64_t>> rows(num_shards_);
+  if (num_shards_ > 1)
+    for (int64_t i = 0; i < n; ++i) rows[shard_for_id(ids[i], num_shards_)].push_back(i);
+  for (int shard = 0; shard < num_shards_; ++shard) {
+    const int64_t count = num_shards_ == 1 ? n : static_cast<int64_t>(rows[shard].size());
+    // Sync and ssp tables hear from every worker on every shard each step, even with no rows.
+    if (count == 0 && mode == Consistency::kAsync) continue;
+    auto s = make_sub(shard, uint8_t(MsgType::kPushSparse), layout.id, w->what());
+    s->prefix.put(h);
+    s->prefix.put<int64_t>(count);
+    if (num_shards_ == 1) {
+      s->parts.push_back({ids, static_cast<size_t>(n) * 8});
+      s->parts.push_back({grads, static_cast<size_t>(n * dim) * 4});
+    } else {
+      s->prefix.resize(sizeof(PushHeader) + 8 + static_cast<size_t>(count) * (8 + dim * 4));
+      auto* id_out = reinterpret_cast<int64_t*>(s->prefix.data() + sizeof(PushHeader) + 8);
+      auto* g_out = reinterpret_cast<float*>(id_out + count);
+      for (int64_t k = 0; k < count; ++k) {
+        int64_t i = rows[shard][k];
+        id_out[k] = ids[i];
+        std::memcpy(g_out + k * dim, grads + i * dim, dim * 4);
+      }
+    }
+    s->reply_prefix_bytes = sizeof(PushReply);
+    s->on_reply = [this, name, mode](SubRequest& sub) {
+      PushReply r;
+      std::memcpy(&r, sub.reply.data(), sizeof(r));
+      if (auto o = sub.owner.lock()) o->note_push(r.status, r.progress);
+      if (mode == Consistency::kAsync) return;
+      std::lock_guard<std::mutex> lk(state_mu_);
+      TableState& st = table_state(name);
+      st.step = std::max(st.step, r.progress);
+    };
+    w->subs.push_back(s);
+  }
+  submit(w, w->subs);
+  return w;
+}
+
+std::shared_ptr<Work> PsClient::pull_sparse(const std::string& name, const int64_t* ids, float* out,
+                                            int64_t n) {
+  TableLayout layout = layout_of(name);
+  if (layout.spec.kind != TableKind::kSparse)
+    throw std::invalid_argument("pull_sparse " + quoted(name) + ": the table is dense");
+  if (n < 0) throw std::invalid_argument("pull_sparse " + quoted(name) + ": negative id count");
+  const int64_t dim = layout.spec.dim();
+  auto w = std::make_shared<Work>("pull_sparse " + quoted(name));
+  auto rows = std::make_shared<std::vector<std::vector<int64_t>>>(num_shards_);
+  if (num_shards_ > 1)
+    for (int64_t i = 0; i < n; ++i) (*rows)[shard_for_id(ids[i], num_shards_)].push_back(i);
+  for (int shard = 0; shard < num_shards_; ++shard) {
+    const int64_t count = num_shards_ == 1 ? n : static_cast<int64_t>((*rows)[shard].size());
+    if (count == 0) continue;
+    auto s = make_sub(shard, uint8_t(MsgType::kPullSparse), layout.id, w->what());
+    s->prefix.put<int64_t>(count);
+    s->direct_bytes = static_cast<size_t>(count * dim) * 4;
+    if (num_shards_ == 1) {
+      s->parts.push_back({ids, static_cast<size_t>(n) * 8});
+      s->direct = reinterpret_cast<uint8_t*>(out);
+    } else {
+      s->prefix.resize(8 + static_cast<size_t>(count) * 8);
+      auto* id_out = reinterpret_cast<int64_t*>(s->prefix.data() + 8);
+      for (int64_t k = 0; k < count; ++k) id_out[k] = ids[(*rows)[shard][k]];
+      s->scratch.resize(s->direct_bytes);
+      s->direct = s->scratch.data();
+      s->on_reply = [rows, shard, out, dim](SubRequest& sub) {
+        const auto& mine = (*rows)[shard];
+        auto* src = reinterpret_cast<const float*>(sub.scratch.data());
+        for (size_t k = 0; k < mine.size(); ++k)
+          std::memcpy(out + mine[k] * dim, src + k * dim, dim * 4);
+      };
+    }
+    w->subs.push_back(s);
+  }
+  submit(w, w->subs);
+  return w;
+}
+
+std::shared_ptr<Work> PsClient::broadcast(uint8_t type, const std::string& what,
+                                          const ByteBuffer& body, bool variable_reply) {
+  auto w = std::make_shared<Work>(what);
+  for (int shard = 0; shard < num_shards_; ++shard) {
+    auto s = make_sub(shard, type, 0, what);
+    s->prefix.append(body.data(), body.size());
+    s->variable_reply = variable_reply;
+    w->subs.push_back(s);
+  }
+  submit(w, w->subs);
+  return w;
+}
+
+std::shared_ptr<Work> PsClient::worker_done() {
+  ByteBuffer b;
+  b.put<int32_t>(opts_.worker);
+  return broadcast(uint8_t(MsgType::kWorkerDone), "worker_done", b, false);
+}
+
+std::shared_ptr<Work> PsClient::global_step(int64_t delta) {
+  auto w = std::make_shared<Work>("global_step");
+  auto s = make_sub(0, uint8_t(MsgType::kGlobalStep), 0, w->what());
+  s->prefix.put<int64_t>(delta);
+  s->reply_prefix_bytes = 8;
+  w->subs = {s};
+  w->set_retryable(delta == 0);
+  submit(w, w->subs);
+  return w;
+}
+
+std::shared_ptr<Work> PsClient::save(const std::string& dir) {
+  std::vector<uint8_t> v;
+  ByteWriter bw(&v);
+  bw.put_string(dir);
+  return broadcast(uint8_t(MsgType::kSave), "save " + quoted(dir), bytes_of(v), false);
+}
+
+std::shared_ptr<Work> PsClient::load(const std::string& dir) {
+  std::vector<uint8_t> v;
+  ByteWriter bw(&v);
+  bw.put_string(dir);
+  auto w = broadcast(uint8_t(MsgType::kLoad), "load " + quoted(dir), bytes_of(v), false);
+  std::lock_guard<std::mutex> lk(state_mu_);
+  tables_.clear();  // layouts and steps come from the checkpoint now
+  return w;
+}
+
+std::shared_ptr<Work> PsClient::stats() {
+  return broadcast(uint8_t(MsgType::kStats), "stats", ByteBuffer(), true);
+}
+
+std::shared_ptr<Work> PsClient::ping(int shard) {
+  auto w = std::make_shared<Work>("ping");
+  w->subs = {make_sub(shard, uint8_t(MsgType::kPing), 0, "ping")};
+  submit(w, w->subs);
+  return w;
+}
+
+std::shared_ptr<Work> PsClient::combine(const std::vector<std::shared_ptr<Work>>& works) {
+  auto w = std::make_shared<Work>("batch");
+  w->children = works;
+  return w;
+}
+
+}  // namespace pscore::ps

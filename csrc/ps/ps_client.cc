@@ -1,0 +1,297 @@
+#include "ps/ps_client.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "ps/handshake.h"
+
+namespace pscore::ps {
+namespace {
+
+constexpr uint64_t kWakeId = UINT64_MAX;
+
+}  // namespace
+
+PsClient::PsClient(const ClientOptions& opts, int num_shards)
+    : opts_(opts),
+      num_shards_(num_shards),
+      link_up_(num_shards, 0),
+      link_error_(num_shards),
+      incarnations_(num_shards, 0),
+      links_(num_shards),
+      want_out_(num_shards, false) {
+  if (num_shards < 1) throw std::invalid_argument("num_shards must be >= 1");
+  if (opts.timeout_ms <= 0) throw std::invalid_argument("timeout_ms must be > 0");
+  for (int s = 0; s < num_shards; ++s) link_error_[s] = "never connected";
+  // Sequence numbers start at the wall clock in microseconds, so a restarted worker's pushes
+  // number above those of its previous life and are not mistaken for retries.
+  seq_base_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) throw NetworkError(errno_message("epoll/eventfd", errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeId;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  io_ = std::thread([this] { io_loop(); });
+}
+
+PsClient::~PsClient() {
+  stop_ = true;
+  wake();
+  if (io_.joinable()) io_.join();
+  ::close(epoll_fd_);
+  ::close(wake_fd_);
+}
+
+void PsClient::wake() {
+  uint64_t one = 1;
+  ssize_t k = ::write(wake_fd_, &one, sizeof(one));
+  (void)k;
+}
+
+void PsClient::connect(int shard, const std::string& host, int port) {
+  if (shard < 0 || shard >= num_shards_)
+    throw std::invalid_argument("shard " + std::to_string(shard) + " is outside [0, " +
+                                std::to_string(num_shards_) + ")");
+  std::string address = host + ":" + std::to_string(port);
+  std::string who = "shard " + std::to_string(shard) + " (" + address + ")";
+  Deadline deadline(opts_.connect_timeout_ms);
+  Socket s = Socket::connect(host, port, deadline, who);
+  s.set_nodelay();
+  ClientHandshake hs{opts_.worker, opts_.job_id, opts_.auth_token, who};
+  Welcome w = client_handshake(s, hs, deadline);
+  if (w.shard != shard || w.num_shards != num_shards_)
+    throw NetworkError(who + " is shard " + std::to_string(w.shard) + " of " +
+                       std::to_string(w.num_shards) + ", expected shard " + std::to_string(shard) +
+                       " of " + std::to_string(num_shards_));
+  s.set_nonblocking(true);
+  auto link = std::make_unique<ClientLink>(shard, address, std::move(s), w.incarnation,
+                                           opts_.max_reply_bytes);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    new_links_.push_back(std::move(link));
+    link_up_[shard] = 1;
+    link_error_[shard].clear();
+    incarnations_[shard] = w.incarnation;
+  }
+  wake();
+}
+
+bool PsClient::connected(int shard) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return shard >= 0 && shard < num_shards_ && link_up_[shard];
+}
+
+std::string PsClient::link_error(int shard) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return shard >= 0 && shard < num_shards_ ? link_error_[shard] : "no such shard";
+}
+
+uint64_t PsClient::incarnation(int shard) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return shard >= 0 && shard < num_shards_ ? incarnations_[shard] : 0;
+}
+
+void PsClient::submit(const std::shared_ptr<Work>& w,
+                      std::vector<std::shared_ptr<SubRequest>> subs) {
+  const int64_t deadline = now_us() + opts_.timeout_ms * 1000;
+  for (auto& s : subs) {
+    s->owner = w;
+    s->deadline_us = deadline;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& s : subs) pending_.push_back(s);
+  }
+  wake();
+}
+
+void PsClient::retry(const std::shared_ptr<Work>& work) {
+  auto failed = work->take_failed();
+  if (failed.empty()) return;
+  const int64_t deadline = now_us() + opts_.timeout_ms * 1000;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& s : failed) {
+      s->deadline_us = deadline;
+      pending_.push_back(s);
+    }
+  }
+  wake();
+}
+
+void PsClient::fail_sub(const std::shared_ptr<SubRequest>& s, std::exception_ptr e,
+                        bool retryable) {
+  s->error = std::move(e);
+  s->retryable_error = retryable;
+  if (auto w = s->owner.lock()) w->finish_sub(*s);
+}
+
+void PsClient::finish(const std::shared_ptr<SubRequest>& s) {
+  auto w = s->owner.lock();
+  if (!w) return;  // nobody waits, and the caller's arrays may be gone
+  if (!s->error && s->on_reply) {
+    try {
+      s->on_reply(*s);
+    } catch (...) {
+      s->error = std::current_exception();
+      s->retryable_error = false;
+    }
+  }
+  w->finish_sub(*s);
+}
+
+void PsClient::update_interest(ClientLink& link) {
+  bool want = link.wants_write();
+  if (want == want_out_[link.shard()]) return;
+  want_out_[link.shard()] = want;
+  epoll_event ev{};
+  ev.events = EPOLLIN | (want ? uint32_t(EPOLLOUT) : 0u);
+  ev.data.u64 = static_cast<uint64_t>(link.shard());
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, link.fd(), &ev);
+}
+
+void PsClient::fail_link(int shard, const std::string& why, bool timed_out) {
+  auto& link = links_[shard];
+  if (!link) return;
+  const std::string name = link->name();
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, link->fd(), nullptr);
+  auto subs = link->take_all();
+  link->close();
+  link.reset();
+  want_out_[shard] = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    link_up_[shard] = 0;
+    link_error_[shard] = why;
+  }
+  const int64_t now = now_us();
+  for (auto& s : subs) {
+    if (timed_out && s->deadline_us <= now) {
+      fail_sub(s,
+               std::make_exception_ptr(TimeoutError(s->what + " on " + name + " timed out after " +
+                                                    std::to_string(opts_.timeout_ms) +
+                                                    " ms without a reply")),
+               true);
+    } else {
+      fail_sub(s,
+               std::make_exception_ptr(NetworkError(s->what + " on " + name + " failed: " + why)),
+               true);
+    }
+  }
+}
+
+void PsClient::install_pending() {
+  std::vector<std::unique_ptr<ClientLink>> fresh;
+  std::vector<std::shared_ptr<SubRequest>> pending;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    fresh.swap(new_links_);
+    pending.swap(pending_);
+  }
+  for (auto& link : fresh) {
+    int shard = link->shard();
+    if (links_[shard]) {
+      fail_link(shard, "replaced by a new connection", false);
+      std::lock_guard<std::mutex> lk(mu_);
+      link_up_[shard] = 1;
+      link_error_[shard].clear();
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = static_cast<uint64_t>(shard);
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, link->fd(), &ev);
+    want_out_[shard] = false;
+    links_[shard] = std::move(link);
+  }
+  for (auto& s : pending) {
+    auto& link = links_[s->shard];
+    if (!link) {
+      std::string why;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        why = link_error_[s->shard];
+      }
+      fail_sub(
+          s,
+          std::make_exception_ptr(NetworkError(s->what + ": shard " + std::to_string(s->shard) +
+                                               " is not connected (" + why + ")")),
+          true);
+      continue;
+    }
+    link->enqueue(s);
+  }
+  for (auto& link : links_) {
+    if (!link || !link->wants_write()) continue;
+    std::string why;
+    if (!link->write_some(&why)) {
+      fail_link(link->shard(), why, false);
+      continue;
+    }
+    update_interest(*link);
+  }
+}
+
+void PsClient::io_loop() {
+  epoll_event events[32];
+  std::vector<std::shared_ptr<SubRequest>> done;
+  while (!stop_) {
+    int64_t earliest = INT64_MAX;
+    for (auto& link : links_)
+      if (link) earliest = std::min(earliest, link->earliest_deadline());
+    int timeout = 100;
+    if (earliest != INT64_MAX)
+      timeout = static_cast<int>(
+          std::max<int64_t>(0, std::min<int64_t>(100, (earliest - now_us()) / 1000 + 1)));
+    int n = ::epoll_wait(epoll_fd_, events, 32, timeout);
+    for (int i = 0; i < n; ++i) {
+      uint64_t id = events[i].data.u64;
+      if (id == kWakeId) {
+        uint64_t v;
+        ssize_t k = ::read(wake_fd_, &v, sizeof(v));
+        (void)k;
+        install_pending();
+        continue;
+      }
+      int shard = static_cast<int>(id);
+      if (shard < 0 || shard >= num_shards_ || !links_[shard]) continue;
+      ClientLink& link = *links_[shard];
+      std::string why;
+      if ((events[i].events & EPOLLOUT) && !link.write_some(&why)) {
+        fail_link(shard, why, false);
+        continue;
+      }
+      if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+        done.clear();
+        bool ok = link.read_some(&why, done);
+        for (auto& s : done) finish(s);
+        if (!ok) {
+          fail_link(shard, why, false);
+          continue;
+        }
+      }
+      update_interest(link);
+    }
+    const int64_t now = now_us();
+    for (auto& link : links_)
+      if (link && link->earliest_deadline() <= now)
+        fail_link(link->shard(), "no reply within " + std::to_string(opts_.timeout_ms) + " ms",
+                  true);
+  }
+  for (int s = 0; s < num_shards_; ++s) fail_link(s, "client closed", false);
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& s : pending_)
+    fail_sub(s, std::make_exception_ptr(NetworkError(s->what + ": client closed")), false);
+  pending_.clear();
+}
+
+}  // namespace pscore::ps

@@ -1,0 +1,391 @@
+#include "ps/ps_server.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "common/error.h"
+#include "ps/json.h"
+#include "ps/ps_protocol.h"
+
+namespace pscore::ps {
+namespace {
+
+constexpr uint64_t kListenId = 1;
+constexpr uint64_t kWakeId = 2;
+
+void epoll_add(int ep, int fd, uint32_t events, uint64_t id) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = id;
+  if (::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0)
+    throw NetworkError(errno_message("epoll_ctl add", errno));
+}
+
+FrameHeader handshake_header(MsgType type, size_t length) {
+  FrameHeader h;
+  h.type = static_cast<uint8_t>(type);
+  h.length = length;
+  return h;
+}
+
+ByteBuffer bytes_of(const std::string& s) {
+  ByteBuffer b;
+  b.append(s.data(), s.size());
+  return b;
+}
+
+}  // namespace
+
+PsServer::PsServer(const ServerOptions& opts) : opts_(opts) {
+  ShardOptions so;
+  so.shard = opts.shard;
+  so.num_shards = opts.num_shards;
+  so.num_workers = opts.num_workers;
+  so.recover_dir = opts.recover_dir;
+  so.fsync_log = opts.fsync_log;
+  so.partition.min_part_bytes = opts.min_part_bytes;
+  shard_ = std::make_unique<ShardState>(so);
+  handler_ = std::make_unique<RequestHandler>(*shard_, stats_);
+  handler_->stats_json = [this] { return stats_json(); };
+  std::random_device rd;
+  incarnation_ = (uint64_t(rd()) << 32) | rd();
+}
+
+PsServer::~PsServer() {
+  stop(0);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void PsServer::start() {
+  if (running_) return;
+  if (!is_loopback_host(opts_.host) && opts_.auth_token.empty() && !opts_.insecure)
+    throw std::invalid_argument(
+        "refusing to serve shard " + std::to_string(opts_.shard) + " on '" + opts_.host +
+        "' (not loopback) without an auth token: set PSCORE_AUTH_TOKEN, or pass --insecure");
+  if (opts_.num_threads < 1) throw std::invalid_argument("num_threads must be >= 1");
+  if (opts_.max_queued_requests < 1)
+    throw std::invalid_argument("max_queued_requests must be >= 1");
+  replayed_ = shard_->recover();
+  listener_ = Socket::listen(opts_.host, opts_.port);
+  listener_.set_nonblocking(true);
+  port_ = listener_.local_port();
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) throw NetworkError(errno_message("epoll/eventfd", errno));
+  epoll_add(epoll_fd_, listener_.fd(), EPOLLIN, kListenId);
+  epoll_add(epoll_fd_, wake_fd_, EPOLLIN, kWakeId);
+  pool_ = std::make_unique<ThreadPool>(opts_.num_threads);
+  started_us_ = now_us();
+  running_ = true;
+  loop_ = std::thread([this] { run_loop(); });
+}
+
+void PsServer::wake() {
+  uint64_t one = 1;
+  ssize_t k = ::write(wake_fd_, &one, sizeof(one));
+  (void)k;
+}
+
+void PsServer::run_loop() {
+  epoll_event events[64];
+  bool draining = false;
+  int64_t last_check = now_us();
+  while (!loop_stop_) {
+    int n = ::epoll_wait(epoll_fd_, events, 64, 200);
+    if (stopping_ && !draining) {
+      draining = true;
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listener_.fd(), nullptr);
+      listener_.close();
+      std::lock_guard<std::mutex> lk(conns_mu_);
+      for (auto& [id, c] : conns_) c->set_reading(false);
+    }
+    for (int i = 0; i < n; ++i) {
+      uint64_t id = events[i].data.u64;
+      uint32_t ev = events[i].events;
+      if (id == kListenId) {
+        if (!draining) accept_all();
+        continue;
+      }
+      if (id == kWakeId) {
+        uint64_t v;
+        ssize_t k = ::read(wake_fd_, &v, sizeof(v));
+        (void)k;
+        std::vector<std::shared_ptr<ServerConnection>> resume;
+        {
+          std::lock_guard<std::mutex> lk(conns_mu_);
+          resume.swap(resume_);
+        }
+        for (auto& c : resume) {
+          {
+            std::lock_guard<std::mutex> lk(c->mu);
+            c->resume_requested = false;
+          }
+          if (draining || c->closed()) continue;
+          c->set_reading(true);
+          on_readable(c);
+        }
+        continue;
+      }
+      std::shared_ptr<ServerConnection> c;
+      {
+        std::lock_guard<std::mutex> lk(conns_mu_);
+        auto it = conns_.find(id);
+        if (it != conns_.end()) c = it->second;
+      }
+      if (!c) continue;
+      if (ev & EPOLLOUT) {
+        if (c->on_writable(opts_.max_outbox_bytes / 2)) schedule(c);
+      }
+      if (ev & EPOLLIN) {
+        on_readable(c);
+      } else if (ev & (EPOLLERR | EPOLLHUP)) {
+        drop(c, "connection reset", false);
+      }
+      if (c->closed()) drop(c, "closed", false);
+    }
+    if (now_us() - last_check > 200000) {
+      last_check = now_us();
+      check_handshake_timeouts();
+    }
+  }
+  std::lock_guard<std::mutex> lk(conns_mu_);
+  for (auto& [id, c] : conns_) c->close();
+  stats_.connections.store(0);
+  conns_.clear();
+}
+
+void PsServer::accept_all() {
+  for (;;) {
+    int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // EAGAIN, or out of descriptors: try again on the next event
+    }
+    Socket s(fd);
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    if (static_cast<int>(conns_.size()) >= opts_.max_connections) {
+      stats_.dropped_connections.fetch_add(1);
+      if (opts_.log_connections)
+        std::fprintf(stderr, "[pscore.ps shard %d] refused %s: %d connections already open\n",
+                     opts_.shard, s.peer_address().c_str(), opts_.max_connections);
+      continue;
+    }
+    s.set_nodelay();
+    uint64_t id = next_id_++;
+    auto c = std::make_shared<ServerConnection>(std::move(s), id, epoll_fd_, &stats_);
+    epoll_add(epoll_fd_, c->fd(), EPOLLIN, id);
+    conns_[id] = c;
+    stats_.connections.fetch_add(1);
+    stats_.connections_accepted.fetch_add(1);
+  }
+}
+
+void PsServer::drop(const std::shared_ptr<ServerConnection>& c, const std::string& why,
+                    bool violation) {
+  c->close();
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    if (conns_.erase(c->id()) == 0) return;
+  }
+  stats_.connections.fetch_sub(1);
+  if (!violation) return;
+  stats_.dropped_connections.fetch_add(1);
+  if (opts_.log_connections)
+    std::fprintf(stderr, "[pscore.ps shard %d] dropped connection from %s: %s\n", opts_.shard,
+                 c->peer().c_str(), why.c_str());
+}
+
+void PsServer::on_readable(const std::shared_ptr<ServerConnection>& c) {
+  std::string why;
+  ServerConnection::ReadResult r;
+  try {
+    r = c->read_available([&](InFrame&& f) { return on_frame(c, std::move(f)); },
+                          opts_.max_frame_bytes, &why);
+  } catch (const std::exception& e) {
+    drop(c, e.what(), true);
+    return;
+  }
+  if (r == ServerConnection::ReadResult::kClosed) {
+    bool violation = why != "closed by peer";
+    drop(c, why, violation);
+  }
+}
+
+ServerConnection::FrameAction PsServer::on_frame(const std::shared_ptr<ServerConnection>& c,
+                                                 InFrame&& f) {
+  if (c->stage != ServerConnection::Stage::kReady) return handshake(c, f);
+  std::lock_guard<std::mutex> lk(c->mu);
+  c->queue.push_back(std::move(f));
+  stats_.queue_depth.fetch_add(1);
+  if (!c->scheduled && !c->output_blocked) {
+    c->scheduled = true;
+    pool_->submit([this, c] { drain(c); });
+  }
+  if (static_cast<int>(c->queue.size()) >= opts_.max_queued_requests) {
+    c->set_reading_locked(false);
+    return ServerConnection::FrameAction::kPause;
+  }
+  return ServerConnection::FrameAction::kContinue;
+}
+
+ServerConnection::FrameAction PsServer::handshake(const std::shared_ptr<ServerConnection>& c,
+                                                  InFrame& f) {
+  auto fail = [&](const std::string& why, bool auth) {
+    if (auth) stats_.auth_failures.fetch_add(1);
+    stats_.dropped_connections.fetch_add(1);
+    if (opts_.log_connections)
+      std::fprintf(stderr, "[pscore.ps shard %d] dropped connection from %s: %s\n", opts_.shard,
+                   c->peer().c_str(), why.c_str());
+    return ServerConnection::FrameAction::kClose;
+  };
+  const auto type = static_cast<MsgType>(f.header.type);
+  if (c->stage == ServerConnection::Stage::kAwaitHello) {
+    if (type != MsgType::kHello)
+      return fail(std::string("expected a hello, got ") + msg_type_name(f.header.type), false);
+    try {
+      c->hello = decode_hello(f.body.data(), f.body.size());
+    } catch (const std::exception& e) {
+      return fail(e.what(), false);
+    }
+    if (c->hello.version != kProtocolVersion)
+      return fail("protocol version " + std::to_string(c->hello.version), false);
+    if (c->hello.job_id != opts_.job_id)
+      return fail("job id '" + c->hello.job_id + "' is not this server's", true);
+    if (c->hello.worker < -1 || c->hello.worker >= opts_.num_workers)
+      return fail("worker id " + std::to_string(c->hello.worker) + " outside [-1, " +
+                      std::to_string(opts_.num_workers) + ")",
+                  false);
+    c->server_nonce = random_nonce();
+    ByteBuffer body;
+    body.append(c->server_nonce.data(), c->server_nonce.size());
+    body.put<uint8_t>(opts_.auth_token.empty() ? 0 : 1);
+    c->send(handshake_header(MsgType::kChallenge, body.size()), std::move(body));
+    c->stage = ServerConnection::Stage::kAwaitAuth;
+    return ServerConnection::FrameAction::kContinue;
+  }
+  if (type != MsgType::kAuth || f.body.size() != 32) return fail("expected an auth message", false);
+  if (!opts_.auth_token.empty()) {
+    Digest want = client_mac(opts_.auth_token, c->server_nonce, c->hello);
+    if (!constant_time_equal(want.data(), f.body.data(), want.size()))
+      return fail("wrong auth token (HMAC mismatch)", true);
+  }
+  Welcome w;
+  w.shard = opts_.shard;
+  w.num_shards = opts_.num_shards;
+  w.num_workers = opts_.num_workers;
+  w.incarnation = incarnation_;
+  if (!opts_.auth_token.empty())
+    w.server_mac = server_mac(opts_.auth_token, c->hello.nonce, c->server_nonce);
+  std::string body = encode_welcome(w);
+  c->send(handshake_header(MsgType::kWelcome, body.size()), bytes_of(body));
+  c->stage = ServerConnection::Stage::kReady;
+  return ServerConnection::FrameAction::kContinue;
+}
+
+void PsServer::schedule(const std::shared_ptr<ServerConnection>& c) {
+  std::lock_guard<std::mutex> lk(c->mu);
+  if (c->scheduled || c->queue.empty()) return;
+  c->scheduled = true;
+  pool_->submit([this, c] { drain(c); });
+}
+
+void PsServer::drain(const std::shared_ptr<ServerConnection>& c) {
+  for (;;) {
+    InFrame f;
+    bool resume = false;
+    {
+      std::lock_guard<std::mutex> lk(c->mu);
+      if (c->queue.empty()) {
+        c->scheduled = false;
+        return;
+      }
+      if (c->outbox_bytes_unlocked() > opts_.max_outbox_bytes) {
+        c->output_blocked = true;
+        c->scheduled = false;
+        return;
+      }
+      f = std::move(c->queue.front());
+      c->queue.pop_front();
+      stats_.queue_depth.fetch_sub(1);
+      if (!c->reading && !c->resume_requested && !stopping_ &&
+          static_cast<int>(c->queue.size()) <= opts_.max_queued_requests / 2) {
+        c->resume_requested = true;
+        resume = true;
+      }
+    }
+    if (resume) {
+      {
+        std::lock_guard<std::mutex> lk(conns_mu_);
+        resume_.push_back(c);
+      }
+      wake();
+    }
+    handler_->handle(c, std::move(f));
+  }
+}
+
+void PsServer::check_handshake_timeouts() {
+  std::vector<std::shared_ptr<ServerConnection>> late;
+  int64_t now = now_us();
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    for (auto& [id, c] : conns_)
+      if (c->stage != ServerConnection::Stage::kReady &&
+          now - c->opened_us > int64_t(opts_.handshake_timeout_ms) * 1000)
+        late.push_back(c);
+  }
+  for (auto& c : late) drop(c, "no handshake within the timeout", true);
+}
+
+bool PsServer::idle() {
+  std::lock_guard<std::mutex> lk(conns_mu_);
+  for (auto& [id, c] : conns_) {
+    std::lock_guard<std::mutex> ck(c->mu);
+    if (!c->queue.empty() || c->scheduled || c->outbox_bytes_unlocked() > 0) return false;
+  }
+  return true;
+}
+
+void PsServer::stop(int drain_timeout_ms) {
+  std::lock_guard<std::mutex> lk(stop_mu_);
+  if (!running_) return;
+  stopping_ = true;
+  wake();
+  Deadline deadline(drain_timeout_ms);
+  while (!deadline.expired() && !idle()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (auto& t : shard_->tables()) t->abandon_waiters();
+  loop_stop_ = true;
+  wake();
+  if (loop_.joinable()) loop_.join();
+  pool_->shutdown();
+  running_ = false;
+}
+
+std::string PsServer::stats_json() const {
+  Json extra = Json::object();
+  extra.set("shard", opts_.shard);
+  extra.set("num_shards", opts_.num_shards);
+  extra.set("port", port_);
+  extra.set("tables", static_cast<int64_t>(shard_->tables().size()));
+  int64_t rows = 0, dense_elems = 0;
+  for (auto& t : shard_->tables()) {
+    auto lk = t->lock();
+    rows += t->num_rows();
+    dense_elems += t->dense() ? t->part().numel : 0;
+  }
+  extra.set("sparse_rows", rows);
+  extra.set("dense_elements", dense_elems);
+  extra.set("uptime_s", static_cast<double>(now_us() - started_us_) / 1e6);
+  extra.set("incarnation", std::to_string(incarnation_));
+  std::string e = extra.dump();
+  return stats_.to_json(e.substr(1, e.size() - 2));
+}
+
+}  // namespace pscore::ps

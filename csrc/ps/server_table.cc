@@ -1,0 +1,306 @@
+#include "ps/server_table.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "ps/initializer.h"
+#include "ps/optimizer.h"
+
+namespace pscore::ps {
+namespace {
+
+struct SeqUpdate {
+  int32_t worker;
+  uint64_t seq;
+  int64_t clock;
+};
+
+bool stateless_sgd(const OptimizerSpec& o) {
+  return o.kind == OptimizerKind::kSgd && o.momentum == 0 && o.weight_decay == 0;
+}
+
+}  // namespace
+
+ServerTable::ServerTable(const TableLayout& layout, int shard, int num_workers, UpdateLog* log)
+    : layout_(layout),
+      shard_(shard),
+      num_workers_(num_workers),
+      log_(log),
+      sparse_acc_(layout.spec.kind == TableKind::kSparse ? layout.spec.dim() : 1),
+      cons_(layout.spec.consistency, num_workers) {
+  const TableSpec& s = layout_.spec;
+  if (s.kind == TableKind::kSparse) {
+    sparse_ = std::make_unique<SparseStore>(s.dim(), s.optimizer, s.init);
+    return;
+  }
+  part_.shard = shard;
+  for (const DensePart& p : layout_.parts)
+    if (p.shard == shard) part_ = p;
+  values_.resize(static_cast<size_t>(part_.numel));
+  fill_initial_values(s.init, 0, part_.offset, values_.data(), part_.numel);
+  state_.resize(static_cast<size_t>(part_.numel * s.optimizer.num_slots()));
+  init_optimizer_state(s.optimizer, state_.data(), part_.numel);
+}
+
+int64_t ServerTable::num_rows() const { return sparse_ ? sparse_->num_rows() : 0; }
+
+void ServerTable::validate_worker(int worker) const {
+  if (worker < 0 || worker >= num_workers_)
+    throw std::invalid_argument("table '" + spec().name + "': worker id " + std::to_string(worker) +
+                                " is outside [0, " + std::to_string(num_workers_) + ")");
+}
+
+int64_t ServerTable::progress_for(int worker) const {
+  switch (spec().consistency.mode) {
+    case Consistency::kSync:
+      return cons_.round();
+    case Consistency::kSsp:
+      return cons_.clock(worker);
+    case Consistency::kAsync:
+      break;
+  }
+  return dense_step_;
+}
+
+ByteBuffer ServerTable::push_reply(PushStatus status, int64_t progress, bool want_values) const {
+  PushReply r;
+  r.status = static_cast<uint8_t>(status);
+  r.progress = progress;
+  size_t extra = want_values ? values_.size() * sizeof(float) : 0;
+  ByteBuffer body(sizeof(r) + extra);
+  std::memcpy(body.data(), &r, sizeof(r));
+  if (extra) std::memcpy(body.data() + sizeof(r), values_.data(), extra);
+  return body;
+}
+
+bool ServerTable::handle_repeat(const PushHeader& h, bool want_values, ReplyFn& reply,
+                                ReplyOutbox& out) {
+  auto admission = cons_.admit(h.worker, h.seq);
+  if (admission == ConsistencyState::Admission::kNew) return false;
+  Waiter w{h.worker, h.seq, want_values, std::move(reply)};
+  if (admission == ConsistencyState::Admission::kPendingInRound) {
+    cons_.replace_waiter(std::move(w));
+    return true;
+  }
+  if (spec().consistency.mode == Consistency::kSsp && !cons_.may_proceed(h.worker)) {
+    cons_.park(std::move(w));
+    return true;
+  }
+  out.emplace_back(std::move(w.reply),
+                   push_reply(PushStatus::kDuplicate, progress_for(h.worker), want_values));
+  return true;
+}
+
+void ServerTable::log_apply(LogKind kind, const std::vector<std::pair<int, uint64_t>>& seqs,
+                            int64_t round, int64_t n_ids, const int64_t* ids, const float* grads,
+                            int64_t n_floats) {
+  if (!log_) return;
+  std::vector<SeqUpdate> updates;
+  for (const auto& [w, s] : seqs) updates.push_back({w, s, cons_.clock(w)});
+  uint32_t table = id();
+  uint32_t n_updates = static_cast<uint32_t>(updates.size());
+  uint64_t n_id = static_cast<uint64_t>(n_ids), n_fl = static_cast<uint64_t>(n_floats);
+  log_->append(kind, {{&table, 4},
+                      {&n_updates, 4},
+                      {updates.data(), updates.size() * sizeof(SeqUpdate)},
+                      {&round, 8},
+                      {&n_id, 8},
+                      {ids, n_id * 8},
+                      {&n_fl, 8},
+                      {grads, n_fl * 4}});
+}
+
+void ServerTable::apply_dense(const float* grad) {
+  ++dense_step_;
+  apply_optimizer(spec().optimizer, values_.data(), grad, state_.data(), part_.numel, dense_step_);
+}
+
+void ServerTable::apply_sparse(int64_t n, const int64_t* ids, const float* grads) {
+  const int64_t dim = sparse_->dim();
+  const OptimizerSpec& opt = spec().optimizer;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t row = sparse_->find_or_create(ids[i]);
+    int64_t& step = sparse_->step(row);
+    ++step;
+    apply_optimizer(opt, sparse_->values(row), grads + i * dim, sparse_->state(row), dim, step);
+  }
+}
+
+void ServerTable::finish_push(const PushHeader& h, bool want_values, ReplyFn reply,
+                              ReplyOutbox& out) {
+  if (spec().consistency.mode == Consistency::kSsp) {
+    if (!cons_.may_proceed(h.worker)) {
+      cons_.park(Waiter{h.worker, h.seq, want_values, std::move(reply)});
+    } else {
+      out.emplace_back(std::move(reply),
+                       push_reply(PushStatus::kApplied, progress_for(h.worker), want_values));
+    }
+    release_ssp(out);
+    return;
+  }
+  out.emplace_back(std::move(reply),
+                   push_reply(PushStatus::kApplied, progress_for(h.worker), want_values));
+}
+
+void ServerTable::release_ssp(ReplyOutbox& out) {
+  for (Waiter& w : cons_.release_ready())
+    out.emplace_back(std::move(w.reply),
+                     push_reply(PushStatus::kApplied, cons_.clock(w.worker), w.want_values));
+}
+
+void ServerTable::close_round(ReplyOutbox& out) {
+  const float inv = 1.0f / static_cast<float>(cons_.contributors());
+  auto seqs = cons_.round_seqs();
+  const int64_t next_round = cons_.round() + 1;
+  if (dense()) {
+    scale_in_place(acc_.data(), part_.numel, inv);
+    log_apply(LogKind::kApplyDense, seqs, next_round, 0, nullptr, acc_.data(), part_.numel);
+    apply_dense(acc_.data());
+  } else {
+    sparse_acc_.scale(inv);
+    log_apply(LogKind::kApplySparse, seqs, next_round, sparse_acc_.size(), sparse_acc_.ids(),
+              sparse_acc_.grads(), sparse_acc_.size() * sparse_->dim());
+    apply_sparse(sparse_acc_.size(), sparse_acc_.ids(), sparse_acc_.grads());
+    sparse_acc_.clear();
+  }
+  for (Waiter& w : cons_.close_round())
+    out.emplace_back(std::move(w.reply),
+                     push_reply(PushStatus::kApplied, cons_.round(), w.want_values));
+}
+
+void ServerTable::push_dense(const PushHeader& h, const float* grad, bool want_values,
+                             ReplyFn reply, ReplyOutbox& out) {
+  validate_worker(h.worker);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (handle_repeat(h, want_values, reply, out)) return;
+  const Consistency mode = spec().consistency.mode;
+  if (mode == Consistency::kSync) {
+    if (cons_.is_late(h.step)) {
+      cons_.mark_seq(h.worker, h.seq);
+      out.emplace_back(std::move(reply),
+                       push_reply(PushStatus::kDropped, cons_.round(), want_values));
+      return;
+    }
+    if (cons_.contributors() == 0)
+      acc_.assign(grad, grad + part_.numel);
+    else
+      add_in_place(acc_.data(), grad, part_.numel);
+    cons_.add_contribution(Waiter{h.worker, h.seq, want_values, std::move(reply)});
+    if (cons_.round_ready()) close_round(out);
+    return;
+  }
+  if (mode == Consistency::kSsp) cons_.advance_clock(h.worker, h.step + 1);
+  log_apply(LogKind::kApplyDense, {{h.worker, h.seq}}, cons_.round(), 0, nullptr, grad,
+            part_.numel);
+  apply_dense(grad);
+  cons_.mark_seq(h.worker, h.seq);
+  finish_push(h, want_values, std::move(reply), out);
+}
+
+void ServerTable::push_sparse(const PushHeader& h, int64_t n, const int64_t* ids,
+                              const float* grads, ReplyFn reply, ReplyOutbox& out) {
+  validate_worker(h.worker);
+  const int64_t dim = spec().dim();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (handle_repeat(h, false, reply, out)) return;
+  const Consistency mode = spec().consistency.mode;
+  if (mode == Consistency::kSync) {
+    if (cons_.is_late(h.step)) {
+      cons_.mark_seq(h.worker, h.seq);
+      out.emplace_back(std::move(reply), push_reply(PushStatus::kDropped, cons_.round(), false));
+      return;
+    }
+    sparse_acc_.add(n, ids, grads);
+    cons_.add_contribution(Waiter{h.worker, h.seq, false, std::move(reply)});
+    if (cons_.round_ready()) close_round(out);
+    return;
+  }
+  if (mode == Consistency::kSsp) cons_.advance_clock(h.worker, h.step + 1);
+  if (stateless_sgd(spec().optimizer)) {  // sequential updates equal the summed one
+    log_apply(LogKind::kApplySparse, {{h.worker, h.seq}}, cons_.round(), n, ids, grads, n * dim);
+    apply_sparse(n, ids, grads);
+  } else {
+    SparseAccumulator merged(dim);
+    merged.add(n, ids, grads);
+    log_apply(LogKind::kApplySparse, {{h.worker, h.seq}}, cons_.round(), merged.size(),
+              merged.ids(), merged.grads(), merged.size() * dim);
+    apply_sparse(merged.size(), merged.ids(), merged.grads());
+  }
+  cons_.mark_seq(h.worker, h.seq);
+  finish_push(h, false, std::move(reply), out);
+}
+
+void ServerTable::pull_dense(float* out) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::memcpy(out, values_.data(), values_.size() * sizeof(float));
+}
+
+void ServerTable::pull_sparse(int64_t n, const int64_t* ids, float* out) {
+  const int64_t dim = spec().dim();
+  std::lock_guard<std::mutex> lk(mu_);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t row = sparse_->find_or_create(ids[i]);
+    std::memcpy(out + i * dim, sparse_->values(row), sizeof(float) * dim);
+  }
+}
+
+void ServerTable::assign_dense(const float* values) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (log_) {
+    uint32_t table = id();
+    uint64_t n = static_cast<uint64_t>(part_.numel);
+    log_->append(LogKind::kAssignDense, {{&table, 4}, {&n, 8}, {values, n * 4}});
+  }
+  std::memcpy(values_.data(), values, values_.size() * sizeof(float));
+}
+
+void ServerTable::worker_done(int worker, ReplyOutbox& out) {
+  validate_worker(worker);
+  std::lock_guard<std::mutex> lk(mu_);
+  cons_.set_done(worker);
+  if (spec().consistency.mode == Consistency::kSync && cons_.round_ready()) close_round(out);
+  if (spec().consistency.mode == Consistency::kSsp) release_ssp(out);
+}
+
+void ServerTable::abandon_waiters() {
+  std::lock_guard<std::mutex> lk(mu_);
+  cons_.abandon_waiters();
+  sparse_acc_.clear();
+}
+
+void ServerTable::replay(LogKind kind, ByteReader& r) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (kind == LogKind::kAssignDense) {
+    uint64_t n = r.get<uint64_t>();
+    if (n != values_.size()) throw NetworkError("log: assign size mismatch");
+    std::memcpy(values_.data(), r.take(n * 4), n * 4);
+    return;
+  }
+  uint32_t n_updates = r.get<uint32_t>();
+  std::vector<SeqUpdate> updates(n_updates);
+  if (n_updates)
+    std::memcpy(updates.data(), r.take(n_updates * sizeof(SeqUpdate)),
+                n_updates * sizeof(SeqUpdate));
+  int64_t round = r.get<int64_t>();
+  uint64_t n_ids = r.get<uint64_t>();
+  std::vector<int64_t> ids(n_ids);
+  if (n_ids) std::memcpy(ids.data(), r.take(n_ids * 8), n_ids * 8);
+  uint64_t n_floats = r.get<uint64_t>();
+  std::vector<float> grads(n_floats);
+  if (n_floats) std::memcpy(grads.data(), r.take(n_floats * 4), n_floats * 4);
+  if (kind == LogKind::kApplyDense) {
+    if (n_floats != values_.size()) throw NetworkError("log: dense gradient size mismatch");
+    apply_dense(grads.data());
+  } else {
+    apply_sparse(static_cast<int64_t>(n_ids), ids.data(), grads.data());
+  }
+  for (const SeqUpdate& u : updates) {
+    if (u.worker < 0 || u.worker >= num_workers_) continue;
+    cons_.mark_seq(u.worker, u.seq);
+    cons_.advance_clock(u.worker, u.clock);
+  }
+  cons_.set_round(round);
+}
+
+}  // namespace pscore::ps

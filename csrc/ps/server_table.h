@@ -1,0 +1,87 @@
+// One table's share on one shard: its storage (a dense part or sparse rows), optimizer, and
+// consistency state. Every method locks the table; replies that a push releases are returned in
+// an outbox and sent by the caller after the lock is dropped.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "ps/consistency.h"
+#include "ps/ps_protocol.h"
+#include "ps/sparse_accumulator.h"
+#include "ps/sparse_store.h"
+#include "ps/table_spec.h"
+#include "ps/update_log.h"
+
+namespace pscore::ps {
+
+using ReplyOutbox = std::vector<std::pair<ReplyFn, ByteBuffer>>;
+
+class ServerTable {
+ public:
+  // `log` (may be null) receives every state change before it is acknowledged.
+  ServerTable(const TableLayout& layout, int shard, int num_workers, UpdateLog* log);
+
+  const TableLayout& layout() const { return layout_; }
+  const TableSpec& spec() const { return layout_.spec; }
+  uint32_t id() const { return layout_.id; }
+  bool dense() const { return layout_.spec.kind == TableKind::kDense; }
+  const DensePart& part() const { return part_; }  // dense: this shard's slice
+
+  // Applies (or, by the table's consistency mode, aggregates, drops or parks) a pushed gradient.
+  // The reply goes into `out` unless it is parked, in which case a later call releases it.
+  void push_dense(const PushHeader& h, const float* grad, bool want_values, ReplyFn reply,
+                  ReplyOutbox& out);
+  void push_sparse(const PushHeader& h, int64_t n, const int64_t* ids, const float* grads,
+                   ReplyFn reply, ReplyOutbox& out);
+  void pull_dense(float* out);
+  // Creates missing rows with the initializer, then copies n rows of dim floats into out.
+  void pull_sparse(int64_t n, const int64_t* ids, float* out);
+  void assign_dense(const float* values);
+  // Marks a worker finished: sync rounds stop waiting for it, ssp ignores its clock.
+  void worker_done(int worker, ReplyOutbox& out);
+  void abandon_waiters();
+  void set_log(UpdateLog* log) { log_ = log; }
+
+  // Re-applies a write-ahead log record (kApplyDense, kApplySparse, kAssignDense).
+  void replay(LogKind kind, ByteReader& r);
+
+  // Snapshot access: hold lock() while reading or restoring.
+  std::unique_lock<std::mutex> lock() { return std::unique_lock<std::mutex>(mu_); }
+  std::vector<float>& dense_values() { return values_; }
+  std::vector<float>& dense_state() { return state_; }
+  int64_t& dense_step() { return dense_step_; }
+  SparseStore& sparse() { return *sparse_; }
+  ConsistencyState& consistency() { return cons_; }
+  int64_t num_rows() const;
+
+ private:
+  ByteBuffer push_reply(PushStatus status, int64_t progress, bool want_values) const;
+  int64_t progress_for(int worker) const;
+  bool handle_repeat(const PushHeader& h, bool want_values, ReplyFn& reply, ReplyOutbox& out);
+  void finish_push(const PushHeader& h, bool want_values, ReplyFn reply, ReplyOutbox& out);
+  void close_round(ReplyOutbox& out);
+  void release_ssp(ReplyOutbox& out);
+  void apply_dense(const float* grad);
+  void apply_sparse(int64_t n, const int64_t* ids, const float* grads);
+  void log_apply(LogKind kind, const std::vector<std::pair<int, uint64_t>>& seqs, int64_t round,
+                 int64_t n_ids, const int64_t* ids, const float* grads, int64_t n_floats);
+  void validate_worker(int worker) const;
+
+  TableLayout layout_;
+  int shard_;
+  int num_workers_;
+  UpdateLog* log_;
+  std::mutex mu_;
+  DensePart part_;
+  std::vector<float> values_, state_, acc_;
+  int64_t dense_step_ = 0;
+  std::unique_ptr<SparseStore> sparse_;
+  SparseAccumulator sparse_acc_;
+  ConsistencyState cons_;
+};
+
+}  // namespace pscore::ps

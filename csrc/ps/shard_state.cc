@@ -1,0 +1,280 @@
+#include "ps/shard_state.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "ps/safetensors_file.h"
+#include "ps/shard_checkpoint.h"
+
+namespace pscore::ps {
+namespace {
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string real_path(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf)) return buf;
+  return path;
+}
+
+std::vector<uint8_t> encoded_layout(const TableLayout& layout) {
+  std::vector<uint8_t> bytes;
+  ByteWriter w(&bytes);
+  encode_layout(w, layout);
+  return bytes;
+}
+
+}  // namespace
+
+ShardState::ShardState(const ShardOptions& opts)
+    : opts_(opts), shard_bytes_(opts.num_shards, 0), done_(opts.num_workers, 0) {
+  if (opts.num_shards < 1 || opts.shard < 0 || opts.shard >= opts.num_shards)
+    throw std::invalid_argument("shard " + std::to_string(opts.shard) + " is outside [0, " +
+                                std::to_string(opts.num_shards) + ")");
+  if (opts.num_workers < 1)
+    throw std::invalid_argument("num_workers must be >= 1, got " +
+                                std::to_string(opts.num_workers));
+}
+
+ShardState::~ShardState() = default;
+
+std::string ShardState::snapshot_path(const std::string& dir) const {
+  char name[64];
+  std::snprintf(name, sizeof(name), "shard-%05d-of-%05d.safetensors", opts_.shard,
+                opts_.num_shards);
+  return dir + "/" + name;
+}
+
+uint64_t ShardState::recover() {
+  if (opts_.recover_dir.empty()) return 0;
+  std::unique_lock<std::shared_mutex> gate(gate_);
+  make_directories(opts_.recover_dir);
+  std::string snap = snapshot_path(opts_.recover_dir);
+  std::string wal = snap.substr(0, snap.size() - std::string(".safetensors").size()) + ".wal";
+  if (file_exists(snap)) load_locked(snap);
+  uint64_t replayed = 0, intact = 0;
+  uint64_t next = UpdateLog::replay(
+      wal, snapshot_wal_index_,
+      [&](LogKind kind, uint64_t, ByteReader& r) {
+        replay_record(kind, r);
+        ++replayed;
+      },
+      &intact);
+  if (file_exists(wal) && ::truncate(wal.c_str(), static_cast<off_t>(intact)) != 0)
+    throw Error(errno_message("cannot trim the torn tail of " + wal, errno));
+  log_ = std::make_unique<UpdateLog>(wal, next, opts_.fsync_log);
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [id, t] : tables_) t->set_log(log_.get());
+  return replayed;
+}
+
+void ShardState::replay_record(LogKind kind, ByteReader& r) {
+  switch (kind) {
+    case LogKind::kApplyDense:
+    case LogKind::kApplySparse:
+    case LogKind::kAssignDense: {
+      uint32_t id = r.get<uint32_t>();
+      table(id)->replay(kind, r);
+      return;
+    }
+    case LogKind::kCatalogAdd: {
+      TableLayout layout = decode_layout(r);
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!catalog_.count(layout.spec.name)) catalog_add_locked(layout);
+      return;
+    }
+    case LogKind::kCreatePart: {
+      TableLayout layout = decode_layout(r);
+      uint64_t n = r.get<uint64_t>();
+      const float* init = n ? reinterpret_cast<const float*>(r.take(n * 4)) : nullptr;
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!tables_.count(layout.id)) add_part_locked(layout, init, static_cast<int64_t>(n));
+      return;
+    }
+    case LogKind::kWorkerDone: {
+      int32_t w = r.get<int32_t>();
+      ReplyOutbox ignored;
+      worker_done(w, ignored);
+      return;
+    }
+    case LogKind::kGlobalStep: {
+      std::lock_guard<std::mutex> lk(mu_);
+      global_step_ = r.get<int64_t>();
+      return;
+    }
+  }
+  throw NetworkError("write-ahead log: unknown record kind " + std::to_string(int(kind)));
+}
+
+void ShardState::catalog_add_locked(const TableLayout& layout) {
+  catalog_[layout.spec.name] = layout;
+  for (const DensePart& p : layout.parts)
+    if (p.shard >= 0 && p.shard < opts_.num_shards) shard_bytes_[p.shard] += p.numel * 4;
+}
+
+std::pair<TableLayout, bool> ShardState::catalog_create(const TableSpec& spec) {
+  spec.validate(opts_.num_workers);
+  std::shared_lock<std::shared_mutex> gate(gate_);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = catalog_.find(spec.name);
+  if (it != catalog_.end()) {
+    if (!it->second.spec.same_as(spec))
+      throw std::invalid_argument("table '" + spec.name +
+                                  "' already exists with a different kind, shape, initializer, "
+                                  "optimizer or consistency");
+    return {it->second, false};
+  }
+  TableLayout layout;
+  layout.id = table_id_for(spec.name);
+  for (const auto& [name, other] : catalog_)
+    if (other.id == layout.id)
+      throw std::invalid_argument("table name '" + spec.name + "' hashes to the id of table '" +
+                                  name + "'; choose another name");
+  layout.spec = spec;
+  if (spec.kind == TableKind::kDense) {
+    std::vector<int64_t> loads = shard_bytes_;
+    layout.parts = plan_dense_parts(spec.numel(), 4, loads, opts_.partition);
+  }
+  if (log_) {
+    auto bytes = encoded_layout(layout);
+    log_->append(LogKind::kCatalogAdd, {{bytes.data(), bytes.size()}});
+  }
+  catalog_add_locked(layout);
+  return {layout, true};
+}
+
+TableLayout ShardState::catalog_lookup(const std::string& name) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = catalog_.find(name);
+  if (it == catalog_.end()) throw TableNotFound("table '" + name + "' does not exist");
+  return it->second;
+}
+
+std::vector<int64_t> ShardState::catalog_shard_bytes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return shard_bytes_;
+}
+
+void ShardState::add_part_locked(const TableLayout& layout, const float* init, int64_t init_numel) {
+  auto t = std::make_shared<ServerTable>(layout, opts_.shard, opts_.num_workers, log_.get());
+  if (init) {
+    if (!t->dense() || init_numel != t->part().numel)
+      throw std::invalid_argument("table '" + layout.spec.name + "': initial values for shard " +
+                                  std::to_string(opts_.shard) + " have " +
+                                  std::to_string(init_numel) + " elements, the part has " +
+                                  std::to_string(t->part().numel));
+    t->dense_values().assign(init, init + init_numel);
+  }
+  ReplyOutbox ignored;
+  for (int w = 0; w < opts_.num_workers; ++w)
+    if (done_[w]) t->worker_done(w, ignored);
+  tables_[layout.id] = std::move(t);
+}
+
+bool ShardState::create_part(const TableLayout& layout, const float* init, int64_t init_numel) {
+  layout.spec.validate(opts_.num_workers);
+  if (layout.id != table_id_for(layout.spec.name))
+    throw std::invalid_argument("table '" + layout.spec.name + "': id does not match its name");
+  if (layout.spec.kind == TableKind::kDense) {
+    bool mine = false;
+    int64_t covered = 0;
+    for (const DensePart& p : layout.parts) {
+      mine = mine || p.shard == opts_.shard;
+      if (p.shard < 0 || p.shard >= opts_.num_shards || p.offset != covered || p.numel < 0)
+        throw std::invalid_argument("table '" + layout.spec.name + "': malformed layout");
+      covered += p.numel;
+    }
+    if (covered != layout.spec.numel() || !mine)
+      throw std::invalid_argument("table '" + layout.spec.name + "' has no part on shard " +
+                                  std::to_string(opts_.shard));
+  }
+  std::shared_lock<std::shared_mutex> gate(gate_);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = tables_.find(layout.id);
+  if (it != tables_.end()) {
+    if (!it->second->spec().same_as(layout.spec))
+      throw std::invalid_argument("table '" + layout.spec.name + "' already exists on shard " +
+                                  std::to_string(opts_.shard) + " with a different spec");
+    return false;
+  }
+  if (log_) {
+    auto bytes = encoded_layout(layout);
+    uint64_t n = init ? static_cast<uint64_t>(init_numel) : 0;
+    log_->append(LogKind::kCreatePart, {{bytes.data(), bytes.size()}, {&n, 8}, {init, n * 4}});
+  }
+  add_part_locked(layout, init, init_numel);
+  return true;
+}
+
+std::shared_ptr<ServerTable> ShardState::table(uint32_t id) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = tables_.find(id);
+  if (it == tables_.end())
+    throw TableNotFound("table id " + std::to_string(id) + " is not on shard " +
+                        std::to_string(opts_.shard) + " (create the table first)");
+  return it->second;
+}
+
+std::vector<std::shared_ptr<ServerTable>> ShardState::tables() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<std::shared_ptr<ServerTable>> out;
+  for (const auto& [id, t] : tables_) out.push_back(t);
+  return out;
+}
+
+void ShardState::worker_done(int worker, ReplyOutbox& out) {
+  if (worker < 0 || worker >= opts_.num_workers)
+    throw std::invalid_argument("worker id " + std::to_string(worker) + " is outside [0, " +
+                                std::to_string(opts_.num_workers) + ")");
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (done_[worker]) return;
+    done_[worker] = 1;
+    int32_t w = worker;
+    if (log_) log_->append(LogKind::kWorkerDone, {{&w, 4}});
+  }
+  for (auto& t : tables()) t->worker_done(worker, out);
+}
+
+int64_t ShardState::add_global_step(int64_t delta) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (delta == 0) return global_step_;
+  global_step_ += delta;
+  if (log_) log_->append(LogKind::kGlobalStep, {{&global_step_, 8}});
+  return global_step_;
+}
+
+void ShardState::save(const std::string& dir) {
+  std::unique_lock<std::shared_mutex> gate(gate_);
+  snapshot_locked(dir);
+}
+
+void ShardState::snapshot_locked(const std::string& dir) {
+  make_directories(dir);
+  uint64_t wal_index = log_ ? log_->next_index() : 0;
+  ShardCheckpoint::write(*this, snapshot_path(dir), wal_index);
+  if (log_ && real_path(dir) == real_path(opts_.recover_dir)) {
+    log_->truncate();
+    snapshot_wal_index_ = wal_index;
+  }
+}
+
+void ShardState::load(const std::string& dir) {
+  std::unique_lock<std::shared_mutex> gate(gate_);
+  load_locked(snapshot_path(dir));
+  if (log_) snapshot_locked(opts_.recover_dir);
+}
+
+void ShardState::load_locked(const std::string& path) {
+  for (auto& t : tables()) t->abandon_waiters();
+  ShardCheckpoint::read(*this, path);
+}
+
+}  // namespace pscore::ps

@@ -1,0 +1,94 @@
+// Everything one shard holds: its tables, the catalog of table layouts (kept by shard 0, which
+// places dense tables), the global step, finished workers, and the write-ahead log and snapshots
+// that make the shard recoverable. Thread-safe: table operations hold the apply gate shared,
+// snapshots and loads hold it exclusively, so a snapshot is a consistent cut.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ps/partitioner.h"
+#include "ps/server_table.h"
+#include "ps/update_log.h"
+
+namespace pscore::ps {
+
+// A request named a table this shard does not hold.
+class TableNotFound : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ShardOptions {
+  int shard = 0;
+  int num_shards = 1;
+  int num_workers = 1;
+  // When set, the shard logs every update to <dir>/shard-i-of-n.wal and recover() rebuilds it
+  // from <dir>/shard-i-of-n.safetensors plus that log.
+  std::string recover_dir;
+  bool fsync_log = false;
+  PartitionOptions partition;
+};
+
+class ShardState {
+ public:
+  explicit ShardState(const ShardOptions& opts);
+  ~ShardState();
+
+  // Loads the snapshot in recover_dir (if any), replays the log after it, then starts logging.
+  // Returns the number of log records replayed.
+  uint64_t recover();
+
+  // Catalog (shard 0): the layout of `spec`, placing it when new. Second: true when created.
+  std::pair<TableLayout, bool> catalog_create(const TableSpec& spec);
+  TableLayout catalog_lookup(const std::string& name) const;
+
+  // Creates this shard's part of a table (idempotent: an existing part is kept, and a spec that
+  // differs from it is an error). init: this part's initial values, or null.
+  bool create_part(const TableLayout& layout, const float* init, int64_t init_numel);
+  std::shared_ptr<ServerTable> table(uint32_t id) const;  // throws TableNotFound
+  std::vector<std::shared_ptr<ServerTable>> tables() const;
+
+  void worker_done(int worker, ReplyOutbox& out);
+  int64_t add_global_step(int64_t delta);
+
+  // Writes <dir>/shard-i-of-n.safetensors (tables, optimizer state, consistency state, catalog,
+  // global step) atomically. Truncates the log when dir is the recover dir.
+  void save(const std::string& dir);
+  // Replaces every table with those in <dir>/shard-i-of-n.safetensors.
+  void load(const std::string& dir);
+
+  // Held shared by every table operation.
+  std::shared_mutex& apply_gate() { return gate_; }
+  const ShardOptions& options() const { return opts_; }
+  std::string snapshot_path(const std::string& dir) const;
+  std::vector<int64_t> catalog_shard_bytes() const;
+  bool logging() const { return log_ != nullptr; }
+
+ private:
+  friend class ShardCheckpoint;
+  void replay_record(LogKind kind, ByteReader& r);
+  void add_part_locked(const TableLayout& layout, const float* init, int64_t init_numel);
+  void catalog_add_locked(const TableLayout& layout);
+  void snapshot_locked(const std::string& dir);
+  void load_locked(const std::string& path);
+
+  ShardOptions opts_;
+  std::shared_mutex gate_;
+  mutable std::mutex mu_;  // tables_, catalog_, done_, global_step_
+  std::map<uint32_t, std::shared_ptr<ServerTable>> tables_;
+  std::map<std::string, TableLayout> catalog_;
+  std::vector<int64_t> shard_bytes_;
+  std::vector<uint8_t> done_;
+  int64_t global_step_ = 0;
+  std::unique_ptr<UpdateLog> log_;
+  uint64_t snapshot_wal_index_ = 0;
+};
+
+}  // namespace pscore::ps

@@ -1,0 +1,58 @@
+#include "ps/sparse_store.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "ps/initializer.h"
+#include "ps/optimizer.h"
+
+namespace pscore::ps {
+
+SparseStore::SparseStore(int64_t dim, const OptimizerSpec& opt, const InitializerSpec& init)
+    : dim_(dim),
+      slots_(opt.num_slots()),
+      row_floats_(dim * (1 + opt.num_slots())),
+      opt_(opt),
+      init_(init) {}
+
+uint32_t SparseStore::append_row(int64_t id) {
+  if (ids_.size() >= 0xffffffffull) throw std::length_error("sparse table shard is full");
+  uint32_t row = static_cast<uint32_t>(ids_.size());
+  if (row % kRowsPerChunk == 0)
+    chunks_.emplace_back(new float[static_cast<size_t>(kRowsPerChunk * row_floats_)]);
+  ids_.push_back(id);
+  steps_.push_back(0);
+  return row;
+}
+
+uint32_t SparseStore::find_or_create(int64_t id) {
+  bool inserted = false;
+  uint32_t row = map_.find_or_insert(id, static_cast<uint32_t>(ids_.size()), &inserted);
+  if (!inserted) return row;
+  append_row(id);
+  fill_initial_values(init_, id, 0, values(row), dim_);
+  init_optimizer_state(opt_, state(row), dim_);
+  return row;
+}
+
+void SparseStore::restore_row(int64_t id, const float* values_in, const float* state_in,
+                              int64_t step_in) {
+  bool inserted = false;
+  uint32_t row = map_.find_or_insert(id, static_cast<uint32_t>(ids_.size()), &inserted);
+  if (inserted) append_row(id);
+  std::memcpy(values(row), values_in, sizeof(float) * dim_);
+  if (state_in)
+    std::memcpy(state(row), state_in, sizeof(float) * dim_ * slots_);
+  else
+    init_optimizer_state(opt_, state(row), dim_);
+  steps_[row] = step_in;
+}
+
+void SparseStore::clear() {
+  map_.clear();
+  chunks_.clear();
+  ids_.clear();
+  steps_.clear();
+}
+
+}  // namespace pscore::ps

@@ -1,0 +1,55 @@
+// Row storage of one sparse table on one shard: rows created on first touch with the table's
+// initializer, each row's values and optimizer state side by side in chunked slabs (rows never
+// move, so growth costs no copy), plus per-row update counts. Not thread-safe: the owning
+// table's mutex guards it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ps/row_map.h"
+#include "ps/table_spec.h"
+
+namespace pscore::ps {
+
+class SparseStore {
+ public:
+  SparseStore(int64_t dim, const OptimizerSpec& opt, const InitializerSpec& init);
+
+  // The row index of `id`, creating and initialising the row when absent.
+  uint32_t find_or_create(int64_t id);
+  // The row index of `id`, or -1.
+  int64_t find(int64_t id) const { return map_.find(id); }
+
+  float* values(uint32_t row) { return slab(row); }
+  float* state(uint32_t row) { return slab(row) + dim_; }
+  int64_t& step(uint32_t row) { return steps_[row]; }
+  int64_t id_of(uint32_t row) const { return ids_[row]; }
+  int64_t num_rows() const { return static_cast<int64_t>(ids_.size()); }
+  int64_t dim() const { return dim_; }
+  int num_slots() const { return slots_; }
+
+  // Adds a row with the given contents (checkpoint load); state may be null (fresh state).
+  void restore_row(int64_t id, const float* values, const float* state, int64_t step);
+  void clear();
+
+ private:
+  static constexpr int64_t kRowsPerChunk = 1024;
+  float* slab(uint32_t row) {
+    return chunks_[row / kRowsPerChunk].get() + (row % kRowsPerChunk) * row_floats_;
+  }
+  uint32_t append_row(int64_t id);
+
+  int64_t dim_;
+  int slots_;
+  int64_t row_floats_;
+  OptimizerSpec opt_;
+  InitializerSpec init_;
+  RowMap map_;
+  std::vector<std::unique_ptr<float[]>> chunks_;
+  std::vector<int64_t> ids_;
+  std::vector<int64_t> steps_;
+};
+
+}  // namespace pscore::ps

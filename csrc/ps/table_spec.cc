@@ -1,0 +1,217 @@
+#include "ps/table_spec.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace pscore::ps {
+namespace {
+
+void require(bool ok, const std::string& table, const std::string& what) {
+  if (!ok) throw std::invalid_argument("table '" + table + "': " + what);
+}
+
+std::string num(double v) {
+  std::string s = std::to_string(v);
+  return s;
+}
+
+constexpr int64_t kMaxNumel = int64_t(1) << 40;
+
+}  // namespace
+
+int OptimizerSpec::num_slots() const {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return momentum != 0 ? 1 : 0;
+    case OptimizerKind::kAdagrad:
+      return 1;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+      return amsgrad ? 3 : 2;
+    case OptimizerKind::kRmsprop:
+      return 1 + (centered ? 1 : 0) + (momentum != 0 ? 1 : 0);
+  }
+  return 0;
+}
+
+void OptimizerSpec::validate() const {
+  const std::string t = std::string("optimizer ") + optimizer_name(kind);
+  auto check = [&](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(t + ": " + what);
+  };
+  check(static_cast<int>(kind) <= static_cast<int>(OptimizerKind::kRmsprop), "unknown kind");
+  check(std::isfinite(lr) && lr >= 0, "invalid lr " + num(lr));
+  check(std::isfinite(weight_decay) && weight_decay >= 0,
+        "invalid weight_decay " + num(weight_decay));
+  check(std::isfinite(momentum) && momentum >= 0, "invalid momentum " + num(momentum));
+  check(!(nesterov && (momentum <= 0 || dampening != 0)),
+        "nesterov momentum requires a momentum and zero dampening");
+  check(beta1 >= 0 && beta1 < 1, "invalid beta1 " + num(beta1));
+  check(beta2 >= 0 && beta2 < 1, "invalid beta2 " + num(beta2));
+  check(eps >= 0, "invalid eps " + num(eps));
+  check(lr_decay >= 0, "invalid lr_decay " + num(lr_decay));
+  check(initial_accumulator_value >= 0,
+        "invalid initial_accumulator_value " + num(initial_accumulator_value));
+  check(alpha >= 0, "invalid alpha " + num(alpha));
+  check(clip_norm >= 0 && clip_value >= 0, "clip_norm and clip_value must be >= 0");
+}
+
+int64_t TableSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t TableSpec::dim() const { return shape.empty() ? 0 : shape[0]; }
+
+void TableSpec::validate(int num_workers) const {
+  require(!name.empty() && name.size() <= 256, name, "name must have 1 to 256 characters");
+  require(name.find(':') == std::string::npos, name, "name may not contain ':'");
+  require(kind == TableKind::kDense || kind == TableKind::kSparse, name, "unknown table kind");
+  require(shape.size() <= 16, name, "at most 16 dimensions");
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    require(d >= 0 && d <= kMaxNumel, name, "bad dimension " + std::to_string(d));
+    n *= d;
+    require(n <= kMaxNumel, name, "too many elements");
+  }
+  if (kind == TableKind::kSparse)
+    require(shape.size() == 1 && shape[0] > 0 && shape[0] <= (1 << 20), name,
+            "a sparse table needs a row width (dim) between 1 and 1048576");
+  require(static_cast<int>(init.kind) <= static_cast<int>(InitKind::kConstant), name,
+          "unknown initializer");
+  if (init.kind == InitKind::kUniform)
+    require(init.a <= init.b, name, "uniform initializer needs low <= high");
+  if (init.kind == InitKind::kNormal)
+    require(init.b >= 0, name, "normal initializer needs std >= 0");
+  optimizer.validate();
+  const auto& c = consistency;
+  require(static_cast<int>(c.mode) <= static_cast<int>(Consistency::kSsp), name,
+          "unknown consistency mode");
+  require(c.staleness >= 0, name, "staleness must be >= 0");
+  require(c.backup_workers >= 0 && c.backup_workers < std::max(1, num_workers), name,
+          "backup_workers " + std::to_string(c.backup_workers) + " must be below num_workers " +
+              std::to_string(num_workers));
+}
+
+bool TableSpec::same_as(const TableSpec& o) const {
+  std::vector<uint8_t> a, b;
+  ByteWriter wa(&a), wb(&b);
+  encode_spec(wa, *this);
+  encode_spec(wb, o);
+  return a == b;
+}
+
+uint32_t table_id_for(const std::string& name) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h == 0 ? 1 : h;
+}
+
+const char* consistency_name(Consistency c) {
+  switch (c) {
+    case Consistency::kAsync:
+      return "async";
+    case Consistency::kSync:
+      return "sync";
+    case Consistency::kSsp:
+      return "ssp";
+  }
+  return "?";
+}
+
+const char* optimizer_name(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdagrad:
+      return "adagrad";
+    case OptimizerKind::kAdam:
+      return "adam";
+    case OptimizerKind::kAdamW:
+      return "adamw";
+    case OptimizerKind::kRmsprop:
+      return "rmsprop";
+  }
+  return "?";
+}
+
+void encode_spec(ByteWriter& w, const TableSpec& s) {
+  w.put_string(s.name);
+  w.put<uint8_t>(static_cast<uint8_t>(s.kind));
+  w.put<uint32_t>(static_cast<uint32_t>(s.shape.size()));
+  for (int64_t d : s.shape) w.put<int64_t>(d);
+  w.put<uint8_t>(static_cast<uint8_t>(s.init.kind));
+  w.put<double>(s.init.a);
+  w.put<double>(s.init.b);
+  w.put<uint64_t>(s.init.seed);
+  const OptimizerSpec& o = s.optimizer;
+  w.put<uint8_t>(static_cast<uint8_t>(o.kind));
+  uint8_t flags = (o.nesterov ? 1 : 0) | (o.amsgrad ? 2 : 0) | (o.centered ? 4 : 0);
+  w.put<uint8_t>(flags);
+  for (double v : {o.lr, o.momentum, o.dampening, o.weight_decay, o.beta1, o.beta2, o.eps,
+                   o.lr_decay, o.initial_accumulator_value, o.alpha, o.clip_norm, o.clip_value})
+    w.put<double>(v);
+  w.put<uint8_t>(static_cast<uint8_t>(s.consistency.mode));
+  w.put<int32_t>(s.consistency.staleness);
+  w.put<int32_t>(s.consistency.backup_workers);
+}
+
+TableSpec decode_spec(ByteReader& r) {
+  TableSpec s;
+  s.name = r.get_string(256);
+  s.kind = static_cast<TableKind>(r.get<uint8_t>());
+  uint32_t ndim = r.get<uint32_t>();
+  if (ndim > 16) throw NetworkError("table spec: " + std::to_string(ndim) + " dimensions");
+  for (uint32_t i = 0; i < ndim; ++i) s.shape.push_back(r.get<int64_t>());
+  s.init.kind = static_cast<InitKind>(r.get<uint8_t>());
+  s.init.a = r.get<double>();
+  s.init.b = r.get<double>();
+  s.init.seed = r.get<uint64_t>();
+  OptimizerSpec& o = s.optimizer;
+  o.kind = static_cast<OptimizerKind>(r.get<uint8_t>());
+  uint8_t flags = r.get<uint8_t>();
+  o.nesterov = flags & 1;
+  o.amsgrad = flags & 2;
+  o.centered = flags & 4;
+  for (double* v :
+       {&o.lr, &o.momentum, &o.dampening, &o.weight_decay, &o.beta1, &o.beta2, &o.eps, &o.lr_decay,
+        &o.initial_accumulator_value, &o.alpha, &o.clip_norm, &o.clip_value})
+    *v = r.get<double>();
+  s.consistency.mode = static_cast<Consistency>(r.get<uint8_t>());
+  s.consistency.staleness = r.get<int32_t>();
+  s.consistency.backup_workers = r.get<int32_t>();
+  return s;
+}
+
+void encode_layout(ByteWriter& w, const TableLayout& l) {
+  w.put<uint32_t>(l.id);
+  encode_spec(w, l.spec);
+  w.put<uint32_t>(static_cast<uint32_t>(l.parts.size()));
+  for (const DensePart& p : l.parts) {
+    w.put<int32_t>(p.shard);
+    w.put<int64_t>(p.offset);
+    w.put<int64_t>(p.numel);
+  }
+}
+
+TableLayout decode_layout(ByteReader& r) {
+  TableLayout l;
+  l.id = r.get<uint32_t>();
+  l.spec = decode_spec(r);
+  uint32_t n = r.get<uint32_t>();
+  if (n > (1u << 16)) throw NetworkError("table layout: " + std::to_string(n) + " parts");
+  for (uint32_t i = 0; i < n; ++i) {
+    DensePart p;
+    p.shard = r.get<int32_t>();
+    p.offset = r.get<int64_t>();
+    p.numel = r.get<int64_t>();
+    l.parts.push_back(p);
+  }
+  return l;
+}
+
+}  // namespace pscore::ps

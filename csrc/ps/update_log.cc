@@ -1,0 +1,122 @@
+#include "ps/update_log.h"
+
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+
+#include "common/error.h"
+
+namespace pscore::ps {
+namespace {
+
+constexpr uint32_t kLogMagic = 0x4c575350;  // "PSWL"
+
+#pragma pack(push, 1)
+struct RecordHeader {
+  uint32_t magic = kLogMagic;
+  uint8_t kind = 0;
+  uint8_t reserved[3] = {0, 0, 0};
+  uint64_t index = 0;
+  uint64_t length = 0;
+};
+#pragma pack(pop)
+
+uint32_t checksum(const std::vector<std::pair<const void*, size_t>>& parts) {
+  uint32_t h = 2166136261u;
+  for (const auto& [p, n] : parts) {
+    auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 16777619u;
+  }
+  return h;
+}
+
+void write_fully(int fd, std::vector<iovec>& iov, const std::string& path) {
+  size_t at = 0;
+  while (at < iov.size()) {
+    ssize_t k =
+        ::writev(fd, iov.data() + at, static_cast<int>(std::min<size_t>(iov.size() - at, 1024)));
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      throw Error(errno_message("write-ahead log " + path + ": write", errno));
+    }
+    size_t left = static_cast<size_t>(k);
+    while (at < iov.size() && left >= iov[at].iov_len) left -= iov[at++].iov_len;
+    if (at < iov.size()) {
+      iov[at].iov_base = static_cast<char*>(iov[at].iov_base) + left;
+      iov[at].iov_len -= left;
+    }
+  }
+}
+
+}  // namespace
+
+UpdateLog::UpdateLog(const std::string& path, uint64_t first_index, bool fsync_each)
+    : path_(path), fsync_each_(fsync_each), next_index_(first_index) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error(errno_message("cannot open write-ahead log " + path, errno));
+}
+
+UpdateLog::~UpdateLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+uint64_t UpdateLog::next_index() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return next_index_;
+}
+
+void UpdateLog::append(LogKind kind, const std::vector<std::pair<const void*, size_t>>& parts) {
+  std::lock_guard<std::mutex> lk(mu_);
+  RecordHeader h;
+  h.kind = static_cast<uint8_t>(kind);
+  h.index = next_index_;
+  for (const auto& part : parts) h.length += part.second;
+  uint32_t sum = checksum(parts);
+  std::vector<iovec> iov;
+  iov.push_back({&h, sizeof(h)});
+  for (const auto& [p, n] : parts)
+    if (n) iov.push_back({const_cast<void*>(p), n});
+  iov.push_back({&sum, sizeof(sum)});
+  write_fully(fd_, iov, path_);
+  if (fsync_each_ && ::fdatasync(fd_) != 0)
+    throw Error(errno_message("write-ahead log " + path_ + ": fdatasync", errno));
+  ++next_index_;
+}
+
+void UpdateLog::truncate() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (::ftruncate(fd_, 0) != 0)
+    throw Error(errno_message("write-ahead log " + path_ + ": truncate", errno));
+}
+
+uint64_t UpdateLog::replay(const std::string& path, uint64_t from_index,
+                           const std::function<void(LogKind, uint64_t, ByteReader&)>& fn,
+                           uint64_t* intact_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t next = from_index;
+  *intact_bytes = 0;
+  if (!in) return next;
+  std::vector<uint8_t> payload;
+  for (;;) {
+    RecordHeader h;
+    if (!in.read(reinterpret_cast<char*>(&h), sizeof(h))) break;
+    if (h.magic != kLogMagic || h.length > (uint64_t(1) << 40)) break;
+    payload.resize(h.length);
+    uint32_t sum = 0;
+    if (!in.read(reinterpret_cast<char*>(payload.data()), static_cast<std::streamsize>(h.length)))
+      break;
+    if (!in.read(reinterpret_cast<char*>(&sum), sizeof(sum))) break;
+    if (sum != checksum({{payload.data(), payload.size()}})) break;
+    *intact_bytes += sizeof(h) + h.length + sizeof(sum);
+    if (h.index < from_index) continue;
+    ByteReader r(payload.data(), payload.size(), "write-ahead log record");
+    fn(static_cast<LogKind>(h.kind), h.index, r);
+    next = h.index + 1;
+  }
+  return next;
+}
+
+}  // namespace pscore::ps

@@ -1,0 +1,59 @@
+// The write-ahead log of a recoverable shard: every state change (applied gradient, assignment,
+// new table, finished worker, global step) is appended before it is acknowledged, so a shard
+// killed at any instant is rebuilt by loading its last snapshot and replaying the records after
+// it. Records are length-prefixed and checksummed; a torn tail (a kill mid-write) is ignored.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ps/byte_codec.h"
+
+namespace pscore::ps {
+
+enum class LogKind : uint8_t {
+  kApplyDense = 1,
+  kApplySparse = 2,
+  kAssignDense = 3,
+  kCatalogAdd = 4,
+  kCreatePart = 5,
+  kWorkerDone = 6,
+  kGlobalStep = 7,
+};
+
+class UpdateLog {
+ public:
+  // Opens (creating) the log at path for appending; records get indices from first_index on.
+  // fsync_each: fsync after every record (survives machine crashes, not only process kills).
+  UpdateLog(const std::string& path, uint64_t first_index, bool fsync_each);
+  ~UpdateLog();
+  UpdateLog(const UpdateLog&) = delete;
+  UpdateLog& operator=(const UpdateLog&) = delete;
+
+  // Appends one record made of the concatenated parts; thread-safe. Throws Error on I/O failure.
+  void append(LogKind kind, const std::vector<std::pair<const void*, size_t>>& parts);
+  // The index the next record will get (a snapshot records it to know where replay starts).
+  uint64_t next_index() const;
+  // Empties the log (after a snapshot that covers every record).
+  void truncate();
+  const std::string& path() const { return path_; }
+
+  // Calls fn(kind, index, payload) for each intact record with index >= from_index; returns the
+  // index after the last record read (from_index when there are none). *intact_bytes receives
+  // the length of the intact prefix (the caller truncates a torn tail before appending).
+  static uint64_t replay(const std::string& path, uint64_t from_index,
+                         const std::function<void(LogKind, uint64_t, ByteReader&)>& fn,
+                         uint64_t* intact_bytes);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool fsync_each_;
+  mutable std::mutex mu_;
+  uint64_t next_index_;
+};
+
+}  // namespace pscore::ps
