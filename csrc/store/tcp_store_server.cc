@@ -155,8 +155,8 @@ void TcpStoreServer::Loop::handle(StoreConnection& c, const FrameHeader& h,
       std::string key = in.bytes(), value = in.bytes();
       in.finish();
       table_.set(key, value);
+      notify(key);  // parked waiters first: they are what a rendezvous waits on
       reply(c, Status::kOk, h.seq, "");
-      notify(key);
       return;
     }
     case Op::kGet: {
@@ -176,15 +176,16 @@ void TcpStoreServer::Loop::handle(StoreConnection& c, const FrameHeader& h,
       } catch (const std::invalid_argument& e) {
         return reply(c, Status::kInvalid, h.seq, out.bytes(e.what()).take());
       }
-      reply(c, Status::kOk, h.seq, out.i64(value).take());
       notify(key);
+      reply(c, Status::kOk, h.seq, out.i64(value).take());
       return;
     }
     case Op::kCompareSet: {
       std::string key = in.bytes(), expected = in.bytes(), desired = in.bytes();
       in.finish();
-      reply(c, Status::kOk, h.seq, out.bytes(table_.compare_set(key, expected, desired)).take());
+      std::string now = table_.compare_set(key, expected, desired);
       notify(key);
+      reply(c, Status::kOk, h.seq, out.bytes(now).take());
       return;
     }
     case Op::kWait: {

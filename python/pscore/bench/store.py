@@ -14,6 +14,7 @@ import argparse
 import datetime
 import threading
 import time
+import uuid
 
 from pscore.bench.report import p50, print_table, write_json
 from pscore.store import TCPStore
@@ -60,7 +61,7 @@ def _wakeup_latency(master, client, iters: int) -> float:
     """A waiter parks on a fresh key; the master sets it; p50 from the set to the wake-up."""
     samples = []
     for i in range(iters):
-        key = f"wake{i}"
+        key = f"wake/{uuid.uuid4().hex}"
         woke: list = []
 
         def waiter(key=key, woke=woke):
@@ -135,3 +136,9 @@ def main(argv: list[str]) -> int:
         args.json, {"benchmark": "store", "args": vars(args), "pscore": ours, "torch": theirs}
     )
     return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
