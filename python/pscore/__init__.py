@@ -23,6 +23,8 @@ from .collectives import (
     scatter,
     send,
 )
+from .cluster import ClusterEnv, discover
+from .cluster_spec import ClusterSpec
 from .errors import Error, NetworkError, StoreError, TimeoutError
 from .group import (
     NON_GROUP_MEMBER,
@@ -32,6 +34,7 @@ from .group import (
     is_initialized,
     new_group,
 )
+from .store import FileStore, HashStore, PrefixStore, RedisStore, Store, TCPStore, create_store
 from .work import Work
 
 __version__ = "0.1.0"

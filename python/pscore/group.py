@@ -138,11 +138,17 @@ def init_process_group(
             from . import cluster
 
             env = cluster.discover()
+            if env.rank < 0 and rank is None:
+                raise ValueError(
+                    f"this process is a {env.source} '{env.role}' task, which "
+                    "does not join the collective group; serve parameters with `pserver` instead"
+                )
             rank = env.rank if rank is None else rank
             world_size = env.world_size if world_size is None else world_size
             master_addr = env.master_addr
             if init_method is None or init_method == "env://":
-                init_method = f"tcp://{env.master_addr}:{env.master_port}"
+                host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
+                init_method = f"tcp://{host}:{env.master_port}"
         store = create_store(init_method, rank, world_size, timeout_s)
         if master_addr is None and init_method.startswith("tcp://"):
             master_addr = init_method[len("tcp://") :].rsplit(":", 1)[0]

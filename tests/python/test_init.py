@@ -152,3 +152,16 @@ def test_world_of_one_needs_no_peers():
         assert (x == np.arange(5.0)).all() and pscore.get_world_size() == 1
     finally:
         pscore.destroy_process_group()
+
+
+def test_tf_parameter_server_task_is_told_to_serve(monkeypatch):
+    import json
+
+    import pscore
+
+    cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 0}})
+    )
+    with pytest.raises(ValueError, match="'ps' task, which does not join the collective group"):
+        pscore.init_process_group()
