@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import threading
 
 from . import _C, rendezvous
 from .errors import NetworkError
@@ -13,6 +14,7 @@ from .errors import TimeoutError as PscoreTimeoutError
 
 DEFAULT_TIMEOUT_S = 300.0
 REPORT_WAIT_S = 0.5  # how long a failing rank waits for its peer's account of the failure
+REPORT_BUDGET_S = 1.0  # all the time explaining a failure may add
 BACKENDS = ("tcp", "pscore", "cpu")
 
 
@@ -40,28 +42,30 @@ class ProcessGroup:
 
     def explain(self, exc: BaseException) -> BaseException:
         """Adds what the other ranks reported to a failure: a rank that only saw its neighbour
-        hang up learns which rank really died. Each failing rank posts its error to the store."""
+        hang up learns which rank really died. Each failing rank posts its error to the store.
+        Bounded in time: an unreachable store adds at most REPORT_BUDGET_S."""
         if self.store is None or not isinstance(exc, (NetworkError, PscoreTimeoutError)):
             return exc
-        msg = str(exc)
-        notes = []
+        notes: list[str] = []
+        worker = threading.Thread(
+            target=self._exchange_reports, args=(str(exc), notes), daemon=True
+        )
+        worker.start()
+        worker.join(REPORT_BUDGET_S)
+        if worker.is_alive() or not notes:
+            return exc
+        return type(exc)(f"{exc} [{'; '.join(notes)}]")
+
+    def _exchange_reports(self, msg: str, notes: list[str]) -> None:
         try:
             self.store.set(f"abort/{self.rank}", msg)
             culprit = re.search(r"(?:closed by|<- |-> )rank (\d+)", msg)
             if culprit and int(culprit.group(1)) != self.rank:
                 key = f"abort/{culprit.group(1)}"
-                try:
-                    self.store.wait([key], REPORT_WAIT_S)
-                    notes.append(
-                        f"rank {culprit.group(1)} reported: {self.store.get(key).decode()}"
-                    )
-                except Exception:  # noqa: BLE001 - that rank died without a word
-                    pass
-        except Exception:  # noqa: BLE001 - the store may have died with the job
-            return exc
-        if not notes:
-            return exc
-        return type(exc)(msg + " [" + "; ".join(notes) + "]")
+                self.store.wait([key], REPORT_WAIT_S)
+                notes.append(f"rank {culprit.group(1)} reported: {self.store.get(key).decode()}")
+        except Exception:  # noqa: BLE001 - that rank died without a word, or the store did
+            pass
 
     def group_rank(self, global_rank: int, what: str) -> int:
         try:

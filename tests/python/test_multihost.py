@@ -1,0 +1,133 @@
+"""Ranks on two 'hosts': real network namespaces joined by a veth pair (needs root and
+iproute2; skipped otherwise). Checks the non-loopback address path and a link that goes down."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+NS = [f"psc{uuid.uuid4().hex[:6]}a", f"psc{uuid.uuid4().hex[:6]}b"]
+ADDR = ["10.77.0.1", "10.77.0.2"]
+
+WORKER = r"""
+import json, os, sys, time
+import numpy as np
+import pscore
+rank, world, url, flag = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+pscore.init_process_group(init_method=url, rank=rank, world_size=world, timeout=4)
+x = np.full(300_000, rank + 1, np.float64)   # ring path
+pscore.all_reduce(x)
+y = np.array([rank], np.int64)
+pscore.all_reduce(y, op="max")
+out = {"rank": rank, "sum": float(x[0]), "max": int(y[0]), "backend": pscore.get_backend()}
+print(json.dumps(out), flush=True)
+while not os.path.exists(flag):   # the test cuts the link, then lets us go on
+    time.sleep(0.05)
+start = time.monotonic()
+try:
+    pscore.all_reduce(x)
+    out = {"error": None}
+except Exception as e:
+    out = {"error": type(e).__name__, "msg": str(e), "elapsed": time.monotonic() - start}
+print(json.dumps(out), flush=True)
+os._exit(0)
+"""
+
+
+def sh(*args):
+    subprocess.run(args, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def two_hosts():
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2 for network namespaces")
+    try:
+        for ns in NS:
+            sh("ip", "netns", "add", ns)
+        sh(
+            "ip",
+            "link",
+            "add",
+            "veth" + NS[0][-7:],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "veth" + NS[1][-7:],
+        )
+        for i, ns in enumerate(NS):
+            dev = "veth" + ns[-7:]
+            sh("ip", "link", "set", dev, "netns", ns)
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{ADDR[i]}/24", "dev", dev)
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", dev, "up")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+    except (subprocess.CalledProcessError, OSError) as e:
+        for ns in NS:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        pytest.skip(f"network namespaces unavailable here: {e}")
+    yield
+    for ns in NS:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_ranks_on_two_hosts_and_a_cut_link(two_hosts, tmp_path):
+    flag = tmp_path / "go"
+    url = f"tcp://{ADDR[0]}:29591"
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(sys.path),
+        PSCORE_TRANSPORT="tcp",
+        PSCORE_AUTH_TOKEN="netns-test-secret",
+    )
+    placement = [0, 0, 1]  # ranks 0 and 1 on host A, rank 2 on host B
+    procs = [
+        subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                NS[h],
+                sys.executable,
+                "-c",
+                WORKER,
+                str(r),
+                str(len(placement)),
+                url,
+                str(flag),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r, h in enumerate(placement)
+    ]
+    try:
+        first = [json.loads(p.stdout.readline() or "{}") for p in procs]
+        assert [f.get("sum") for f in first] == [6.0] * 3, [
+            p.stderr.read() for p in procs if not first
+        ]
+        assert {f["backend"] for f in first} == {"pscore/tcp"}
+        assert [f["max"] for f in first] == [2, 2, 2]
+        # Cut host B off, then let every rank start the next allreduce.
+        sh("ip", "netns", "exec", NS[1], "ip", "link", "set", "veth" + NS[1][-7:], "down")
+        flag.write_text("go")
+        second = [json.loads(p.stdout.readline() or "{}") for p in procs]
+    finally:
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    for r, s in enumerate(second):
+        assert s.get("error") in ("TimeoutError", "NetworkError"), (r, s)
+        assert s["elapsed"] < 4 + 2.0, (r, s)
+        assert "allreduce #2" in s["msg"], (r, s)
+    # Rank 2 is cut off from both others; they name it or the neighbour that reported it.
+    assert "rank" in second[2]["msg"]
