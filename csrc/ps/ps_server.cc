@@ -239,10 +239,7 @@ ServerConnection::FrameAction PsServer::handshake(const std::shared_ptr<ServerCo
                                                   InFrame& f) {
   auto fail = [&](const std::string& why, bool auth) {
     if (auth) stats_.auth_failures.fetch_add(1);
-    stats_.dropped_connections.fetch_add(1);
-    if (opts_.log_connections)
-      std::fprintf(stderr, "[pscore.ps shard %d] dropped connection from %s: %s\n", opts_.shard,
-                   c->peer().c_str(), why.c_str());
+    c->close_reason = why;  // on_readable drops and logs the connection
     return ServerConnection::FrameAction::kClose;
   };
   const auto type = static_cast<MsgType>(f.header.type);

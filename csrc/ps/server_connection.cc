@@ -70,7 +70,7 @@ ServerConnection::ReadResult ServerConnection::read_available(
           consume(stage_buf_.get() + stage_pos_, stage_len_ - stage_pos_, &used, on_frame, cap);
       stage_pos_ += used;
       if (a == FrameAction::kClose) {
-        *why = "closed after a handshake failure";
+        *why = close_reason.empty() ? "handshake failure" : close_reason;
         return ReadResult::kClosed;
       }
       if (a == FrameAction::kPause) return ReadResult::kPaused;
@@ -89,7 +89,7 @@ ServerConnection::ReadResult ServerConnection::read_available(
           size_t used = 0;
           FrameAction a = consume(nullptr, 0, &used, on_frame, cap_now());
           if (a == FrameAction::kClose) {
-            *why = "closed after a handshake failure";
+            *why = close_reason.empty() ? "handshake failure" : close_reason;
             return ReadResult::kClosed;
           }
           if (a == FrameAction::kPause) return ReadResult::kPaused;

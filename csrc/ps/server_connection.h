@@ -45,6 +45,7 @@ class ServerConnection {
   Hello hello;
   Nonce server_nonce{};
   int64_t opened_us = 0;
+  std::string close_reason;  // set by whoever answers kClose
 
   // --- any thread ---
   // Queues a reply frame and writes as much as the socket takes now.

@@ -186,7 +186,8 @@ void ShardCheckpoint::read(ShardState& shard, const std::string& path) {
     bad("written by shard " + f.metadata_value("shard") + " of " + f.metadata_value("num_shards") +
         ", this is shard " + std::to_string(o.shard) + " of " + std::to_string(o.num_shards));
   std::map<uint32_t, std::shared_ptr<ServerTable>> tables;
-  for (const Json& d : Json::parse(f.metadata_value("tables")).as_array("tables")) {
+  const Json table_list = Json::parse(f.metadata_value("tables"));
+  for (const Json& d : table_list.as_array("tables")) {
     TableLayout layout = layout_from_hex(d.at("layout").as_string("layout"));
     auto t = std::make_shared<ServerTable>(layout, o.shard, o.num_workers, shard.log_.get());
     restore_table(*t, f, d);
@@ -194,7 +195,8 @@ void ShardCheckpoint::read(ShardState& shard, const std::string& path) {
   }
   std::map<std::string, TableLayout> catalog;
   std::vector<int64_t> bytes(o.num_shards, 0);
-  for (const Json& h : Json::parse(f.metadata_value("catalog")).as_array("catalog")) {
+  const Json catalog_list = Json::parse(f.metadata_value("catalog"));
+  for (const Json& h : catalog_list.as_array("catalog")) {
     TableLayout layout = layout_from_hex(h.as_string("catalog"));
     for (const DensePart& p : layout.parts)
       if (p.shard >= 0 && p.shard < o.num_shards) bytes[p.shard] += p.numel * 4;

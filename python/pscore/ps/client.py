@@ -1,0 +1,448 @@
+"""PSClient: a worker's handle on the parameter servers (pscore.ps)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from pscore import _ps, errors
+from pscore.ps import discovery
+from pscore.ps.arrays import float_input, float_output, id_input
+from pscore.ps.optim import SGD, Optimizer, fill_spec
+from pscore.ps.work import PSWork
+
+_INITIALIZERS = {"zeros": 0, "uniform": 1, "normal": 2, "constant": 3}
+_CONSISTENCY = {"async": 0, "sync": 1, "ssp": 2}
+_CONSISTENCY_NAMES = {v: k for k, v in _CONSISTENCY.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TableInfo:
+    """A table as the servers hold it. parts: (shard, offset, numel) slices of a dense table."""
+
+    name: str
+    sparse: bool
+    shape: tuple
+    consistency: str
+    parts: tuple
+
+    @property
+    def dim(self) -> int:
+        return self.shape[-1] if self.sparse else 0
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape)) if not self.sparse else 0
+
+
+def _timeout_s(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+class PSClient:
+    """Connects a worker to every shard of a parameter server.
+
+    Servers are found either in a store (``store=``, where each shard publishes its address;
+    the shard count too) or from ``servers=["host:port", ...]`` in shard order. Arrays are numpy
+    arrays or CPU torch tensors, read and written in place (float32 values, int64 ids; other
+    float/int inputs are converted). ``timeout``: a shard that does not answer a request within
+    it fails the request with a TimeoutError naming the shard. ``retry_timeout``: how long a
+    request keeps reconnecting to a shard that went away (restarted with --recover) before it
+    raises NetworkError; retried pushes are applied once.
+    """
+
+    def __init__(
+        self,
+        servers: Iterable[str] | None = None,
+        *,
+        store=None,
+        worker_id: int = 0,
+        job_id: str | None = None,
+        auth_token: str | None = None,
+        timeout: float = 60.0,
+        connect_timeout: float = 60.0,
+        retry_timeout: float = 60.0,
+    ):
+        if (servers is None) == (store is None):
+            raise ValueError("PSClient needs exactly one of servers=[...] or store=")
+        if isinstance(worker_id, bool) or not isinstance(worker_id, int) or worker_id < -1:
+            raise ValueError(
+                f"worker_id must be an int >= 0 (or -1 for an observer), got {worker_id!r}"
+            )
+        self.timeout = _timeout_s(timeout, "timeout")
+        self.retry_timeout = _timeout_s(retry_timeout, "retry_timeout")
+        connect_timeout = _timeout_s(connect_timeout, "connect_timeout")
+        self._store = store
+        self._job_id = os.environ.get("PSCORE_JOB_ID", "") if job_id is None else job_id
+        self._servers = None if servers is None else [str(s) for s in servers]
+        if self._servers is not None:
+            if not self._servers:
+                raise ValueError("servers must name at least one host:port")
+            for s in self._servers:
+                discovery.parse_address(s)
+            num_shards = len(self._servers)
+        else:
+            num_shards = discovery.read_num_shards(store, self._job_id, connect_timeout)
+        opts = _ps.ClientOptions()
+        opts.worker = worker_id
+        opts.job_id = self._job_id
+        opts.auth_token = (
+            os.environ.get("PSCORE_AUTH_TOKEN", "") if auth_token is None else auth_token
+        )
+        opts.timeout_ms = int(self.timeout * 1000)
+        opts.connect_timeout_ms = int(min(connect_timeout, 10.0) * 1000)
+        self.worker_id = worker_id
+        self._cpp = _ps.Client(opts, num_shards)
+        self._tables: dict[str, TableInfo] = {}
+        self._inflight: list[PSWork] = []
+        self._reconnect(range(num_shards), time.monotonic() + connect_timeout)
+
+    # ----- connection management -----
+    @property
+    def num_shards(self) -> int:
+        return self._cpp.num_shards
+
+    def _reconnect(self, shards, deadline: float) -> None:
+        for shard in shards:
+            discovery.connect_shard(
+                self._cpp,
+                shard,
+                store=self._store,
+                job_id=self._job_id,
+                servers=self._servers,
+                deadline=deadline,
+            )
+
+    def _call(self, fn, *args):
+        """Runs a blocking, idempotent C++ call, reconnecting lost shards while retry_timeout
+        allows."""
+        deadline = None
+        while True:
+            try:
+                return fn(*args)
+            except errors.NetworkError:
+                deadline = deadline or time.monotonic() + self.retry_timeout
+                lost = [s for s in range(self.num_shards) if not self._cpp.connected(s)]
+                if not lost or time.monotonic() >= deadline:
+                    raise
+                self._reconnect(lost, deadline)
+
+    def _track(self, work, keep: tuple, result=None) -> PSWork:
+        self._inflight = [w for w in self._inflight if not w.is_completed()]
+        w = PSWork(self, work, keep, result)
+        self._inflight.append(w)
+        return w
+
+    # ----- tables -----
+    def _info(self, layout) -> TableInfo:
+        spec = layout.spec
+        info = TableInfo(
+            spec.name,
+            spec.sparse,
+            tuple(spec.shape),
+            _CONSISTENCY_NAMES[spec.consistency],
+            tuple(layout.parts),
+        )
+        self._tables[spec.name] = info
+        return info
+
+    def _spec(
+        self,
+        name,
+        sparse,
+        shape,
+        optimizer,
+        initializer,
+        init_args,
+        seed,
+        consistency,
+        staleness,
+        backup_workers,
+        clip_norm,
+        clip_value,
+    ):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"table name must be a non-empty str, got {name!r}")
+        if initializer not in _INITIALIZERS:
+            raise ValueError(
+                f"initializer must be one of {sorted(_INITIALIZERS)}, got {initializer!r}"
+            )
+        if consistency not in _CONSISTENCY:
+            raise ValueError(
+                f"consistency must be one of {sorted(_CONSISTENCY)}, got {consistency!r}"
+            )
+        spec = _ps.TableSpec()
+        spec.name, spec.sparse, spec.shape = name, sparse, [int(d) for d in shape]
+        spec.init_kind = _INITIALIZERS[initializer]
+        spec.init_a, spec.init_b = (float(v) for v in init_args)
+        spec.seed = int(seed) & (2**64 - 1)
+        fill_spec(
+            optimizer if optimizer is not None else SGD(), spec.optimizer, clip_norm, clip_value
+        )
+        spec.consistency = _CONSISTENCY[consistency]
+        spec.staleness, spec.backup_workers = int(staleness), int(backup_workers)
+        return spec
+
+    def create_dense(
+        self,
+        name: str,
+        shape=None,
+        *,
+        init=None,
+        initializer: str = "zeros",
+        mean: float = 0.0,
+        std: float = 1.0,
+        low: float = 0.0,
+        high: float = 1.0,
+        value: float = 0.0,
+        seed: int = 0,
+        optimizer: Optimizer | None = None,
+        consistency: str = "async",
+        staleness: int = 0,
+        backup_workers: int = 0,
+        clip_norm: float | None = None,
+        clip_value: float | None = None,
+    ) -> TableInfo:
+        """Creates (or, if it exists with the same settings, joins) a dense table of `shape`,
+        split over the shards balanced by bytes. `init` (an array) gives a new table's values,
+        else `initializer` ("zeros", "uniform" low/high, "normal" mean/std, "constant" value,
+        all seeded). Consistency: "async", "sync" (BSP; backup_workers late workers' gradients
+        are dropped) or "ssp" (a worker at most `staleness` steps ahead of the slowest)."""
+        keep, ptr, n = (None, 0, 0)
+        if init is not None:
+            keep, ptr, n = float_input(init, "init")
+            shape = tuple(init.shape) if shape is None else shape
+        if shape is None:
+            raise ValueError(f"create_dense {name!r}: give a shape or an init array")
+        shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
+        args = {
+            "zeros": (0, 0),
+            "uniform": (low, high),
+            "normal": (mean, std),
+            "constant": (value, 0),
+        }.get(initializer, (0, 0))
+        spec = self._spec(
+            name,
+            False,
+            shape,
+            optimizer,
+            initializer,
+            args,
+            seed,
+            consistency,
+            staleness,
+            backup_workers,
+            clip_norm,
+            clip_value,
+        )
+        return self._info(self._call(self._cpp.create_table, spec, ptr, n))
+
+    def create_sparse(
+        self,
+        name: str,
+        dim: int,
+        *,
+        initializer: str = "zeros",
+        mean: float = 0.0,
+        std: float = 1.0,
+        low: float = 0.0,
+        high: float = 1.0,
+        value: float = 0.0,
+        seed: int = 0,
+        optimizer: Optimizer | None = None,
+        consistency: str = "async",
+        staleness: int = 0,
+        backup_workers: int = 0,
+        clip_norm: float | None = None,
+        clip_value: float | None = None,
+    ) -> TableInfo:
+        """Creates (or joins) a sparse table of rows of `dim` floats keyed by int64 ids of any
+        value. A row is created, from the seeded initializer, the first time it is touched;
+        rows hash to shards. Optimizers update only the rows pushed (lazily)."""
+        args = {
+            "zeros": (0, 0),
+            "uniform": (low, high),
+            "normal": (mean, std),
+            "constant": (value, 0),
+        }.get(initializer, (0, 0))
+        spec = self._spec(
+            name,
+            True,
+            (int(dim),),
+            optimizer,
+            initializer,
+            args,
+            seed,
+            consistency,
+            staleness,
+            backup_workers,
+            clip_norm,
+            clip_value,
+        )
+        return self._info(self._call(self._cpp.create_table, spec, 0, 0))
+
+    def lookup_table(self, name: str) -> TableInfo:
+        """The table `name` (KeyError when no worker created it)."""
+        return self._info(self._call(self._cpp.lookup_table, name))
+
+    def table(self, name: str) -> TableInfo:
+        return self._tables.get(name) or self.lookup_table(name)
+
+    # ----- dense -----
+    def push_async(self, name: str, grad) -> PSWork:
+        g, gp, n = float_input(grad, "grad")
+        return self._track(self._cpp.push(name, gp, n), (g,))
+
+    def pull_async(self, name: str, out=None) -> PSWork:
+        if out is None:
+            out = np.empty(self.table(name).shape, dtype=np.float32)
+        o, op, n = float_output(out, "out")
+        return self._track(self._cpp.pull(name, op, n), (o,), lambda: o)
+
+    def push_pull_async(self, name: str, grad, out=None) -> PSWork:
+        g, gp, n = float_input(grad, "grad")
+        if out is None:
+            out = np.empty(self.table(name).shape, dtype=np.float32)
+        o, op, m = float_output(out, "out")
+        if m != n:
+            raise ValueError(f"push_pull {name!r}: grad has {n} elements, out {m}")
+        return self._track(self._cpp.push_pull(name, gp, op, n), (g, o), lambda: o)
+
+    def assign_async(self, name: str, value) -> PSWork:
+        v, vp, n = float_input(value, "value")
+        return self._track(self._cpp.assign(name, vp, n), (v,))
+
+    def push(self, name: str, grad) -> None:
+        """Sends a gradient; the table's server-side optimizer applies it."""
+        self.push_async(name, grad).wait()
+
+    def pull(self, name: str, out=None):
+        """Copies the table's values into `out` (a new array when None) and returns it."""
+        return self.pull_async(name, out).wait()
+
+    def push_pull(self, name: str, grad, out=None):
+        """push then pull in one round trip (for sync tables, the values after the round)."""
+        return self.push_pull_async(name, grad, out).wait()
+
+    def assign(self, name: str, value) -> None:
+        """Overwrites a dense table's values (optimizer state is kept)."""
+        self.assign_async(name, value).wait()
+
+    # ----- sparse -----
+    def _rows(self, name: str, ids, rows, what: str, output: bool):
+        i, ip, n = id_input(ids)
+        dim = self.table(name).dim
+        if dim == 0:
+            raise ValueError(f"{what} {name!r}: the table is dense")
+        if rows is None:
+            rows = np.empty((n, dim), dtype=np.float32)
+        r, rp, m = float_output(rows, "out") if output else float_input(rows, "grads")
+        if m != n * dim:
+            raise ValueError(
+                f"{what} {name!r}: {n} ids need {n * dim} values ({n} x {dim}), got {m}"
+            )
+        return i, ip, n, r, rp
+
+    def push_sparse_async(self, name: str, ids, grads) -> PSWork:
+        i, ip, n, g, gp = self._rows(name, ids, grads, "push_sparse", False)
+        return self._track(self._cpp.push_sparse(name, ip, gp, n), (i, g))
+
+    def pull_sparse_async(self, name: str, ids, out=None) -> PSWork:
+        i, ip, n, o, op = self._rows(name, ids, out, "pull_sparse", True)
+        return self._track(self._cpp.pull_sparse(name, ip, op, n), (i, o), lambda: o)
+
+    def push_sparse(self, name: str, ids, grads) -> None:
+        """Sends gradient rows for `ids` (duplicate ids are summed before the update)."""
+        self.push_sparse_async(name, ids, grads).wait()
+
+    def pull_sparse(self, name: str, ids, out=None):
+        """Rows for `ids` into `out` (shape (len(ids), dim); new when None); returns it."""
+        return self.pull_sparse_async(name, ids, out).wait()
+
+    # ----- many tables in one round trip -----
+    def _batch(self, works: list[PSWork], result) -> PSWork:
+        combined = _ps.Client.combine([w._work for w in works])
+        return self._track(combined, tuple(works), result)
+
+    def push_many_async(self, grads: Mapping[str, Any]) -> PSWork:
+        return self._batch([self.push_async(k, v) for k, v in grads.items()], None)
+
+    def pull_many_async(self, outs: Mapping[str, Any] | Iterable[str]) -> PSWork:
+        items = outs.items() if isinstance(outs, Mapping) else ((k, None) for k in outs)
+        works = {k: self.pull_async(k, v) for k, v in items}
+        return self._batch(list(works.values()), lambda: {k: w._result() for k, w in works.items()})
+
+    def push_many(self, grads: Mapping[str, Any]) -> None:
+        """Pushes to several tables with all requests in flight at once."""
+        self.push_many_async(grads).wait()
+
+    def pull_many(self, outs) -> dict:
+        """Pulls several tables at once: a mapping name -> out (or names); returns name -> array."""
+        return self.pull_many_async(outs).wait()
+
+    # ----- coordination -----
+    def worker_done(self) -> None:
+        """This worker has finished: sync rounds and ssp bounds stop waiting for it."""
+        self._call(lambda: self._cpp.worker_done().wait(-1))
+
+    def global_step(self) -> int:
+        """The job's global step counter (kept by shard 0)."""
+        return self._step_op(0)
+
+    def increment_global_step(self, n: int = 1) -> int:
+        """Adds n to the global step (typically by the chief once per step); returns it."""
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, not {type(n).__name__}")
+        return self._step_op(n)
+
+    def _step_op(self, delta: int) -> int:
+        w = self._cpp.global_step(delta)
+        w.wait(-1)
+        return int(np.frombuffer(w.replies()[0], dtype=np.int64)[0])
+
+    def table_step(self, name: str) -> int:
+        """This worker's step for a sync/ssp table (the round it pushes to next)."""
+        return self._cpp.table_step(name)
+
+    def save(self, path: str) -> None:
+        """Every shard writes its tables and optimizer state to path/shard-i-of-n.safetensors
+        (atomically). The path must be reachable from every server."""
+        self._call(lambda: self._cpp.save(os.path.abspath(path)).wait(-1))
+
+    def load(self, path: str) -> None:
+        """Every shard replaces its tables with those saved under path."""
+        self._call(lambda: self._cpp.load(os.path.abspath(path)).wait(-1))
+        self._tables.clear()
+
+    def stats(self) -> list[dict]:
+        """Per-shard counters: requests, bytes in/out, rows, queue depth, p50/p99 latency..."""
+        w = self._call(lambda: _waited(self._cpp.stats()))
+        return [json.loads(r) for r in w.replies()]
+
+    def close(self) -> None:
+        """Waits for in-flight requests, then closes the connections."""
+        for w in self._inflight:
+            try:
+                w.wait()
+            except Exception:  # noqa: BLE001 - closing; the error was the caller's to collect
+                pass
+        self._inflight = []
+        self._cpp = None
+
+    def __enter__(self) -> PSClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _waited(work):
+    work.wait(-1)
+    return work

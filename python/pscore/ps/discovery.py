@@ -1,0 +1,86 @@
+"""Where parameter servers are: the store keys a shard publishes its address under, so workers
+find servers with no host lists, and find a restarted shard's new address."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from pscore import errors
+
+
+def shard_key(job_id: str, shard: int) -> str:
+    return f"pscore/ps/{job_id or 'default'}/shard/{shard}"
+
+
+def num_shards_key(job_id: str) -> str:
+    return f"pscore/ps/{job_id or 'default'}/num_shards"
+
+
+def advertised_host(host: str) -> str:
+    """The address others should dial for a server bound to `host`."""
+    if host in ("", "0.0.0.0", "::"):
+        name = socket.gethostname()
+        try:
+            return socket.gethostbyname(name)
+        except OSError:
+            return name
+    return host
+
+
+def publish(
+    store, job_id: str, shard: int, num_shards: int, host: str, port: int, incarnation: int
+) -> None:
+    store.set(num_shards_key(job_id), str(num_shards))
+    store.set(shard_key(job_id, shard), f"{advertised_host(host)}:{port}:{incarnation}")
+
+
+def read_num_shards(store, job_id: str, timeout: float) -> int:
+    key = num_shards_key(job_id)
+    store.wait([key], timeout)
+    return int(store.get(key).decode())
+
+
+def read_address(store, job_id: str, shard: int, timeout: float) -> tuple[str, int, int]:
+    """(host, port, incarnation) of a shard, waiting up to timeout seconds for it to register."""
+    key = shard_key(job_id, shard)
+    store.wait([key], timeout)
+    host, port, incarnation = store.get(key).decode().rsplit(":", 2)
+    return host, int(port), int(incarnation)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"server address {text!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def connect_shard(client, shard: int, *, store, job_id: str, servers, deadline: float) -> None:
+    """(Re)connects `client` to `shard` until `deadline` (time.monotonic()), re-reading the
+    store each try so that a restarted shard's new port is picked up."""
+    delay = 0.02
+    last: Exception | None = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise errors.NetworkError(
+                f"cannot reach parameter-server shard {shard}: {last or 'timed out'}"
+            )
+        try:
+            if store is not None:
+                host, port, _ = read_address(store, job_id, shard, max(0.05, min(left, 5.0)))
+            else:
+                host, port = parse_address(servers[shard])
+            client.connect(shard, host, port)
+            return
+        except (
+            errors.NetworkError,
+            errors.TimeoutError,
+            errors.StoreError,
+            ConnectionError,
+            TimeoutError,
+        ) as e:
+            last = e
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.5)

@@ -1,0 +1,283 @@
+"""Parameter-server shards: ``pscore.PServer`` runs one in this process (tests, notebooks); the
+``pserver`` command (``python -m pscore.server``) runs one as a process:
+
+    pserver --port 7164 --shard 0 --num-shards 2 --num-workers 4 --store tcp://host:port
+
+Port 0 picks a free port and publishes it in the store, where workers (``pscore.PSClient(
+store=...)``) find it. SIGTERM stops accepting, lets in-flight requests finish, writes a
+checkpoint when asked (``--checkpoint-on-exit``) and exits 0. ``--recover DIR`` keeps a
+write-ahead log and snapshots in DIR and, on start, rebuilds the shard from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+
+from pscore import _ps
+from pscore.ps import discovery
+from pscore.ps.metrics import MetricsServer
+
+
+class PServer:
+    """One parameter-server shard served by C++ threads in this process (no GIL held while
+    serving). Binds loopback unless `host` says otherwise; a non-loopback host needs an auth
+    token (``auth_token`` or PSCORE_AUTH_TOKEN; workers prove they know it with an HMAC
+    challenge-response) or ``insecure=True``."""
+
+    def __init__(
+        self,
+        shard: int = 0,
+        num_shards: int = 1,
+        num_workers: int = 1,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        store=None,
+        job_id: str | None = None,
+        auth_token: str | None = None,
+        insecure: bool = False,
+        recover: str | None = None,
+        checkpoint_every: float | None = None,
+        fsync_log: bool = False,
+        threads: int = 2,
+        max_frame_bytes: int = 1 << 30,
+        max_queued_requests: int = 32,
+        min_part_bytes: int = 64 * 1024,
+        metrics_port: int | None = None,
+        log_connections: bool = True,
+    ):
+        for name, v in (
+            ("shard", shard),
+            ("num_shards", num_shards),
+            ("num_workers", num_workers),
+            ("port", port),
+            ("threads", threads),
+        ):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port {port} is outside 0..65535")
+        o = _ps.ServerOptions()
+        o.host, o.port, o.shard, o.num_shards, o.num_workers = (
+            host,
+            port,
+            shard,
+            num_shards,
+            num_workers,
+        )
+        o.job_id = os.environ.get("PSCORE_JOB_ID", "") if job_id is None else job_id
+        o.auth_token = os.environ.get("PSCORE_AUTH_TOKEN", "") if auth_token is None else auth_token
+        o.insecure = bool(insecure)
+        o.recover_dir = os.path.abspath(recover) if recover else ""
+        o.fsync_log = bool(fsync_log)
+        o.num_threads = threads
+        o.max_frame_bytes = int(max_frame_bytes)
+        o.max_queued_requests = int(max_queued_requests)
+        o.min_part_bytes = int(min_part_bytes)
+        o.log_connections = bool(log_connections)
+        self._opts = o
+        self._cpp = _ps.Server(o)
+        self._cpp.start()
+        self._store = store
+        self._metrics = None
+        self._stop = threading.Event()
+        self._snapshots = None
+        try:
+            if metrics_port is not None:
+                self._metrics = MetricsServer(self._cpp.stats_json, metrics_port)
+            if store is not None:
+                discovery.publish(
+                    store, o.job_id, shard, num_shards, host, self.port, self._cpp.incarnation
+                )
+            if checkpoint_every:
+                if not recover:
+                    raise ValueError("checkpoint_every needs recover= (the snapshot directory)")
+                self._snapshots = threading.Thread(
+                    target=self._snapshot_loop, args=(float(checkpoint_every),), daemon=True
+                )
+                self._snapshots.start()
+        except BaseException:
+            self.stop(0)
+            raise
+
+    @property
+    def port(self) -> int:
+        return self._cpp.port
+
+    @property
+    def host(self) -> str:
+        return self._opts.host
+
+    @property
+    def address(self) -> str:
+        return f"{discovery.advertised_host(self._opts.host)}:{self.port}"
+
+    @property
+    def shard(self) -> int:
+        return self._opts.shard
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._metrics.port if self._metrics else None
+
+    @property
+    def replayed_records(self) -> int:
+        """Write-ahead log records replayed when this shard recovered."""
+        return self._cpp.replayed_records
+
+    @property
+    def running(self) -> bool:
+        return self._cpp.running
+
+    def stats(self) -> dict:
+        return json.loads(self._cpp.stats_json())
+
+    def save(self, path: str) -> None:
+        """Writes this shard to path/shard-i-of-n.safetensors (atomically)."""
+        self._cpp.save(os.path.abspath(path))
+
+    def _snapshot_loop(self, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                self._cpp.save(self._opts.recover_dir)
+            except Exception as e:  # noqa: BLE001 - keep serving; report it
+                print(
+                    f"[pscore.ps shard {self.shard}] periodic snapshot failed: {e}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    def stop(self, drain_timeout: float = 10.0, checkpoint: str | None = None) -> None:
+        """Stops accepting, lets queued requests finish and replies flush (at most
+        drain_timeout seconds), closes connections; then writes `checkpoint` if given."""
+        self._stop.set()
+        self._cpp.stop(int(max(0.0, drain_timeout) * 1000))
+        if self._metrics:
+            self._metrics.close()
+            self._metrics = None
+        if checkpoint:
+            self._cpp.save(os.path.abspath(checkpoint))
+
+    def __enter__(self) -> PServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop(0)
+
+    def __repr__(self) -> str:
+        o = self._opts
+        return f"PServer(shard {o.shard}/{o.num_shards}, {self.address})"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pserver", description="Serve one parameter-server shard.")
+    p.add_argument("--port", type=int, default=0, help="TCP port (0: pick one, publish in --store)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address (default loopback; others need a token or --insecure)",
+    )
+    p.add_argument("--shard", type=int, default=0)
+    p.add_argument("--num-shards", type=int, default=1)
+    p.add_argument("--num-workers", type=int, default=1)
+    p.add_argument("--store", help="store URL (tcp://host:port, file://, redis://) to publish in")
+    p.add_argument("--store-timeout", type=float, default=300.0)
+    p.add_argument("--job-id", default=None, help="default: $PSCORE_JOB_ID")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback bind without PSCORE_AUTH_TOKEN",
+    )
+    p.add_argument(
+        "--recover",
+        metavar="DIR",
+        help="keep a write-ahead log + snapshots in DIR and rebuild from them on start",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=float,
+        metavar="SECONDS",
+        help="snapshot into the --recover DIR this often (truncates the log)",
+    )
+    p.add_argument(
+        "--checkpoint-on-exit",
+        metavar="DIR",
+        nargs="?",
+        const="",
+        help="on SIGTERM, save the shard to DIR (default: the --recover DIR)",
+    )
+    p.add_argument("--fsync", action="store_true", help="fsync the log after every update")
+    p.add_argument("--threads", type=int, default=2, help="request handler threads")
+    p.add_argument("--max-frame-mb", type=int, default=1024)
+    p.add_argument("--drain-timeout", type=float, default=10.0)
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on loopback")
+    return p
+
+
+def _open_store(url: str, timeout: float):
+    import urllib.parse
+
+    from pscore import store as store_mod
+
+    u = urllib.parse.urlsplit(url)
+    if u.scheme == "tcp":  # the job's master serves it; a shard is one of its clients
+        return store_mod.TCPStore(u.hostname, u.port, is_master=False, timeout=timeout)
+    return store_mod.create_store(url, timeout=timeout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.checkpoint_on_exit == "" and not args.recover:
+        print("pserver: --checkpoint-on-exit without a DIR needs --recover DIR", file=sys.stderr)
+        return 2
+    store = _open_store(args.store, args.store_timeout) if args.store else None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        server = PServer(
+            args.shard,
+            args.num_shards,
+            args.num_workers,
+            host=args.host,
+            port=args.port,
+            store=store,
+            job_id=args.job_id,
+            insecure=args.insecure,
+            recover=args.recover,
+            checkpoint_every=args.checkpoint_every,
+            fsync_log=args.fsync,
+            threads=args.threads,
+            max_frame_bytes=args.max_frame_mb << 20,
+            metrics_port=args.metrics_port,
+        )
+    except (ValueError, TypeError, OSError, ConnectionError) as e:
+        print(f"pserver: {e}", file=sys.stderr)
+        return 2
+    metrics = f", metrics on 127.0.0.1:{server.metrics_port}" if server.metrics_port else ""
+    replayed = f", recovered ({server.replayed_records} log records)" if args.recover else ""
+    print(
+        f"pserver: shard {args.shard}/{args.num_shards} serving on {server.address}"
+        f"{metrics}{replayed}",
+        flush=True,
+    )
+    while not stop.wait(0.5):
+        pass
+    target = None
+    if args.checkpoint_on_exit is not None:
+        target = args.checkpoint_on_exit or args.recover
+    server.stop(args.drain_timeout, checkpoint=target)
+    print(
+        f"pserver: shard {args.shard} stopped" + (f", saved to {target}" if target else ""),
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+// Unit tests of the parameter server's building blocks: SHA-256/HMAC vectors, JSON, safetensors
+// files, the id map, the partitioner, consistency bookkeeping, optimizer kernels, the log.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <numeric>
+
+#include "ps/consistency.h"
+#include "ps/json.h"
+#include "ps/optimizer.h"
+#include "ps/partitioner.h"
+#include "ps/row_map.h"
+#include "ps/safetensors_file.h"
+#include "ps/sha256.h"
+#include "ps/update_log.h"
+
+using namespace pscore::ps;
+
+namespace {
+
+std::string hex_of(const std::string& s) {
+  Digest d = sha256(s.data(), s.size());
+  return to_hex(d.data(), d.size());
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/pscore_ps_test_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+}  // namespace
+
+TEST(PsSha256, NistVectors) {
+  EXPECT_EQ(hex_of(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(hex_of("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hex_of("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  std::string million(1000000, 'a');
+  EXPECT_EQ(hex_of(million), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(PsSha256, HmacRfc4231) {
+  std::string key(20, '\x0b');
+  std::string msg = "Hi There";
+  Digest d = hmac_sha256(key, msg.data(), msg.size());
+  EXPECT_EQ(to_hex(d.data(), 32),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  std::string jefe_msg = "what do ya want for nothing?";
+  d = hmac_sha256("Jefe", jefe_msg.data(), jefe_msg.size());
+  EXPECT_EQ(to_hex(d.data(), 32),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  std::string long_key(131, '\xaa');
+  std::string m = "Test Using Larger Than Block-Size Key - Hash Key First";
+  d = hmac_sha256(long_key, m.data(), m.size());
+  EXPECT_EQ(to_hex(d.data(), 32),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  EXPECT_TRUE(constant_time_equal("abcd", "abcd", 4));
+  EXPECT_FALSE(constant_time_equal("abcd", "abce", 4));
+}
+
+TEST(PsJson, RoundTripAndErrors) {
+  Json j = Json::parse(R"({"a": [1, -2, 9007199254740993], "b": {"c": "x\"y\n"}, "d": 1.5,
+                           "e": true, "f": null})");
+  EXPECT_EQ(j.at("a").as_array()[2].as_int(), 9007199254740993LL);  // exact beyond 2^53
+  EXPECT_EQ(j.at("b").at("c").as_string(), "x\"y\n");
+  EXPECT_DOUBLE_EQ(j.at("d").as_double(), 1.5);
+  EXPECT_TRUE(j.at("e").as_bool());
+  EXPECT_EQ(Json::parse(j.dump()).dump(), j.dump());
+  for (const char* bad : {"{", "[1,]", "{\"a\" 1}", "tru", "\"abc", "1 2", "{\"a\":01x}"})
+    EXPECT_THROW(Json::parse(bad), std::invalid_argument) << bad;
+  std::string deep(100, '[');
+  EXPECT_THROW(Json::parse(deep), std::invalid_argument);
+  EXPECT_THROW(j.at("missing"), std::invalid_argument);
+  EXPECT_THROW(j.at("b").as_int("b"), std::invalid_argument);
+}
+
+TEST(PsSafetensors, RoundTripAndCorruptFiles) {
+  std::string dir = temp_dir();
+  std::string path = dir + "/t.safetensors";
+  std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  std::vector<int64_t> b = {-1, std::numeric_limits<int64_t>::min()};
+  SafetensorsWriter w;
+  w.add({"a", "F32", {2, 3}, a.data(), a.size() * 4});
+  w.add({"b:ids", "I64", {2}, b.data(), b.size() * 8});
+  w.set_metadata("k", "v");
+  w.write(path);
+  {
+    SafetensorsReader r(path);
+    const TensorEntry& ta = r.get("a", "F32");
+    EXPECT_EQ(ta.shape, (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(std::memcmp(ta.data, a.data(), 24), 0);
+    EXPECT_EQ(static_cast<const int64_t*>(r.get("b:ids", "I64").data)[1], b[1]);
+    EXPECT_EQ(r.metadata_value("k"), "v");
+    EXPECT_THROW(r.get("a", "I64"), std::invalid_argument);
+    EXPECT_THROW(r.get("zzz", "F32"), std::invalid_argument);
+  }
+  auto write_raw = [&](const std::string& bytes) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << bytes;
+  };
+  auto with_header = [](const std::string& h) {
+    uint64_t n = h.size();
+    return std::string(reinterpret_cast<const char*>(&n), 8) + h;
+  };
+  write_raw("abc");
+  EXPECT_THROW(SafetensorsReader{path}, std::invalid_argument);
+  write_raw(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}");
+  EXPECT_THROW(SafetensorsReader{path}, std::invalid_argument);
+  write_raw(with_header(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})"));
+  EXPECT_THROW(SafetensorsReader{path}, std::invalid_argument);  // data past the end
+  write_raw(with_header(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,4]}})") +
+            std::string(4, '\0'));
+  EXPECT_THROW(SafetensorsReader{path}, std::invalid_argument);  // shape/size mismatch
+  write_raw(with_header(R"({"x":{"dtype":"Q9","shape":[1],"data_offsets":[0,4]}})") +
+            std::string(4, '\0'));
+  EXPECT_THROW(SafetensorsReader{path}, std::invalid_argument);
+  EXPECT_THROW(SafetensorsReader{dir + "/absent"}, pscore::Error);
+}
+
+TEST(PsRowMap, ExtremeIdsAndGrowth) {
+  RowMap m;
+  std::vector<int64_t> ids = {
+      0, -1, 1, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), -2};
+  for (int64_t i = 0; i < 100000; ++i) ids.push_back(i * 7919 - 50000);
+  std::vector<int64_t> unique;
+  for (int64_t id : ids) {
+    bool inserted = false;
+    uint32_t row = m.find_or_insert(id, static_cast<uint32_t>(unique.size()), &inserted);
+    if (inserted) unique.push_back(id);
+    EXPECT_EQ(unique[row], id);
+  }
+  EXPECT_EQ(m.size(), unique.size());
+  for (size_t r = 0; r < unique.size(); ++r) EXPECT_EQ(m.find(unique[r]), static_cast<int64_t>(r));
+  EXPECT_EQ(m.find(123456789012345LL), -1);
+}
+
+TEST(PsPartitioner, BalancedByBytesAndSpreadsLargeTables) {
+  for (int shards : {1, 2, 3, 7}) {
+    std::vector<int64_t> loads(shards, 0);
+    auto big = plan_dense_parts(16 << 20, 4, loads, {});
+    ASSERT_EQ(static_cast<int>(big.size()), shards);  // one large layer spreads over all
+    int64_t covered = 0;
+    for (const auto& p : big) {
+      EXPECT_EQ(p.offset, covered);
+      covered += p.numel;
+    }
+    EXPECT_EQ(covered, 16 << 20);
+    // Many small tables of different sizes go to the least loaded shards.
+    for (int i = 0; i < 200; ++i) plan_dense_parts(100 + (i * 37) % 5000, 4, loads, {});
+    int64_t hi = *std::max_element(loads.begin(), loads.end());
+    int64_t lo = *std::min_element(loads.begin(), loads.end());
+    EXPECT_LE(hi - lo, 5100 * 4) << shards << " shards";
+  }
+  std::vector<int64_t> loads(3, 0);
+  EXPECT_EQ(plan_dense_parts(0, 4, loads, {}).size(), 1u);
+  EXPECT_THROW(plan_dense_parts(-1, 4, loads, {}), std::invalid_argument);
+  // Sparse ids spread evenly over shards whatever their pattern.
+  std::vector<int> count(4, 0);
+  for (int64_t i = 0; i < 40000; ++i) ++count[shard_for_id(i * 4, 4)];
+  for (int c : count) EXPECT_NEAR(c, 10000, 500);
+}
+
+TEST(PsConsistency, SyncRoundsBackupWorkersAndDone) {
+  ConsistencySpec spec;
+  spec.mode = Consistency::kSync;
+  spec.backup_workers = 1;
+  ConsistencyState c(spec, 3);
+  int replies = 0;
+  auto waiter = [&](int w, uint64_t seq) {
+    return Waiter{w, seq, false, [&](ByteBuffer&&) { ++replies; }};
+  };
+  EXPECT_EQ(c.admit(0, 10), ConsistencyState::Admission::kNew);
+  c.add_contribution(waiter(0, 10));
+  EXPECT_EQ(c.admit(0, 10), ConsistencyState::Admission::kPendingInRound);
+  EXPECT_FALSE(c.round_ready());
+  c.add_contribution(waiter(2, 5));
+  EXPECT_TRUE(c.round_ready());  // 3 workers - 1 backup
+  auto released = c.close_round();
+  EXPECT_EQ(released.size(), 2u);
+  EXPECT_EQ(c.round(), 1);
+  EXPECT_EQ(c.admit(0, 10), ConsistencyState::Admission::kDuplicate);
+  EXPECT_TRUE(c.is_late(0));  // worker 1's round-0 push is now late
+  c.set_done(1);
+  c.set_done(2);
+  c.add_contribution(waiter(0, 11));
+  EXPECT_TRUE(c.round_ready());  // only worker 0 is active
+}
+
+TEST(PsConsistency, SspStalenessBound) {
+  ConsistencySpec spec;
+  spec.mode = Consistency::kSsp;
+  spec.staleness = 2;
+  ConsistencyState c(spec, 2);
+  c.advance_clock(0, 2);
+  EXPECT_TRUE(c.may_proceed(0));
+  c.advance_clock(0, 3);
+  EXPECT_FALSE(c.may_proceed(0));  // 3 ahead of worker 1's 0
+  c.park(Waiter{0, 1, false, nullptr});
+  EXPECT_TRUE(c.release_ready().empty());
+  c.advance_clock(1, 1);
+  EXPECT_EQ(c.release_ready().size(), 1u);
+  c.advance_clock(0, 10);
+  c.set_done(1);  // a finished worker no longer holds others back
+  EXPECT_TRUE(c.may_proceed(0));
+}
+
+TEST(PsOptimizer, SgdMomentumNesterovAndClipping) {
+  OptimizerSpec s;
+  s.lr = 0.1;
+  s.momentum = 0.9;
+  s.nesterov = true;
+  std::vector<float> p = {1.0f}, g = {0.5f}, buf = {0};
+  apply_optimizer(s, p.data(), g.data(), buf.data(), 1, 1);
+  // step 1: buf = g; d = g + 0.9 * buf = 0.95; p = 1 - 0.095
+  EXPECT_FLOAT_EQ(buf[0], 0.5f);
+  EXPECT_FLOAT_EQ(p[0], 1.0f - 0.1f * 0.95f);
+  apply_optimizer(s, p.data(), g.data(), buf.data(), 1, 2);
+  EXPECT_FLOAT_EQ(buf[0], 0.9f * 0.5f + 0.5f);
+  s.clip_value = 0.25;
+  std::vector<float> v = {-1.0f, 0.1f, 2.0f};
+  clip_gradient_values(s, v.data(), 3);
+  EXPECT_EQ(v, (std::vector<float>{-0.25f, 0.1f, 0.25f}));
+  s.clip_norm = 1.0;
+  EXPECT_NEAR(clip_norm_factor(s, 4.0), 0.25f, 1e-6);
+  EXPECT_FLOAT_EQ(clip_norm_factor(s, 0.5), 1.0f);
+  OptimizerSpec bad;
+  bad.lr = -1;
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+}
+
+TEST(PsUpdateLog, ReplayStopsAtTornTail) {
+  std::string path = temp_dir() + "/w.wal";
+  {
+    UpdateLog log(path, 5, false);
+    for (int i = 0; i < 3; ++i) {
+      int64_t v = i * 10;
+      log.append(LogKind::kGlobalStep, {{&v, 8}});
+    }
+    EXPECT_EQ(log.next_index(), 8u);
+  }
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::app);
+    f << "PSWL garbage that is not a whole record";
+  }
+  std::vector<int64_t> seen;
+  uint64_t intact = 0;
+  uint64_t next = UpdateLog::replay(
+      path, 6, [&](LogKind, uint64_t, ByteReader& r) { seen.push_back(r.get<int64_t>()); },
+      &intact);
+  EXPECT_EQ(seen, (std::vector<int64_t>{10, 20}));  // index 5 is before from_index
+  EXPECT_EQ(next, 8u);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  EXPECT_LT(intact, static_cast<uint64_t>(f.tellg()));
+}

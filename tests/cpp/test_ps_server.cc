@@ -1,0 +1,176 @@
+// The parameter server over loopback with clients on threads: round trips, sync rounds with
+// several workers, exactly-once retries, recovery from the log, and hostile connections.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <thread>
+
+#include "common/frame.h"
+#include "common/socket.h"
+#include "ps/handshake.h"
+#include "ps/ps_client.h"
+#include "ps/ps_protocol.h"
+#include "ps/ps_server.h"
+
+using namespace pscore;
+using namespace pscore::ps;
+
+namespace {
+
+struct Cluster {
+  std::vector<std::unique_ptr<PsServer>> servers;
+  Cluster(int shards, int workers, const std::string& token = "", const std::string& dir = "") {
+    for (int s = 0; s < shards; ++s) {
+      ServerOptions o;
+      o.shard = s;
+      o.num_shards = shards;
+      o.num_workers = workers;
+      o.auth_token = token;
+      o.recover_dir = dir;
+      o.log_connections = false;
+      servers.push_back(std::make_unique<PsServer>(o));
+      servers.back()->start();
+    }
+  }
+  std::unique_ptr<PsClient> client(int worker, const std::string& token = "") {
+    ClientOptions o;
+    o.worker = worker;
+    o.auth_token = token;
+    o.timeout_ms = 20000;
+    auto c = std::make_unique<PsClient>(o, static_cast<int>(servers.size()));
+    for (size_t s = 0; s < servers.size(); ++s)
+      c->connect(static_cast<int>(s), "127.0.0.1", servers[s]->port());
+    return c;
+  }
+};
+
+TableSpec dense_spec(const std::string& name, int64_t n, double lr) {
+  TableSpec s;
+  s.name = name;
+  s.shape = {n};
+  s.optimizer.lr = lr;
+  return s;
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/pscore_ps_srv_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+}  // namespace
+
+TEST(PsServer, DensePushPullOverThreeShards) {
+  Cluster cl(3, 1);
+  auto c = cl.client(0);
+  const int64_t n = 300000;
+  std::vector<float> init(n), out(n), g(n, 1.0f);
+  for (int64_t i = 0; i < n; ++i) init[i] = static_cast<float>(i % 1000);
+  TableLayout l = c->create_table(dense_spec("w", n, 0.5), init.data(), n);
+  EXPECT_EQ(l.parts.size(), 3u);
+  c->push_pull("w", g.data(), out.data(), n)->wait(-1);
+  for (int64_t i = 0; i < n; i += 997) EXPECT_FLOAT_EQ(out[i], init[i] - 0.5f);
+  EXPECT_THROW(c->push("w", g.data(), n - 1), std::invalid_argument);
+  EXPECT_THROW(c->lookup_table("nope"), TableNotFound);
+}
+
+TEST(PsServer, SyncRoundAveragesAllWorkers) {
+  Cluster cl(2, 3);
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> results(3, std::vector<float>(100000));
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      auto c = cl.client(w);
+      TableSpec s = dense_spec("w", 100000, 1.0);
+      s.consistency.mode = Consistency::kSync;
+      c->create_table(s, nullptr, 0);
+      std::vector<float> g(100000, static_cast<float>(w + 1));
+      for (int step = 0; step < 3; ++step)
+        c->push_pull("w", g.data(), results[w].data(), 100000)->wait(-1);
+      EXPECT_EQ(c->table_step("w"), 3);
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Each round applies the mean gradient (1 + 2 + 3) / 3 = 2 once.
+  for (int w = 0; w < 3; ++w) EXPECT_FLOAT_EQ(results[w][12345], -6.0f);
+}
+
+TEST(PsServer, RetriedPushIsAppliedOnceAndRecoveredFromTheLog) {
+  std::string dir = temp_dir();
+  std::vector<float> g(1000, 1.0f), out(1000);
+  {
+    Cluster cl(1, 1, "", dir);
+    auto c = cl.client(0);
+    c->create_table(dense_spec("w", 1000, 1.0), nullptr, 0);
+    for (int i = 0; i < 4; ++i) c->push("w", g.data(), 1000)->wait(-1);
+    cl.servers[0]->shard().save(dir);  // snapshot, then more updates only in the log
+    for (int i = 0; i < 3; ++i) c->push("w", g.data(), 1000)->wait(-1);
+  }  // servers stop; state lives on in dir
+  Cluster cl(1, 1, "", dir);
+  EXPECT_EQ(cl.servers[0]->replayed_records(), 3u);
+  auto c = cl.client(0);
+  c->pull("w", out.data(), 1000)->wait(-1);
+  EXPECT_FLOAT_EQ(out[0], -7.0f);
+
+  // A raw connection sends the same push (same worker, same sequence number) twice.
+  Socket s = Socket::connect("127.0.0.1", cl.servers[0]->port(), Deadline(5000), "server");
+  ClientHandshake hs{0, "", "", "server"};
+  client_handshake(s, hs, Deadline(5000));
+  PushHeader ph;
+  ph.seq = uint64_t(1) << 62;
+  std::vector<uint8_t> frame(sizeof(FrameHeader) + sizeof(ph) + 4000);
+  FrameHeader h;
+  h.type = static_cast<uint8_t>(MsgType::kPushDense);
+  h.tag = table_id_for("w");
+  h.length = sizeof(ph) + 4000;
+  std::memcpy(frame.data(), &h, sizeof(h));
+  std::memcpy(frame.data() + sizeof(h), &ph, sizeof(ph));
+  std::memcpy(frame.data() + sizeof(h) + sizeof(ph), g.data(), 4000);
+  for (int copy = 0; copy < 2; ++copy) {
+    s.send_all(frame.data(), frame.size(), Deadline(5000), "push");
+    FrameHeader rh;
+    PushReply r;
+    s.recv_all(&rh, sizeof(rh), Deadline(5000), "reply");
+    ASSERT_EQ(rh.type, static_cast<uint8_t>(MsgType::kReply));
+    s.recv_all(&r, sizeof(r), Deadline(5000), "reply");
+    EXPECT_EQ(r.status,
+              static_cast<uint8_t>(copy == 0 ? PushStatus::kApplied : PushStatus::kDuplicate));
+  }
+  c->pull("w", out.data(), 1000)->wait(-1);
+  EXPECT_FLOAT_EQ(out[0], -8.0f);
+}
+
+TEST(PsServer, HostileConnectionsAreDroppedAndOthersServed) {
+  Cluster cl(1, 1, "sekrit");
+  const int port = cl.servers[0]->port();
+  auto raw = [&](const std::string& bytes) {
+    Socket s = Socket::connect("127.0.0.1", port, Deadline(5000), "server");
+    s.send_all(bytes.data(), bytes.size(), Deadline(5000), "raw");
+    char c;
+    // The server closes the connection: recv sees EOF (or a reset).
+    EXPECT_THROW(s.recv_all(&c, 1, Deadline(5000), "raw"), NetworkError);
+  };
+  raw(std::string(64, 'G'));  // garbage
+  FrameHeader h;
+  h.type = static_cast<uint8_t>(MsgType::kHello);
+  h.length = uint64_t(1) << 40;  // oversized length field
+  raw(std::string(reinterpret_cast<const char*>(&h), sizeof(h)));
+  {
+    ClientOptions o;
+    o.auth_token = "wrong";
+    PsClient bad(o, 1);
+    EXPECT_THROW(bad.connect(0, "127.0.0.1", port), NetworkError);
+  }
+  auto c = cl.client(0, "sekrit");
+  c->ping(0)->wait(-1);
+  std::string stats = cl.servers[0]->stats_json();
+  EXPECT_NE(stats.find("\"auth_failures\":1"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"dropped_connections\":3"), std::string::npos) << stats;
+}
+
+TEST(PsServer, RefusesPublicBindWithoutToken) {
+  ServerOptions o;
+  o.host = "0.0.0.0";
+  PsServer s(o);
+  EXPECT_THROW(s.start(), std::invalid_argument);
+}
