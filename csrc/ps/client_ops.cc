@@ -96,7 +96,6 @@ TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int
   if (it == tables_.end()) {
     TableState st;
     st.layout = layout;
-    st.next_seq = seq_base_;
     tables_[layout.spec.name] = st;
   }
   return layout;
@@ -120,7 +119,6 @@ TableLayout PsClient::lookup_table(const std::string& name) {
   if (!tables_.count(name)) {
     TableState st;
     st.layout = layout;
-    st.next_seq = seq_base_;
     tables_[name] = st;
   }
   return layout;
@@ -175,7 +173,7 @@ std::shared_ptr<Work> PsClient::dense_op(const std::string& name, uint8_t type, 
     h.clip_factor = clip_factor(layout.spec, grad, n);
     std::lock_guard<std::mutex> lk(state_mu_);
     TableState& st = table_state(name);
-    h.seq = ++st.next_seq;
+    h.seq = ++next_seq_;
     h.step = st.step;
   }
   auto w = std::make_shared<Work>(std::string(op) + " " + quoted(name));
@@ -238,7 +236,7 @@ std::shared_ptr<Work> PsClient::push_sparse(const std::string& name, const int64
   {
     std::lock_guard<std::mutex> lk(state_mu_);
     TableState& st = table_state(name);
-    h.seq = ++st.next_seq;
+    h.seq = ++next_seq_;
     h.step = st.step;
   }
   auto w = std::make_shared<Work>("push_sparse " + quoted(name));

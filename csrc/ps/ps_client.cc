@@ -31,7 +31,7 @@ PsClient::PsClient(const ClientOptions& opts, int num_shards)
   for (int s = 0; s < num_shards; ++s) link_error_[s] = "never connected";
   // Sequence numbers start at the wall clock in microseconds, so a restarted worker's pushes
   // number above those of its previous life and are not mistaken for retries.
-  seq_base_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+  next_seq_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                         std::chrono::system_clock::now().time_since_epoch())
                                         .count());
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);

@@ -76,7 +76,6 @@ class PsClient {
  private:
   struct TableState {
     TableLayout layout;
-    uint64_t next_seq = 0;
     int64_t step = 0;
   };
   TableState& table_state(const std::string& name);  // caller holds state_mu_
@@ -118,7 +117,9 @@ class PsClient {
 
   std::mutex state_mu_;
   std::unordered_map<std::string, TableState> tables_;
-  uint64_t seq_base_;
+  // Push sequence numbers: one increasing counter for all tables (so each table's pushes carry
+  // increasing numbers, across re-lookups and checkpoint loads too).
+  std::atomic<uint64_t> next_seq_;
 };
 
 }  // namespace pscore::ps

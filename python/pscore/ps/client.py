@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,6 +17,9 @@ from pscore.ps import discovery
 from pscore.ps.arrays import float_input, float_output, id_input
 from pscore.ps.optim import SGD, Optimizer, fill_spec
 from pscore.ps.work import PSWork
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 _INITIALIZERS = {"zeros": 0, "uniform": 1, "normal": 2, "constant": 3}
 _CONSISTENCY = {"async": 0, "sync": 1, "ssp": 2}
@@ -26,6 +31,7 @@ class TableInfo:
     """A table as the servers hold it. parts: (shard, offset, numel) slices of a dense table."""
 
     name: str
+    id: int
     sparse: bool
     shape: tuple
     consistency: str
@@ -145,6 +151,7 @@ class PSClient:
         spec = layout.spec
         info = TableInfo(
             spec.name,
+            layout.id,
             spec.sparse,
             tuple(spec.shape),
             _CONSISTENCY_NAMES[spec.consistency],
@@ -215,9 +222,9 @@ class PSClient:
         else `initializer` ("zeros", "uniform" low/high, "normal" mean/std, "constant" value,
         all seeded). Consistency: "async", "sync" (BSP; backup_workers late workers' gradients
         are dropped) or "ssp" (a worker at most `staleness` steps ahead of the slowest)."""
-        keep, ptr, n = (None, 0, 0)
+        _keep, ptr, n = (None, 0, 0)
         if init is not None:
-            keep, ptr, n = float_input(init, "init")
+            _keep, ptr, n = float_input(init, "init")
             shape = tuple(init.shape) if shape is None else shape
         if shape is None:
             raise ValueError(f"create_dense {name!r}: give a shape or an init array")
@@ -429,14 +436,12 @@ class PSClient:
     def close(self) -> None:
         """Waits for in-flight requests, then closes the connections."""
         for w in self._inflight:
-            try:
+            with contextlib.suppress(Exception):  # the caller collects errors from its works
                 w.wait()
-            except Exception:  # noqa: BLE001 - closing; the error was the caller's to collect
-                pass
         self._inflight = []
         self._cpp = None
 
-    def __enter__(self) -> PSClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

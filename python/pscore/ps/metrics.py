@@ -85,7 +85,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._stats_json = stats_json
         super().__init__(*args, **kwargs)
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         if self.path.split("?")[0] != "/metrics":
             self.send_error(404, "only /metrics is served here")
             return
