@@ -1,6 +1,8 @@
 """pscore: distributed-training communication - collectives over TCP and shared memory,
 rendezvous stores, a parameter server and Hogwild tables."""
 
+from .cluster import ClusterEnv, discover
+from .cluster_spec import ClusterSpec
 from .collectives import (
     ReduceOp,
     all_gather,
@@ -23,8 +25,6 @@ from .collectives import (
     scatter,
     send,
 )
-from .cluster import ClusterEnv, discover
-from .cluster_spec import ClusterSpec
 from .errors import Error, NetworkError, StoreError, TimeoutError
 from .group import (
     NON_GROUP_MEMBER,
@@ -38,3 +38,6 @@ from .store import FileStore, HashStore, PrefixStore, RedisStore, Store, TCPStor
 from .work import Work
 
 __version__ = "0.1.0"
+
+if "torch" in __import__("sys").modules:  # register the torch.distributed backend for free
+    from . import torch_backend  # noqa: F401
