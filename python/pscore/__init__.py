@@ -40,4 +40,4 @@ from .work import Work
 __version__ = "0.1.0"
 
 if "torch" in __import__("sys").modules:  # register the torch.distributed backend for free
-    from . import torch_backend  # noqa: F401
+    from . import torch_backend
