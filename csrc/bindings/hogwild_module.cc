@@ -1,5 +1,7 @@
-// pscore._hogwild: shared-memory Hogwild tables and their update kernels. Buffers cross as plain
-// (pointer, count, dtype code) integers taken by pscore/tensor.py; every update releases the GIL.
+// pscore._hogwild: shared-memory Hogwild tables and their update kernels. Updates take numpy arrays
+// (table.py turns CPU torch tensors into numpy views, no copy) and read their pointers, dtypes and
+// shapes here, which costs far less per call than Python-side checks; the kernels run without the
+// GIL.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -32,20 +34,6 @@ hw::SegmentOptions segment_options(int64_t wait_ms, int64_t ready_timeout_ms, bo
   return o;
 }
 
-hw::UpdateBatch make_batch(bool dense, uint64_t ids_ptr, uint64_t num_ids, int ids_code,
-                           uint64_t grads_ptr, uint64_t grads_numel, int grads_code, bool locked) {
-  hw::UpdateBatch b;
-  b.dense = dense;
-  b.ids = reinterpret_cast<const void*>(ids_ptr);
-  b.num_ids = num_ids;
-  b.ids_dtype = pscore::dtype_from_code(ids_code);
-  b.grads = reinterpret_cast<const void*>(grads_ptr);
-  b.grads_numel = grads_numel;
-  b.grads_dtype = pscore::dtype_from_code(grads_code);
-  b.locked = locked;
-  return b;
-}
-
 // A numpy array over one array of the segment; it keeps the table (and so the mapping) alive.
 py::array view(const std::shared_ptr<hw::SharedTable>& t, int slot) {
   const char* fmt = t->dtype() == DType::kFloat32 ? "float32" : "float64";
@@ -67,6 +55,131 @@ void register_segment_errors() {
       PyErr_SetString(PyExc_FileNotFoundError, e.what());
     }
   });
+}
+
+// ---- the numpy fast path: pointers, dtypes and shapes read straight from the arrays ---------
+// (pscore/hogwild/table.py turns torch tensors and lists into numpy views first.)
+
+bool np_native_order(const py::array& a) {
+  const bool little = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+  return a.dtype().byteorder() != (little ? '>' : '<');
+}
+
+std::string np_dtype_name(const py::array& a) {
+  std::string name = py::str(a.dtype().attr("name"));
+  return np_native_order(a) ? name : name + " (non-native byte order)";
+}
+
+// The element type of `a` when it is a native-order float32/float64/int32/int64, else false.
+bool np_dtype(const py::array& a, DType* out) {
+  if (!np_native_order(a)) return false;
+  const char k = a.dtype().kind();
+  const auto n = a.itemsize();
+  if (k == 'f' && n == 4)
+    *out = DType::kFloat32;
+  else if (k == 'f' && n == 8)
+    *out = DType::kFloat64;
+  else if (k == 'i' && n == 4)
+    *out = DType::kInt32;
+  else if (k == 'i' && n == 8)
+    *out = DType::kInt64;
+  else
+    return false;
+  return true;
+}
+
+std::string shape_of(const py::array& a) {
+  std::vector<uint64_t> s;
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s.push_back(static_cast<uint64_t>(a.shape(i)));
+  return hw::shape_string(s);
+}
+
+py::array as_array(const py::handle& x, const char* what) {
+  if (!py::isinstance<py::array>(x)) {
+    throw py::type_error(std::string(what) + ": expected a numpy array or a torch tensor, got " +
+                         std::string(py::str(py::type::handle_of(x).attr("__name__"))));
+  }
+  auto a = py::reinterpret_borrow<py::array>(x);
+  if (!(a.flags() & py::array::c_style)) {
+    throw py::value_error(std::string(what) +
+                          " is not contiguous; call .contiguous() or np.ascontiguousarray first");
+  }
+  return a;
+}
+
+// Checks ids (None: dense) and grads against the table as table.py documents, then fills a batch.
+hw::UpdateBatch np_batch(const hw::SharedTable& t, const char* op, const py::handle& ids_obj,
+                         const py::handle& grads_obj, bool locked) {
+  const std::string where = std::string(op) + " on shared table '" + t.name() + "'";
+  if (t.closed()) throw py::value_error(where + ": the table is closed");
+  py::array g = as_array(grads_obj, "grads");
+  DType gt;
+  if (!np_dtype(g, &gt) || gt != t.dtype()) {
+    throw py::type_error(where + ": grads are " + np_dtype_name(g) + " but the table holds " +
+                         pscore::dtype_name(t.dtype()));
+  }
+  const std::vector<uint64_t> shape = t.shape();
+  hw::UpdateBatch b;
+  b.grads = g.data();
+  b.grads_numel = static_cast<uint64_t>(g.size());
+  b.grads_dtype = gt;
+  b.locked = locked;
+  if (ids_obj.is_none()) {
+    bool same = g.ndim() == static_cast<py::ssize_t>(shape.size());
+    for (size_t i = 0; same && i < shape.size(); ++i) same = g.shape(i) == (py::ssize_t)shape[i];
+    if (!same) {
+      throw py::value_error(where + ": dense grads have shape " + shape_of(g) + ", the table " +
+                            hw::shape_string(shape));
+    }
+    b.dense = true;
+    return b;
+  }
+  const std::string ids_what = std::string(op) + " ids";
+  py::array ids = as_array(ids_obj, ids_what.c_str());
+  DType it;
+  if (!np_dtype(ids, &it) || (it != DType::kInt32 && it != DType::kInt64)) {
+    throw py::type_error(ids_what + " are " + np_dtype_name(ids) + "; pass int64 or int32");
+  }
+  if (ids.ndim() != 1) {
+    throw py::value_error(ids_what + " must be 1-D, got shape " + shape_of(ids));
+  }
+  std::vector<uint64_t> want = shape;
+  want[0] = static_cast<uint64_t>(ids.shape(0));
+  bool same = g.ndim() == static_cast<py::ssize_t>(want.size());
+  for (size_t i = 0; same && i < want.size(); ++i) same = g.shape(i) == (py::ssize_t)want[i];
+  if (!same) {
+    throw py::value_error(where + ": grads have shape " + shape_of(g) + "; " +
+                          std::to_string(want[0]) + " ids need " + hw::shape_string(want));
+  }
+  b.ids = ids.data();
+  b.num_ids = want[0];
+  b.ids_dtype = it;
+  return b;
+}
+
+enum class Op : int { kSgd = 0, kAdagrad = 1, kAdam = 2, kAxpy = 3 };
+
+// One call for every update from Python: validation with the GIL, the kernel without it.
+void update(hw::SharedTable& t, int op, const py::handle& ids, const py::handle& grads, bool locked,
+            double lr, double eps, double beta1, double beta2, uint64_t step) {
+  static const char* names[] = {"sgd", "adagrad", "adam", "axpy"};
+  if (op < 0 || op > 3) throw py::value_error("unknown update op " + std::to_string(op));
+  hw::UpdateBatch b = np_batch(t, names[op], ids, grads, locked);
+  py::gil_scoped_release release;
+  switch (static_cast<Op>(op)) {
+    case Op::kSgd:
+      t.sgd(b, hw::SgdOptions{lr});
+      break;
+    case Op::kAdagrad:
+      t.adagrad(b, hw::AdagradOptions{lr, eps});
+      break;
+    case Op::kAdam:
+      t.adam(b, hw::AdamOptions{lr, beta1, beta2, eps, step});
+      break;
+    case Op::kAxpy:
+      t.axpy(lr, b.grads, b.grads_numel, b.grads_dtype, b.locked);
+      break;
+  }
 }
 
 void bind_table(py::module_& m) {
@@ -99,50 +212,7 @@ void bind_table(py::module_& m) {
           Release())
       .def_static("remove", &hw::Segment::remove, Release())
       .def_static("shm_path", &hw::Segment::shm_path)
-      .def(
-          "sgd",
-          [](hw::SharedTable& self, bool dense, uint64_t ids, uint64_t num_ids, int ids_code,
-             uint64_t grads, uint64_t numel, int grads_code, bool locked, double lr) {
-            hw::SgdOptions o;
-            o.lr = lr;
-            self.sgd(make_batch(dense, ids, num_ids, ids_code, grads, numel, grads_code, locked),
-                     o);
-          },
-          Release())
-      .def(
-          "adagrad",
-          [](hw::SharedTable& self, bool dense, uint64_t ids, uint64_t num_ids, int ids_code,
-             uint64_t grads, uint64_t numel, int grads_code, bool locked, double lr, double eps) {
-            hw::AdagradOptions o;
-            o.lr = lr;
-            o.eps = eps;
-            self.adagrad(
-                make_batch(dense, ids, num_ids, ids_code, grads, numel, grads_code, locked), o);
-          },
-          Release())
-      .def(
-          "adam",
-          [](hw::SharedTable& self, bool dense, uint64_t ids, uint64_t num_ids, int ids_code,
-             uint64_t grads, uint64_t numel, int grads_code, bool locked, double lr, double beta1,
-             double beta2, double eps, uint64_t step) {
-            hw::AdamOptions o;
-            o.lr = lr;
-            o.beta1 = beta1;
-            o.beta2 = beta2;
-            o.eps = eps;
-            o.step = step;
-            self.adam(make_batch(dense, ids, num_ids, ids_code, grads, numel, grads_code, locked),
-                      o);
-          },
-          Release())
-      .def(
-          "axpy",
-          [](hw::SharedTable& self, double alpha, uint64_t x, uint64_t numel, int code,
-             bool locked) {
-            self.axpy(alpha, reinterpret_cast<const void*>(x), numel, pscore::dtype_from_code(code),
-                      locked);
-          },
-          Release())
+      .def("update", &update)
       .def("view", &view)
       .def("close", &hw::SharedTable::close, Release())
       .def("unlink", &hw::SharedTable::unlink, Release())

@@ -9,8 +9,11 @@
 
 namespace pscore::hogwild {
 
-constexpr uint64_t kPrefetchAhead = 6;       // ids ahead of the one being updated
-constexpr uint64_t kPrefetchMaxBytes = 512;  // per row and array; the hardware streams the rest
+#ifndef PSCORE_PREFETCH_AHEAD
+#define PSCORE_PREFETCH_AHEAD 6
+#endif
+constexpr uint64_t kPrefetchAhead = PSCORE_PREFETCH_AHEAD;  // ids ahead of the one being updated
+constexpr uint64_t kPrefetchLines = 8;  // per row and array; the hardware streams the rest
 
 // The locked variant's stripes: row r is guarded by words[(r / granule_rows) % count].
 struct LockStripes {
@@ -31,14 +34,19 @@ struct RowArrays {
   uint64_t dim;
 };
 
-inline void prefetch_bytes(const void* p, uint64_t nbytes) {
+// Up to kPrefetchLines lines from p. Always inlined: GCC finds a function that only prefetches
+// to be "const" and deletes the calls to it that it has not inlined.
+#define PSCORE_ALWAYS_INLINE inline __attribute__((always_inline))
+
+PSCORE_ALWAYS_INLINE void prefetch_bytes(const void* p, uint64_t nbytes) {
   const char* c = static_cast<const char*>(p);
-  const uint64_t n = nbytes < kPrefetchMaxBytes ? nbytes : kPrefetchMaxBytes;
-  for (uint64_t off = 0; off < n; off += 64) __builtin_prefetch(c + off, 1, 3);
+  for (uint64_t k = 0; k < kPrefetchLines; ++k) {
+    if (k * 64 < nbytes) __builtin_prefetch(c + k * 64, 1, 3);
+  }
 }
 
 template <typename T>
-inline void prefetch_row(const RowArrays<T>& a, uint64_t row) {
+PSCORE_ALWAYS_INLINE void prefetch_row(const RowArrays<T>& a, uint64_t row) {
   const uint64_t off = row * a.dim;
   const uint64_t nbytes = a.dim * sizeof(T);
   prefetch_bytes(a.w + off, nbytes);

@@ -9,6 +9,7 @@ namespace {
 
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kGranuleBytes = 1024;  // target bytes of parameters under one lock stripe
+constexpr uint64_t kStateStagger = 1344;  // 21 cache lines
 
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
@@ -86,12 +87,12 @@ TableLayout plan_layout(const TableSpec& spec, size_t header_bytes) {
   const uint64_t array_bytes = round_up(checked_mul(l.rows, row_bytes, spec), kPage);
   l.locks_offset = round_up(header_bytes, 64);
   l.data_offset = round_up(l.locks_offset + uint64_t{spec.lock_stripes} * sizeof(LockWord), kPage);
-  uint64_t end = l.data_offset + array_bytes;
+  // State array s starts (s+1) * kStateStagger bytes past a page boundary: row r of each array
+  // then falls in a different cache set and 4 KiB slot than row r of the parameters.
   for (uint32_t s = 0; s < l.state_slots; ++s) {
-    l.state_offset[s] = end;
-    end += array_bytes;
+    l.state_offset[s] = l.data_offset + (s + 1) * (array_bytes + kStateStagger);
   }
-  l.total_bytes = end;
+  l.total_bytes = round_up(l.data_offset + (l.state_slots + 1) * (array_bytes + kStateStagger), kPage);
   return l;
 }
 

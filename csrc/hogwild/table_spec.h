@@ -26,7 +26,7 @@ struct TableSpec {
   uint32_t lock_stripes = kDefaultLockStripes;  // striped locks of the locked variant
 };
 
-// Byte offsets of each part of a segment, all 4096-aligned but the header's lock array.
+// Byte offsets of each part of a segment: the parameters page-aligned, the state arrays staggered.
 struct TableLayout {
   uint64_t rows = 0;
   uint64_t dim = 0;           // elements per row

@@ -177,7 +177,7 @@ def test_bad_input_is_rejected_and_writes_nothing():
     _expect_rejected(
         t,
         ValueError,
-        "grads is not C-contiguous",
+        "grads is not contiguous; call .contiguous.. or np.ascontiguousarray",
         lambda: t.sgd(np.array([0, 1, 2]), np.ones((3, 6), np.float32)[:, ::2]),
     )
     _expect_rejected(
@@ -193,6 +193,17 @@ def test_bad_input_is_rejected_and_writes_nothing():
     _expect_rejected(
         t, TypeError, "expected a numpy array or a torch tensor", lambda: t.sgd(ok, [[1.0] * 3] * 3)
     )
+    _expect_rejected(
+        t,
+        TypeError,
+        r"grads are float32 \(non-native byte order\) but the table holds float32",
+        lambda: t.sgd(ok, g.astype(">f4")),
+    )
+    _expect_rejected(t, TypeError, "sgd ids are float64", lambda: t.sgd([0.0, 1.5, 2.0], g))
+    _expect_rejected(
+        t, TypeError, "grads are bfloat16", lambda: t.sgd(ok, torch.ones(3, 3).bfloat16())
+    )
+    _expect_rejected(t, TypeError, "sgd ids are uint8", lambda: t.sgd(ok.astype(np.uint8), g))
     assert t.update_count == 0
     t.close()
     with pytest.raises(ValueError, match="the table is closed"):

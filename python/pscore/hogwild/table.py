@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 
 from .. import _hogwild
-from ..tensor import DTYPE_CODES, as_buffer, is_torch_tensor
+from ..tensor import DTYPE_CODES, is_torch_tensor
 
 OPTIMIZERS = {None: 0, "none": 0, "sgd": 0, "adagrad": 1, "adam": 2}
 STATE_NAMES = {"none": (), "adagrad": ("sum",), "adam": ("exp_avg", "exp_avg_sq")}
 _TABLE_DTYPES = ("float32", "float64")
-_ID_DTYPES = ("int32", "int64")
 _counter = {"n": 0}
 _counter_lock = threading.Lock()
 
@@ -64,15 +63,40 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
     return dims
 
 
-def _as_ids(ids: Any, what: str):
-    if not (isinstance(ids, np.ndarray) or is_torch_tensor(ids)):
-        ids = np.asarray(ids, dtype=np.int64)
-    b = as_buffer(ids, writable=False, what=what)
-    if b.dtype not in _ID_DTYPES:
-        raise TypeError(f"{what} are {b.dtype}; pass int64 or int32 ids")
-    if ids.ndim != 1:
-        raise ValueError(f"{what} must be 1-D, got shape {tuple(ids.shape)}")
-    return b
+_TORCH_DTYPES = ("float32", "float64", "int32", "int64")
+
+
+def _array(x: Any, what: str = "grads") -> Any:
+    """x as a numpy array without copying: numpy arrays pass through, CPU torch tensors become
+    views. The binding checks dtype, contiguity and shape."""
+    if type(x) is np.ndarray:
+        return x
+    if is_torch_tensor(x):
+        if x.device.type != "cpu":
+            raise ValueError(
+                f"{what} is on {x.device}; SharedTable takes CPU tensors "
+                "(pscore.hogwild.cuda updates GPU tables)"
+            )
+        name = str(x.dtype).replace("torch.", "")
+        if name not in _TORCH_DTYPES:
+            raise TypeError(f"{what} are {name}; pass one of {', '.join(_TORCH_DTYPES)}")
+        return x.detach().numpy()
+    return x  # other ndarray subclasses pass; anything else gets the binding's TypeError
+
+
+def _ids(ids: Any, op: str) -> Any:
+    if ids is None or type(ids) is np.ndarray:
+        return ids
+    if is_torch_tensor(ids):
+        return _array(ids, f"{op} ids")
+    if isinstance(ids, (list, tuple, range)):
+        arr = np.asarray(ids)
+        if arr.size == 0:
+            return arr.astype(np.int64)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"{op} ids are {arr.dtype}; pass int64 or int32")
+        return arr.astype(np.int64, copy=False)
+    return ids
 
 
 class SharedTable:
@@ -234,40 +258,17 @@ class SharedTable:
         return arr
 
     # ---- updates ----------------------------------------------------------------------------
-    def _batch(self, ids: Any, grads: Any, op: str):
-        if self._h.closed:
-            raise ValueError(f"{op} on shared table '{self.name}': the table is closed")
-        g = as_buffer(grads, writable=False, what="grads")
-        if g.dtype != self._dtype_name:
-            raise TypeError(
-                f"{op} on shared table '{self.name}': grads are {g.dtype} but the "
-                f"table holds {self._dtype_name}"
-            )
-        if ids is None:
-            if tuple(grads.shape) != self.shape:
-                raise ValueError(
-                    f"{op} on shared table '{self.name}': dense grads have shape "
-                    f"{tuple(grads.shape)}, the table {self.shape}"
-                )
-            return True, 0, 0, 7, g.ptr, g.numel, g.dtype_code
-        i = _as_ids(ids, f"{op} ids")
-        if tuple(grads.shape) != (i.numel,) + self._row_shape:
-            raise ValueError(
-                f"{op} on shared table '{self.name}': grads have shape "
-                f"{tuple(grads.shape)}; {i.numel} ids need "
-                f"{(i.numel,) + self._row_shape}"
-            )
-        return False, i.ptr, i.numel, i.dtype_code, g.ptr, g.numel, g.dtype_code
-
     def sgd(self, ids: Any, grads: Any, lr: float = 0.01, *, locked: bool = False) -> None:
         """table[ids[i]] -= lr * grads[i] (ids=None: the whole table, grads shaped like it)."""
-        self._h.sgd(*self._batch(ids, grads, "sgd"), bool(locked), float(lr))
+        self._h.update(0, _ids(ids, "sgd"), _array(grads), locked, float(lr), 0.0, 0.0, 0.0, 0)
 
     def adagrad(
         self, ids: Any, grads: Any, lr: float = 0.01, eps: float = 1e-10, *, locked: bool = False
     ) -> None:
         """torch.optim.Adagrad's update of rows `ids` (or all), fused in one pass per row."""
-        self._h.adagrad(*self._batch(ids, grads, "adagrad"), bool(locked), float(lr), float(eps))
+        self._h.update(
+            1, _ids(ids, "adagrad"), _array(grads), locked, float(lr), float(eps), 0.0, 0.0, 0
+        )
 
     def adam(
         self,
@@ -285,20 +286,21 @@ class SharedTable:
         if step is not None and (not isinstance(step, (int, np.integer)) or step < 1):
             raise ValueError(f"adam step must be an int >= 1 or None, got {step!r}")
         b1, b2 = betas
-        self._h.adam(
-            *self._batch(ids, grads, "adam"),
-            bool(locked),
+        self._h.update(
+            2,
+            _ids(ids, "adam"),
+            _array(grads),
+            locked,
             float(lr),
+            float(eps),
             float(b1),
             float(b2),
-            float(eps),
             int(step or 0),
         )
 
     def axpy(self, alpha: float, x: Any, *, locked: bool = False) -> None:
         """table += alpha * x over the whole table (x shaped like the table)."""
-        _, _, _, _, ptr, numel, code = self._batch(None, x, "axpy")
-        self._h.axpy(float(alpha), ptr, numel, code, bool(locked))
+        self._h.update(3, None, _array(x), locked, float(alpha), 0.0, 0.0, 0.0, 0)
 
     # ---- lifetime -------------------------------------------------------------------------------
     @property
