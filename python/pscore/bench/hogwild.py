@@ -27,7 +27,6 @@ import numpy as np
 
 LR = 0.01
 EPS = 1e-10
-POOL = 64  # distinct (ids, grads) batches each worker cycles through
 SPARSE_OPS = ("sgd", "adagrad")
 DENSE_OPS = ("dense-sgd", "dense-adagrad")
 
@@ -47,6 +46,13 @@ def _parse(argv):
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--dense", type=int, default=1_000_000, help="elements of the dense vector")
     p.add_argument("--seconds", type=float, default=0.5, help="timed run per measurement")
+    p.add_argument(
+        "--pool",
+        type=int,
+        default=1024,
+        help="pre-generated batches each worker cycles through (1024 x 256 ids touch ~64 MB of "
+        "rows, more than the caches hold, as random ids of a big table do)",
+    )
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads/worker")
     p.add_argument("--json", default=None, help="write the results here")
@@ -63,7 +69,7 @@ def _parse(argv):
 def _batches(args, rank, kind):
     rng = np.random.default_rng(1000 + rank)
     out = []
-    for _ in range(POOL):
+    for _ in range(args.pool):
         ids = rng.integers(0, args.rows, args.batch, dtype=np.int64)
         g = rng.standard_normal((args.batch, args.dim), dtype=np.float32)
         out.append((ids, g))
@@ -92,15 +98,16 @@ def _step_fn(impl, op, tables, args, rank):
             return (lambda k: t.sgd(None, g, LR, locked=locked)), 1
         return (lambda k: t.adagrad(None, g, LR, EPS, locked=locked)), 1
     pool = _batches(args, rank, "torch" if impl == "torch-mp" else "numpy")
+    n_pool = len(pool)
     if impl == "torch-mp":
         emb, st = tables["t_emb"], tables["t_emb_sum"]
 
         def sgd(k):
-            ids, g = pool[k % POOL]
+            ids, g = pool[k % n_pool]
             emb.index_add_(0, ids, -LR * g)
 
         def adagrad(k):
-            ids, g = pool[k % POOL]
+            ids, g = pool[k % n_pool]
             st.index_add_(0, ids, g * g)
             std = st.index_select(0, ids).sqrt_().add_(EPS)
             emb.index_add_(0, ids, g / std, alpha=-LR)
@@ -108,14 +115,17 @@ def _step_fn(impl, op, tables, args, rank):
         return (sgd if op == "sgd" else adagrad), args.batch
     t, locked = tables["p_emb"], impl == "pscore-locked"
     if op == "sgd":
-        return (lambda k: t.sgd(*pool[k % POOL], LR, locked=locked)), args.batch
-    return (lambda k: t.adagrad(*pool[k % POOL], LR, EPS, locked=locked)), args.batch
+        return (lambda k: t.sgd(*pool[k % n_pool], LR, locked=locked)), args.batch
+    return (lambda k: t.adagrad(*pool[k % n_pool], LR, EPS, locked=locked)), args.batch
 
 
 def _worker(rank, tables, args, barrier, conn):
     import torch
 
     torch.set_num_threads(args.torch_threads)
+    for key, x in tables.items():  # fault torch's shared pages in (pscore maps with MAP_POPULATE)
+        if key.startswith("t_"):
+            x.view(-1)[::1024].add_(0)
     while True:
         task = conn.recv()
         if task is None:
