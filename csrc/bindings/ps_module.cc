@@ -155,7 +155,8 @@ void bind_client(py::module_& m) {
   py::class_<PsClient>(m, "Client")
       .def(py::init<const ClientOptions&, int>(), py::arg("options"), py::arg("num_shards"))
       .def_property_readonly("num_shards", &PsClient::num_shards)
-      .def("connect", &PsClient::connect, Release())
+      .def("connect", &PsClient::connect, py::arg("shard"), py::arg("host"), py::arg("port"),
+           py::arg("timeout_ms") = 0, Release())
       .def("connected", &PsClient::connected)
       .def("link_error", &PsClient::link_error)
       .def("incarnation", &PsClient::incarnation)

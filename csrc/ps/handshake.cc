@@ -27,7 +27,8 @@ std::string read_frame(const Socket& s, MsgType want, const Deadline& d, const s
   if (h.type == static_cast<uint8_t>(MsgType::kError)) {
     ByteReader r(reinterpret_cast<const uint8_t*>(body.data()), body.size(), "handshake error");
     r.get<uint32_t>();
-    throw NetworkError(peer + " refused the connection: " + r.get_string());
+    // A deliberate refusal (wrong token, job id, worker id): retrying cannot help.
+    throw Error(peer + " refused the connection: " + r.get_string());
   }
   if (h.type != static_cast<uint8_t>(want))
     throw NetworkError(peer + ": handshake expected " + msg_type_name(uint8_t(want)) + ", got " +
@@ -129,16 +130,16 @@ Welcome client_handshake(const Socket& s, const ClientHandshake& opts, const Dea
   std::string body;
   try {
     body = read_frame(s, MsgType::kWelcome, deadline, opts.peer);
-  } catch (const NetworkError& e) {
-    throw NetworkError(std::string(e.what()) +
-                       " (the server closes connections whose auth token does not match; check "
-                       "PSCORE_AUTH_TOKEN)");
+  } catch (const NetworkError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (check that PSCORE_AUTH_TOKEN matches the servers')");
   }
   Welcome w = decode_welcome(reinterpret_cast<const uint8_t*>(body.data()), body.size());
   if (!opts.token.empty()) {
     Digest expect = server_mac(opts.token, hello.nonce, server_nonce);
     if (!constant_time_equal(expect.data(), w.server_mac.data(), expect.size()))
-      throw NetworkError(opts.peer + ": the server could not prove it knows the auth token");
+      throw Error(opts.peer + ": the server could not prove it knows the auth token");
   }
   return w;
 }

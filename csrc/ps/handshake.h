@@ -47,8 +47,9 @@ struct ClientHandshake {
   std::string peer;  // names the server in errors ("shard 1 (127.0.0.1:7164)")
 };
 
-// Runs the client side on a connected blocking socket; throws NetworkError when the server
-// refuses or cannot prove it knows the token, TimeoutError past the deadline.
+// Runs the client side on a connected blocking socket. Throws Error when the server refuses the
+// worker (wrong token, job id or worker id) or cannot prove it knows the token, NetworkError
+// when the connection breaks, TimeoutError past the deadline.
 Welcome client_handshake(const Socket& s, const ClientHandshake& opts, const Deadline& deadline);
 
 }  // namespace pscore::ps

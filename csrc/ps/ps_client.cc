@@ -58,13 +58,13 @@ void PsClient::wake() {
   (void)k;
 }
 
-void PsClient::connect(int shard, const std::string& host, int port) {
+void PsClient::connect(int shard, const std::string& host, int port, int64_t timeout_ms) {
   if (shard < 0 || shard >= num_shards_)
     throw std::invalid_argument("shard " + std::to_string(shard) + " is outside [0, " +
                                 std::to_string(num_shards_) + ")");
   std::string address = host + ":" + std::to_string(port);
   std::string who = "shard " + std::to_string(shard) + " (" + address + ")";
-  Deadline deadline(opts_.connect_timeout_ms);
+  Deadline deadline(timeout_ms > 0 ? timeout_ms : opts_.connect_timeout_ms);
   Socket s = Socket::connect(host, port, deadline, who);
   s.set_nodelay();
   ClientHandshake hs{opts_.worker, opts_.job_id, opts_.auth_token, who};

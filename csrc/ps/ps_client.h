@@ -36,9 +36,9 @@ class PsClient {
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
 
-  // Connects (or reconnects) to a shard and runs the handshake; blocking, bounded by
-  // connect_timeout_ms. Requests still in flight on a replaced connection fail (retryable).
-  void connect(int shard, const std::string& host, int port);
+  // Connects (or reconnects) to a shard and runs the handshake; blocking, bounded by timeout_ms
+  // (<= 0: connect_timeout_ms). Requests in flight on a replaced connection fail (retryable).
+  void connect(int shard, const std::string& host, int port, int64_t timeout_ms = 0);
   bool connected(int shard);
   std::string link_error(int shard);  // why the shard's connection went down ("" when up)
   uint64_t incarnation(int shard);

@@ -237,19 +237,23 @@ ServerConnection::FrameAction PsServer::on_frame(const std::shared_ptr<ServerCon
 
 ServerConnection::FrameAction PsServer::handshake(const std::shared_ptr<ServerConnection>& c,
                                                   InFrame& f) {
-  auto fail = [&](const std::string& why, bool auth) {
+  // Refusals a well-behaved client should hear about (and not retry) get an error frame before
+  // the connection closes; anything else is dropped silently.
+  auto fail = [&](const std::string& why, bool auth, bool tell = true) {
     if (auth) stats_.auth_failures.fetch_add(1);
+    if (tell) send_error(*c, f.header, static_cast<uint32_t>(ErrorCode::kInvalidArgument), why);
     c->close_reason = why;  // on_readable drops and logs the connection
     return ServerConnection::FrameAction::kClose;
   };
   const auto type = static_cast<MsgType>(f.header.type);
   if (c->stage == ServerConnection::Stage::kAwaitHello) {
     if (type != MsgType::kHello)
-      return fail(std::string("expected a hello, got ") + msg_type_name(f.header.type), false);
+      return fail(std::string("expected a hello, got ") + msg_type_name(f.header.type), false,
+                  false);
     try {
       c->hello = decode_hello(f.body.data(), f.body.size());
     } catch (const std::exception& e) {
-      return fail(e.what(), false);
+      return fail(e.what(), false, false);
     }
     if (c->hello.version != kProtocolVersion)
       return fail("protocol version " + std::to_string(c->hello.version), false);

@@ -17,10 +17,14 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from pscore import _ps
 from pscore.ps import discovery
 from pscore.ps.metrics import MetricsServer
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class PServer:
@@ -163,7 +167,7 @@ class PServer:
         if checkpoint:
             self._cpp.save(os.path.abspath(checkpoint))
 
-    def __enter__(self) -> PServer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -159,7 +159,7 @@ TEST(PsServer, HostileConnectionsAreDroppedAndOthersServed) {
     ClientOptions o;
     o.auth_token = "wrong";
     PsClient bad(o, 1);
-    EXPECT_THROW(bad.connect(0, "127.0.0.1", port), NetworkError);
+    EXPECT_THROW(bad.connect(0, "127.0.0.1", port), pscore::Error);
   }
   auto c = cl.client(0, "sekrit");
   c->ping(0)->wait(-1);

@@ -72,7 +72,8 @@ def connect_shard(client, shard: int, *, store, job_id: str, servers, deadline: 
                 host, port, _ = read_address(store, job_id, shard, max(0.05, min(left, 5.0)))
             else:
                 host, port = parse_address(servers[shard])
-            client.connect(shard, host, port)
+            # Short tries: a restarted shard may come back on another port (see the store).
+            client.connect(shard, host, port, int(max(0.05, min(left, 1.0)) * 1000))
             return
         except (
             errors.NetworkError,

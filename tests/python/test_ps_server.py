@@ -1,0 +1,129 @@
+"""The pserver command and pscore.PServer: publishing a picked port in a store, Prometheus
+metrics, SIGTERM draining to a checkpoint with exit status 0, and the bind policy."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+from test_ps_support import PYTHON_DIR, address_from_banner, pserver_process
+
+import pscore
+from pscore.ps import SGD, PSClient, read_checkpoint
+from pscore.server import PServer
+from pscore.store import HashStore, TCPStore
+
+
+def test_pserver_publishes_its_port_and_serves_metrics():
+    store = TCPStore("127.0.0.1", 0, is_master=True, timeout=30)
+    url = f"tcp://127.0.0.1:{store.port}"
+    procs = [
+        pserver_process(
+            "--shard",
+            str(s),
+            "--num-shards",
+            "2",
+            "--num-workers",
+            "1",
+            "--port",
+            "0",
+            "--store",
+            url,
+            "--metrics-port",
+            "0",
+        )
+        for s in range(2)
+    ]
+    try:
+        c = PSClient(store=store)  # no host list: the shards registered themselves
+        assert c.num_shards == 2
+        c.create_dense("m", (300_000,), optimizer=SGD(lr=1.0))
+        c.push("m", np.ones(300_000, np.float32))
+        assert c.pull("m")[-1] == -1.0
+        metrics_port = int(procs[0].banner.split("metrics on 127.0.0.1:")[1].split(",")[0])
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+        assert 'pscore_ps_requests_total{shard="0",type="push"} 1' in text
+        assert "# TYPE pscore_ps_request_latency_us summary" in text
+        assert 'pscore_ps_dense_elements{shard="0"} 150000' in text
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/other")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_sigterm_drains_checkpoints_and_exits_zero(tmp_path):
+    proc = pserver_process("--recover", str(tmp_path), "--checkpoint-on-exit")
+    try:
+        c = PSClient([address_from_banner(proc.banner)], retry_timeout=1.0)
+        c.create_dense("d", (50_000,), optimizer=SGD(lr=1.0))
+        for _ in range(3):
+            c.push("d", np.ones(50_000, np.float32))
+        works = [c.push_async("d", np.ones(50_000, np.float32)) for _ in range(30)]
+        proc.send_signal(signal.SIGTERM)
+        acked = 3
+        for w in works:
+            try:
+                w.wait()
+                acked += 1
+            except pscore.NetworkError:
+                pass
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert f"saved to {tmp_path}" in out
+        saved = -read_checkpoint(str(tmp_path))["d"]
+        assert np.all(saved == saved[0])
+        assert acked <= saved[0] <= 33  # every acknowledged push is in the checkpoint
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_public_bind_needs_a_token():
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    env.pop("PSCORE_AUTH_TOKEN", None)
+    r = subprocess.run(
+        [sys.executable, "-m", "pscore.server", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 2
+    assert "without an auth token: set PSCORE_AUTH_TOKEN, or pass --insecure" in r.stderr
+    proc = pserver_process("--host", "0.0.0.0", env={"PSCORE_AUTH_TOKEN": "tok"})
+    try:
+        port = address_from_banner(proc.banner).rsplit(":", 1)[1]
+        c = PSClient([f"127.0.0.1:{port}"], auth_token="tok")
+        assert c.stats()[0]["connections"] == 1
+        with pytest.raises(pscore.Error, match="wrong auth token"):
+            PSClient([f"127.0.0.1:{port}"], auth_token="", connect_timeout=1.0)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+
+
+def test_in_process_server_lifecycle(tmp_path):
+    store = HashStore()
+    with PServer(0, 1, 1, store=store, job_id="j", metrics_port=0) as server:
+        assert repr(server) == f"PServer(shard 0/1, 127.0.0.1:{server.port})"
+        c = PSClient(store=store, job_id="j")
+        c.create_dense("x", (4,), init=np.arange(4, dtype=np.float32))
+        server.save(str(tmp_path))
+        assert read_checkpoint(str(tmp_path))["x"].tolist() == [0, 1, 2, 3]
+        assert server.stats()["tables"] == 1 and server.metrics_port > 0
+        with pytest.raises(pscore.NetworkError, match="cannot listen"):
+            PServer(port=server.port)
+    assert not server.running
+    server.stop()  # idempotent
+    with pytest.raises(ValueError, match="shard 2 is outside"):
+        PServer(2, 2)
+    with pytest.raises(ValueError, match="without an auth token"):
+        PServer(host="0.0.0.0", auth_token="")
