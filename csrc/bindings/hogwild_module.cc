@@ -14,6 +14,7 @@
 #include "bindings/errors.h"
 #include "common/dtype.h"
 #include "hogwild/cuda/cuda_updates.h"
+#include "hogwild/kernels.h"
 #include "hogwild/shared_table.h"
 
 namespace py = pybind11;
@@ -266,6 +267,20 @@ PYBIND11_MODULE(_hogwild, m) {
   register_segment_errors();
   bind_table(m);
   bind_cuda(m);
+  m.def("kernel_isa", [] { return hw::kernel_isa_name(hw::kernel_isa()); });
+  m.def("kernel_isas", [] {
+    std::vector<std::string> out;
+    for (auto isa : {hw::KernelIsa::kBaseline, hw::KernelIsa::kAvx2}) {
+      if (hw::kernel_isa_supported(isa)) out.push_back(hw::kernel_isa_name(isa));
+    }
+    return out;
+  });
+  m.def("set_kernel_isa", [](const std::string& name) {
+    if (name != "baseline" && name != "avx2") {
+      throw std::invalid_argument("kernel set '" + name + "' is not one of baseline, avx2");
+    }
+    hw::set_kernel_isa(name == "avx2" ? hw::KernelIsa::kAvx2 : hw::KernelIsa::kBaseline);
+  });
   m.attr("MAX_ATTACHMENTS") = hw::kMaxAttachments;
   m.attr("DEFAULT_LOCK_STRIPES") = hw::kDefaultLockStripes;
 }

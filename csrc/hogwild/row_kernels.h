@@ -1,13 +1,13 @@
 // The per-row update arithmetic of each optimizer: one pass over a row (in chunks that stay in
 // L1), written as plain loops over __restrict pointers so -O3 vectorises them; square roots go
-// through sqrt_inplace.
+// through sqrt_inplace. Part of the kernel bodies: include only from kernel_bodies.h.
 #pragma once
 
 #include <cstdint>
 
 #include "hogwild/vector_sqrt.h"
 
-namespace pscore::hogwild {
+namespace pscore::hogwild::PSCORE_KERNEL_ISA {
 
 // Elements handled per chunk: the chunk's temporaries live on the stack, in L1.
 constexpr uint64_t kRowChunk = 256;
@@ -80,4 +80,4 @@ inline void adam_row(T* w, T* m, T* v, const T* g, uint64_t n, AdamCoeffs<T> c) 
   }
 }
 
-}  // namespace pscore::hogwild
+}  // namespace pscore::hogwild::PSCORE_KERNEL_ISA

@@ -17,6 +17,7 @@
 namespace pscore::hogwild {
 
 struct LockStripes;
+struct KernelCall;
 
 // Gradients for some rows (row ids[i] gets grads[i*dim : (i+1)*dim]) or, when dense, for the
 // whole table (grads has rows*dim elements, ids unused). Repeated ids apply one after another.
@@ -102,6 +103,7 @@ class SharedTable {
   void check_batch(const UpdateBatch& batch, const char* op) const;
   void require_state(OptimizerState needed, const char* op) const;
   LockStripes lock_stripes_for(const char* what) const;
+  KernelCall kernel_call(const UpdateBatch& batch, const LockStripes* locks) const;
   std::string what(const char* op) const;
 
   std::unique_ptr<Segment> segment_;

@@ -8,7 +8,7 @@ namespace pscore::hogwild {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-constexpr uint64_t kGranuleBytes = 1024;  // target bytes of parameters under one lock stripe
+constexpr uint64_t kGranuleBytes = 4096;  // target bytes of parameters under one lock stripe
 constexpr uint64_t kStateStagger = 1344;  // 21 cache lines
 
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -92,7 +92,8 @@ TableLayout plan_layout(const TableSpec& spec, size_t header_bytes) {
   for (uint32_t s = 0; s < l.state_slots; ++s) {
     l.state_offset[s] = l.data_offset + (s + 1) * (array_bytes + kStateStagger);
   }
-  l.total_bytes = round_up(l.data_offset + (l.state_slots + 1) * (array_bytes + kStateStagger), kPage);
+  l.total_bytes =
+      round_up(l.data_offset + (l.state_slots + 1) * (array_bytes + kStateStagger), kPage);
   return l;
 }
 

@@ -1,11 +1,10 @@
-// SharedTable's update methods: validate the whole batch, then dispatch on the element and id
-// types to the row kernels.
+// SharedTable's update methods: validate the whole batch, then hand it to the kernel of the
+// selected instruction set (kernels.h).
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
-#include "hogwild/apply_rows.h"
-#include "hogwild/row_kernels.h"
+#include "hogwild/kernels.h"
 #include "hogwild/shared_table.h"
 
 namespace pscore::hogwild {
@@ -26,29 +25,6 @@ void check_finite(double x, const char* name, const std::string& what) {
   if (!std::isfinite(x) || x < 0) {
     throw std::invalid_argument(what + ": " + name + " = " + std::to_string(x) +
                                 " must be finite and >= 0");
-  }
-}
-
-// Calls fn(Id*) with the batch's ids cast to their type (nullptr for a dense batch).
-template <typename Fn>
-void with_ids(const UpdateBatch& b, Fn fn) {
-  if (b.dense) {
-    fn(static_cast<const int64_t*>(nullptr));
-  } else if (b.ids_dtype == DType::kInt32) {
-    fn(static_cast<const int32_t*>(b.ids));
-  } else {
-    fn(static_cast<const int64_t*>(b.ids));
-  }
-}
-
-template <typename T, typename Id, typename Fn>
-void apply(const RowArrays<T>& a, uint64_t rows, const UpdateBatch& b, const Id* ids,
-           const LockStripes* locks, Fn fn) {
-  const T* g = static_cast<const T*>(b.grads);
-  if (!b.dense) {
-    apply_sparse(a, ids, b.num_ids, g, locks, fn);
-  } else {
-    apply_dense(a, rows, g, locks, fn);
   }
 }
 
@@ -96,24 +72,31 @@ LockStripes SharedTable::lock_stripes_for(const char* what) const {
                      segment_->lock_timeout_ms(), what};
 }
 
+KernelCall SharedTable::kernel_call(const UpdateBatch& b, const LockStripes* locks) const {
+  KernelCall k;
+  k.w = array(-1);
+  const uint32_t slots = header().layout.state_slots;
+  if (slots > 0) k.s0 = array(0);
+  if (slots > 1) k.s1 = array(1);
+  k.rows = rows();
+  k.dim = dim();
+  k.dense = b.dense;
+  k.ids = b.ids;
+  k.num_ids = b.num_ids;
+  k.ids_dtype = b.ids_dtype;
+  k.grads = b.grads;
+  k.locks = b.locked ? locks : nullptr;
+  return k;
+}
+
 void SharedTable::sgd(const UpdateBatch& b, const SgdOptions& o) {
   check_batch(b, "sgd on");
   check_finite(o.lr, "lr", what("sgd on"));
   const LockStripes stripes = lock_stripes_for("locked sgd row");
-  const LockStripes* locks = b.locked ? &stripes : nullptr;
-  with_ids(b, [&](auto* ids) {
-    if (dtype() == DType::kFloat32) {
-      RowArrays<float> a{static_cast<float*>(array(-1)), nullptr, nullptr, dim()};
-      const float alpha = static_cast<float>(-o.lr);
-      apply(a, rows(), b, ids, locks,
-            [&](uint64_t off, const float* g, uint64_t n) { axpy_row(a.w + off, g, n, alpha); });
-    } else {
-      RowArrays<double> a{static_cast<double*>(array(-1)), nullptr, nullptr, dim()};
-      const double alpha = -o.lr;
-      apply(a, rows(), b, ids, locks,
-            [&](uint64_t off, const double* g, uint64_t n) { axpy_row(a.w + off, g, n, alpha); });
-    }
-  });
+  KernelCall k = kernel_call(b, &stripes);
+  k.s0 = k.s1 = nullptr;  // SGD touches the parameters only (no state to prefetch)
+  k.c[0] = -o.lr;
+  kernel(KernelOp::kAxpy, dtype())(k);
   header().update_count.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -130,31 +113,11 @@ void SharedTable::axpy(double alpha, const void* x, uint64_t numel, DType dt, bo
   b.locked = locked;
   check_batch(b, "axpy on");
   const LockStripes stripes = lock_stripes_for("locked axpy granule");
-  const LockStripes* locks = locked ? &stripes : nullptr;
-  if (dtype() == DType::kFloat32) {
-    RowArrays<float> a{static_cast<float*>(array(-1)), nullptr, nullptr, dim()};
-    const float al = static_cast<float>(alpha);
-    apply_dense(a, rows(), static_cast<const float*>(x), locks,
-                [&](uint64_t off, const float* g, uint64_t n) { axpy_row(a.w + off, g, n, al); });
-  } else {
-    RowArrays<double> a{static_cast<double*>(array(-1)), nullptr, nullptr, dim()};
-    apply_dense(
-        a, rows(), static_cast<const double*>(x), locks,
-        [&](uint64_t off, const double* g, uint64_t n) { axpy_row(a.w + off, g, n, alpha); });
-  }
+  KernelCall k = kernel_call(b, &stripes);
+  k.s0 = k.s1 = nullptr;
+  k.c[0] = alpha;
+  kernel(KernelOp::kAxpy, dtype())(k);
   header().update_count.fetch_add(1, std::memory_order_relaxed);
-}
-
-template <typename T>
-static void run_adagrad(SharedTable& t, const UpdateBatch& b, const AdagradOptions& o,
-                        const LockStripes* locks, uint64_t rows, uint64_t dim) {
-  RowArrays<T> a{static_cast<T*>(t.array(-1)), static_cast<T*>(t.array(0)), nullptr, dim};
-  const AdagradCoeffs<T> c{static_cast<T>(o.lr), static_cast<T>(o.eps)};
-  with_ids(b, [&](auto* ids) {
-    apply(a, rows, b, ids, locks, [&](uint64_t off, const T* g, uint64_t n) {
-      adagrad_row(a.w + off, a.s0 + off, g, n, c);
-    });
-  });
 }
 
 void SharedTable::adagrad(const UpdateBatch& b, const AdagradOptions& o) {
@@ -163,30 +126,11 @@ void SharedTable::adagrad(const UpdateBatch& b, const AdagradOptions& o) {
   check_finite(o.lr, "lr", what("adagrad on"));
   check_finite(o.eps, "eps", what("adagrad on"));
   const LockStripes stripes = lock_stripes_for("locked adagrad row");
-  const LockStripes* locks = b.locked ? &stripes : nullptr;
-  if (dtype() == DType::kFloat32) {
-    run_adagrad<float>(*this, b, o, locks, rows(), dim());
-  } else {
-    run_adagrad<double>(*this, b, o, locks, rows(), dim());
-  }
+  KernelCall k = kernel_call(b, &stripes);
+  k.c[0] = o.lr;
+  k.c[1] = o.eps;
+  kernel(KernelOp::kAdagrad, dtype())(k);
   header().update_count.fetch_add(1, std::memory_order_relaxed);
-}
-
-template <typename T>
-static void run_adam(SharedTable& t, const UpdateBatch& b, const AdamOptions& o, uint64_t step,
-                     const LockStripes* locks, uint64_t rows, uint64_t dim) {
-  RowArrays<T> a{static_cast<T*>(t.array(-1)), static_cast<T*>(t.array(0)),
-                 static_cast<T*>(t.array(1)), dim};
-  const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
-  const AdamCoeffs<T> c{static_cast<T>(o.beta1), static_cast<T>(o.beta2),
-                        static_cast<T>(o.lr / bc1), static_cast<T>(1.0 / std::sqrt(bc2)),
-                        static_cast<T>(o.eps)};
-  with_ids(b, [&](auto* ids) {
-    apply(a, rows, b, ids, locks, [&](uint64_t off, const T* g, uint64_t n) {
-      adam_row(a.w + off, a.s0 + off, a.s1 + off, g, n, c);
-    });
-  });
 }
 
 void SharedTable::adam(const UpdateBatch& b, const AdamOptions& o) {
@@ -203,13 +147,16 @@ void SharedTable::adam(const UpdateBatch& b, const AdamOptions& o) {
   }
   uint64_t step = o.step;
   if (step == 0) step = header().adam_step.fetch_add(1, std::memory_order_relaxed) + 1;
+  const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
   const LockStripes stripes = lock_stripes_for("locked adam row");
-  const LockStripes* locks = b.locked ? &stripes : nullptr;
-  if (dtype() == DType::kFloat32) {
-    run_adam<float>(*this, b, o, step, locks, rows(), dim());
-  } else {
-    run_adam<double>(*this, b, o, step, locks, rows(), dim());
-  }
+  KernelCall k = kernel_call(b, &stripes);
+  k.c[0] = o.beta1;
+  k.c[1] = o.beta2;
+  k.c[2] = o.lr / bc1;
+  k.c[3] = 1.0 / std::sqrt(bc2);
+  k.c[4] = o.eps;
+  kernel(KernelOp::kAdam, dtype())(k);
   header().update_count.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "hogwild/kernels.h"
 #include "hogwild/shared_table.h"
 
 namespace hw = pscore::hogwild;
@@ -89,6 +90,17 @@ std::vector<int64_t> ids_with_repeats(uint64_t rows, size_t n, uint32_t seed) {
   return ids;
 }
 
+// Runs body once per instruction set this CPU supports (baseline, and AVX2 where present).
+template <typename Fn>
+void for_each_isa(Fn body) {
+  for (auto isa : {hw::KernelIsa::kBaseline, hw::KernelIsa::kAvx2}) {
+    if (!hw::kernel_isa_supported(isa)) continue;
+    hw::set_kernel_isa(isa);
+    SCOPED_TRACE(hw::kernel_isa_name(isa));
+    body();
+  }
+}
+
 template <typename T>
 class KernelTest : public ::testing::Test {};
 using Types = ::testing::Types<float, double>;
@@ -96,91 +108,97 @@ TYPED_TEST_SUITE(KernelTest, Types);
 
 TYPED_TEST(KernelTest, SgdSparseAndDenseMatchReference) {
   using T = TypeParam;
-  for (uint64_t dim : {1u, 3u, 64u, 300u}) {
-    for (bool locked : {false, true}) {
-      const uint64_t rows = 17;
-      auto w0 = randn<T>(rows * dim, 1);
-      auto t = make_table<T>({rows, dim}, hw::OptimizerState::kNone, w0);
-      auto ids = ids_with_repeats(rows, 9, 2);
-      auto g = randn<T>(ids.size() * dim, 3);
-      t->sgd(sparse_batch(ids, g, locked), {0.5});
-      std::vector<T> ref = w0;
-      for (size_t i = 0; i < ids.size(); ++i) {
-        for (uint64_t j = 0; j < dim; ++j) ref[ids[i] * dim + j] -= T(0.5) * g[i * dim + j];
+  for_each_isa([&] {
+    for (uint64_t dim : {1u, 3u, 64u, 300u}) {
+      for (bool locked : {false, true}) {
+        const uint64_t rows = 17;
+        auto w0 = randn<T>(rows * dim, 1);
+        auto t = make_table<T>({rows, dim}, hw::OptimizerState::kNone, w0);
+        auto ids = ids_with_repeats(rows, 9, 2);
+        auto g = randn<T>(ids.size() * dim, 3);
+        t->sgd(sparse_batch(ids, g, locked), {0.5});
+        std::vector<T> ref = w0;
+        for (size_t i = 0; i < ids.size(); ++i) {
+          for (uint64_t j = 0; j < dim; ++j) ref[ids[i] * dim + j] -= T(0.5) * g[i * dim + j];
+        }
+        expect_near_all(copy_of<T>(*t, -1), ref, 1e-6);
+        auto gd = randn<T>(rows * dim, 4);
+        hw::UpdateBatch dense;
+        dense.dense = true;
+        dense.grads = gd.data();
+        dense.grads_numel = gd.size();
+        dense.grads_dtype = dtype_of<T>();
+        dense.locked = locked;
+        t->sgd(dense, {0.25});
+        for (size_t k = 0; k < ref.size(); ++k) ref[k] -= T(0.25) * gd[k];
+        expect_near_all(copy_of<T>(*t, -1), ref, 1e-6);
+        t->axpy(2.0, gd.data(), gd.size(), dtype_of<T>(), locked);
+        for (size_t k = 0; k < ref.size(); ++k) ref[k] += T(2.0) * gd[k];
+        expect_near_all(copy_of<T>(*t, -1), ref, 1e-6);
+        EXPECT_EQ(t->update_count(), 3u);
       }
-      expect_near_all(copy_of<T>(*t, -1), ref, 1e-6);
-      auto gd = randn<T>(rows * dim, 4);
-      hw::UpdateBatch dense;
-      dense.dense = true;
-      dense.grads = gd.data();
-      dense.grads_numel = gd.size();
-      dense.grads_dtype = dtype_of<T>();
-      dense.locked = locked;
-      t->sgd(dense, {0.25});
-      for (size_t k = 0; k < ref.size(); ++k) ref[k] -= T(0.25) * gd[k];
-      expect_near_all(copy_of<T>(*t, -1), ref, 1e-6);
-      t->axpy(2.0, gd.data(), gd.size(), dtype_of<T>(), locked);
-      for (size_t k = 0; k < ref.size(); ++k) ref[k] += T(2.0) * gd[k];
-      expect_near_all(copy_of<T>(*t, -1), ref, 1e-6);
-      EXPECT_EQ(t->update_count(), 3u);
     }
-  }
+  });
 }
 
 TYPED_TEST(KernelTest, AdagradMatchesReference) {
   using T = TypeParam;
-  for (uint64_t dim : {1u, 5u, 64u, 300u}) {
-    for (bool locked : {false, true}) {
-      const uint64_t rows = 11;
-      auto w0 = randn<T>(rows * dim, 5);
-      auto t = make_table<T>({rows, dim}, hw::OptimizerState::kAdagrad, w0, 0.1);
-      std::vector<T> w = w0, acc(rows * dim, T(0.1));
-      for (int step = 0; step < 3; ++step) {
-        auto ids = ids_with_repeats(rows, 7, 10 + step);
-        auto g = randn<T>(ids.size() * dim, 20 + step);
-        t->adagrad(sparse_batch(ids, g, locked), {0.1, 1e-10});
-        for (size_t i = 0; i < ids.size(); ++i) {
-          for (uint64_t j = 0; j < dim; ++j) {
-            size_t k = ids[i] * dim + j;
-            acc[k] += g[i * dim + j] * g[i * dim + j];
-            w[k] -= T(0.1) * g[i * dim + j] / (std::sqrt(acc[k]) + T(1e-10));
+  for_each_isa([&] {
+    for (uint64_t dim : {1u, 5u, 64u, 300u}) {
+      for (bool locked : {false, true}) {
+        const uint64_t rows = 11;
+        auto w0 = randn<T>(rows * dim, 5);
+        auto t = make_table<T>({rows, dim}, hw::OptimizerState::kAdagrad, w0, 0.1);
+        std::vector<T> w = w0, acc(rows * dim, T(0.1));
+        for (int step = 0; step < 3; ++step) {
+          auto ids = ids_with_repeats(rows, 7, 10 + step);
+          auto g = randn<T>(ids.size() * dim, 20 + step);
+          t->adagrad(sparse_batch(ids, g, locked), {0.1, 1e-10});
+          for (size_t i = 0; i < ids.size(); ++i) {
+            for (uint64_t j = 0; j < dim; ++j) {
+              size_t k = ids[i] * dim + j;
+              acc[k] += g[i * dim + j] * g[i * dim + j];
+              w[k] -= T(0.1) * g[i * dim + j] / (std::sqrt(acc[k]) + T(1e-10));
+            }
           }
         }
+        expect_near_all(copy_of<T>(*t, -1), w, 1e-5);
+        expect_near_all(copy_of<T>(*t, 0), acc, 1e-5);
       }
-      expect_near_all(copy_of<T>(*t, -1), w, 1e-5);
-      expect_near_all(copy_of<T>(*t, 0), acc, 1e-5);
     }
-  }
+  });
 }
 
 TYPED_TEST(KernelTest, AdamMatchesReference) {
   using T = TypeParam;
-  for (uint64_t dim : {1u, 7u, 64u, 260u}) {
-    const uint64_t rows = 9;
-    auto w0 = randn<T>(rows * dim, 6);
-    auto t = make_table<T>({rows, dim}, hw::OptimizerState::kAdam, w0);
-    std::vector<T> w = w0, m(rows * dim, 0), v(rows * dim, 0);
-    const double lr = 0.01, b1 = 0.9, b2 = 0.99, eps = 1e-8;
-    for (uint64_t step = 1; step <= 3; ++step) {
-      auto ids = ids_with_repeats(rows, 6, 30 + step);
-      auto g = randn<T>(ids.size() * dim, 40 + step);
-      hw::AdamOptions o{lr, b1, b2, eps, step};
-      t->adam(sparse_batch(ids, g, step == 2), o);
-      const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
-      for (size_t i = 0; i < ids.size(); ++i) {
-        for (uint64_t j = 0; j < dim; ++j) {
-          size_t k = ids[i] * dim + j;
-          double gj = g[i * dim + j];
-          m[k] = b1 * m[k] + (1 - b1) * gj;
-          v[k] = b2 * v[k] + (1 - b2) * gj * gj;
-          w[k] -= lr / bc1 * m[k] / (std::sqrt(v[k]) / std::sqrt(bc2) + eps);
+  for_each_isa([&] {
+    for (uint64_t dim : {1u, 7u, 64u, 260u}) {
+      const uint64_t rows = 9;
+      auto w0 = randn<T>(rows * dim, 6);
+      auto t = make_table<T>({rows, dim}, hw::OptimizerState::kAdam, w0);
+      std::vector<T> w = w0, m(rows * dim, 0), v(rows * dim, 0);
+      const double lr = 0.01, b1 = 0.9, b2 = 0.99, eps = 1e-8;
+      for (uint64_t step = 1; step <= 3; ++step) {
+        auto ids = ids_with_repeats(rows, 6, 30 + step);
+        auto g = randn<T>(ids.size() * dim, 40 + step);
+        hw::AdamOptions o{lr, b1, b2, eps, step};
+        t->adam(sparse_batch(ids, g, step == 2), o);
+        const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
+        for (size_t i = 0; i < ids.size(); ++i) {
+          for (uint64_t j = 0; j < dim; ++j) {
+            size_t k = ids[i] * dim + j;
+            double gj = g[i * dim + j];
+            m[k] = b1 * m[k] + (1 - b1) * gj;
+            v[k] = b2 * v[k] + (1 - b2) * gj * gj;
+            w[k] -= lr / bc1 * m[k] / (std::sqrt(v[k]) / std::sqrt(bc2) + eps);
+          }
         }
       }
+      expect_near_all(copy_of<T>(*t, -1), w, 1e-5);
+      expect_near_all(copy_of<T>(*t, 0), m, 1e-5);
+      expect_near_all(copy_of<T>(*t, 1), v, 1e-5);
     }
-    expect_near_all(copy_of<T>(*t, -1), w, 1e-5);
-    expect_near_all(copy_of<T>(*t, 0), m, 1e-5);
-    expect_near_all(copy_of<T>(*t, 1), v, 1e-5);
-  }
+  });
 }
 
 TEST(KernelGlobalStep, AdamWithoutStepUsesTheTablesCounter) {
@@ -280,6 +298,15 @@ TEST(KernelErrors, AdamRejectsBadBetasAndClosedTablesThrow) {
   t->close();
   EXPECT_THROW(t->sgd(sparse_batch(ids, g, false), {0.1}), pscore::Error);
   EXPECT_THROW(t->array(2), std::invalid_argument);  // Adam keeps slots 0 and 1 only
+}
+
+TEST(KernelIsa, UnsupportedSetsAreRefused) {
+  EXPECT_TRUE(hw::kernel_isa_supported(hw::KernelIsa::kBaseline));
+  if (!hw::kernel_isa_supported(hw::KernelIsa::kAvx2)) {
+    EXPECT_THROW(hw::set_kernel_isa(hw::KernelIsa::kAvx2), std::invalid_argument);
+  }
+  hw::set_kernel_isa(hw::KernelIsa::kBaseline);
+  EXPECT_EQ(hw::kernel_isa(), hw::KernelIsa::kBaseline);
 }
 
 TEST(KernelErrors, EmptyBatchIsANoOp) {

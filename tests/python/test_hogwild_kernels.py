@@ -9,6 +9,7 @@ import uuid
 import numpy as np
 import pytest
 
+from pscore import hogwild
 from pscore.hogwild import SharedTable
 
 
@@ -35,10 +36,26 @@ def _ref_adam(w, m, v, ids, g, lr, b1, b2, eps, step):
         w[r] -= lr / bc1 * m[r] / (np.sqrt(v[r]) / np.sqrt(bc2) + eps)
 
 
+@pytest.fixture(params=hogwild.kernel_isas())
+def isa(request):
+    """Runs a test with each kernel instruction set this CPU supports."""
+    before = hogwild.kernel_isa()
+    hogwild.set_kernel_isa(request.param)
+    yield request.param
+    hogwild.set_kernel_isa(before)
+
+
+def test_kernel_isa_selection():
+    assert "baseline" in hogwild.kernel_isas()
+    assert hogwild.kernel_isa() in hogwild.kernel_isas()
+    with pytest.raises(ValueError, match="kernel set 'sse9' is not one of baseline, avx2"):
+        hogwild.set_kernel_isa("sse9")
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("locked", [False, True])
 @pytest.mark.parametrize("row_shape", [(), (5,), (64,), (3, 100)])
-def test_each_optimizer_matches_numpy(dtype, locked, row_shape):
+def test_each_optimizer_matches_numpy(isa, dtype, locked, row_shape):
     rng = np.random.default_rng(0)
     rows = 13
     shape = (rows, *row_shape)

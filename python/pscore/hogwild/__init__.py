@@ -2,15 +2,21 @@
 (HOGWILD!, Niu et al. 2011), a helper that starts the worker processes, and Distributed Hogwild
 (SINGA): one Hogwild group per machine with its tables averaged across machines periodically."""
 
+from .._hogwild import kernel_isa, kernel_isas, set_kernel_isa
 from .distributed import DistributedHogwild, average_tables
 from .table import SharedTable, close_all
 from .train import WorkerError, train
 
+# kernel_isa(): the instruction set the update kernels run with ("avx2" or "baseline");
+# kernel_isas(): those this CPU supports; set_kernel_isa(name) picks one (tests, benchmarks).
 __all__ = [
     "DistributedHogwild",
     "SharedTable",
     "WorkerError",
     "average_tables",
     "close_all",
+    "kernel_isa",
+    "kernel_isas",
+    "set_kernel_isa",
     "train",
 ]
