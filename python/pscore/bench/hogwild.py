@@ -55,6 +55,9 @@ def _parse(argv):
     )
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads/worker")
+    p.add_argument(
+        "--isa", default=None, help="pscore kernel set (avx2, baseline); default: the best one"
+    )
     p.add_argument("--json", default=None, help="write the results here")
     a = p.parse_args(argv)
     a.procs = [int(x) for x in a.procs.split(",") if x]
@@ -122,7 +125,11 @@ def _step_fn(impl, op, tables, args, rank):
 def _worker(rank, tables, args, barrier, conn):
     import torch
 
+    from pscore import hogwild
+
     torch.set_num_threads(args.torch_threads)
+    if args.isa:
+        hogwild.set_kernel_isa(args.isa)
     for key, x in tables.items():  # fault torch's shared pages in (pscore maps with MAP_POPULATE)
         if key.startswith("t_"):
             x.view(-1)[::1024].add_(0)
@@ -213,7 +220,8 @@ def _measure(n, tables, args, tasks):
 def _print(results, args, impls):
     print(
         f"# hogwild: rows={args.rows} dim={args.dim} batch={args.batch} dense={args.dense} "
-        f"float32, {args.seconds}s x {args.repeat} runs, cpus={os.cpu_count()}"
+        f"float32, {args.seconds}s x {args.repeat} runs, cpus={os.cpu_count()}, "
+        f"pscore kernels={args.isa}, torch threads/worker={args.torch_threads}"
     )
     hdr = (
         f"{'op':>14} {'impl':>14} {'procs':>5} {'bytes/call':>11} {'p50(us)':>9} "
@@ -232,6 +240,9 @@ def _print(results, args, impls):
 
 def main(argv: list[str]) -> int:
     args = _parse(argv)
+    from pscore import hogwild
+
+    args.isa = args.isa or hogwild.kernel_isa()
     impls = ["pscore"] + ([] if args.no_locked else ["pscore-locked"])
     if args.compare == "torch-mp":
         impls.append("torch-mp")
