@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
