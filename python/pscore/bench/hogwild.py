@@ -69,18 +69,25 @@ def _parse(argv):
 
 
 # ---- the workloads, one per (implementation, op) -------------------------------------------
+_cache: dict = {}
+
+
 def _batches(args, rank, kind):
-    rng = np.random.default_rng(1000 + rank)
-    out = []
-    for _ in range(args.pool):
-        ids = rng.integers(0, args.rows, args.batch, dtype=np.int64)
-        g = rng.standard_normal((args.batch, args.dim), dtype=np.float32)
-        out.append((ids, g))
-    if kind == "torch":
+    """This worker's pool of (ids, grads) batches, made once; torch gets views of the arrays."""
+    if "numpy" not in _cache:
+        rng = np.random.default_rng(1000 + rank)
+        _cache["numpy"] = [
+            (
+                rng.integers(0, args.rows, args.batch, dtype=np.int64),
+                rng.standard_normal((args.batch, args.dim), dtype=np.float32),
+            )
+            for _ in range(args.pool)
+        ]
+    if kind == "torch" and "torch" not in _cache:
         import torch
 
-        out = [(torch.from_numpy(i), torch.from_numpy(g)) for i, g in out]
-    return out
+        _cache["torch"] = [(torch.from_numpy(i), torch.from_numpy(g)) for i, g in _cache["numpy"]]
+    return _cache[kind]
 
 
 def _step_fn(impl, op, tables, args, rank):
@@ -192,21 +199,22 @@ def _measure(n, tables, args, tasks):
         p.start()
         conns.append(a)
         procs.append(p)
-    out = {}
+    runs: dict = {task: [] for task in tasks}
     try:
-        for task in tasks:
-            runs = []
-            for _ in range(args.repeat):
+        for _ in range(args.repeat):  # interleaved, so load from elsewhere hits every task alike
+            for task in tasks:
                 for c in conns:
                     c.send(task)
                 res = [c.recv() for c in conns]
                 rows = sum(r[0] for r in res)
                 secs = max(r[1] for r in res)
-                runs.append((rows / secs, statistics.median(r[2] for r in res)))
-            rates = sorted(r[0] for r in runs)
+                runs[task].append((rows / secs, statistics.median(r[2] for r in res)))
+        out = {}
+        for task, rs in runs.items():
+            rates = sorted(r[0] for r in rs)
             out[task] = {
                 "rows_per_s": statistics.median(rates),
-                "p50_us": statistics.median(r[1] for r in runs) * 1e6,
+                "p50_us": statistics.median(r[1] for r in rs) * 1e6,
                 "runs_rows_per_s": rates,
             }
     finally:
@@ -247,6 +255,7 @@ def main(argv: list[str]) -> int:
     if args.compare == "torch-mp":
         impls.append("torch-mp")
     tasks = [(impl, op) for op in args.ops for impl in impls]
+    load_before = os.getloadavg()[0]
     tables = _make_tables(args, impls)
     try:
         by_n = {n: _measure(n, tables, args, tasks) for n in args.procs}
@@ -277,9 +286,17 @@ def main(argv: list[str]) -> int:
                 if n != 1 and 1 in by_n:
                     r["vs_1proc"] = m["rows_per_s"] / by_n[1][(impl, op)]["rows_per_s"]
                 results.append(r)
+    load_after = os.getloadavg()[0]
     _print(results, args, impls)
+    print(
+        f"# 1-minute load average {load_before:.1f} before, {load_after:.1f} after, on "
+        f"{os.cpu_count()} cpus: scaling with processes needs idle cores"
+    )
     if args.json:
         meta = {
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "kernel_isa": args.isa,
             "args": vars(args),
             "machine": platform.machine(),
             "cpus": os.cpu_count(),
