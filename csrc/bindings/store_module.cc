@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/errors.h"
+#include "common/auth.h"
 #include "store/hash_store.h"
 #include "store/prefix_store.h"
 #include "store/store.h"
@@ -70,7 +71,8 @@ PYBIND11_MODULE(_store, m) {
   py::class_<pscore::TCPStore, Store, std::shared_ptr<pscore::TCPStore>>(m, "TCPStore")
       .def(py::init([](const std::string& host, int port, bool is_master, int64_t world_size,
                        bool wait_for_workers, int64_t timeout_ms,
-                       std::optional<std::string> bind_host) {
+                       std::optional<std::string> bind_host, std::optional<std::string> auth_token,
+                       std::optional<bool> insecure, const std::string& job_id) {
              pscore::TCPStoreOptions o;
              o.host = host;
              o.port = port;
@@ -79,16 +81,24 @@ PYBIND11_MODULE(_store, m) {
              o.wait_for_workers = wait_for_workers;
              o.timeout_ms = timeout_ms;
              o.bind_host = std::move(bind_host);
+             // None: PSCORE_AUTH_TOKEN / PSCORE_AUTH_TOKEN_FILE and PSCORE_INSECURE decide.
+             o.auth_token = auth_token ? *auth_token : pscore::auth::token_from_env();
+             o.insecure = insecure ? *insecure : pscore::auth::insecure_from_env();
+             o.job_id = job_id;
              py::gil_scoped_release release;  // connecting may wait for the master
              return std::make_shared<pscore::TCPStore>(o);
            }),
            py::arg("host"), py::arg("port"), py::arg("is_master") = false,
            py::arg("world_size") = -1, py::arg("wait_for_workers") = false,
-           py::arg("timeout_ms") = 30000, py::arg("bind_host") = py::none())
+           py::arg("timeout_ms") = 30000, py::arg("bind_host") = py::none(),
+           py::arg("auth_token") = py::none(), py::arg("insecure") = py::none(),
+           py::arg("job_id") = "pscore")
       .def_property_readonly("host", &pscore::TCPStore::host)
       .def_property_readonly("port", &pscore::TCPStore::port)
       .def_property_readonly("is_master", &pscore::TCPStore::is_master)
-      .def_property_readonly("dropped_connections", &pscore::TCPStore::dropped_connections);
+      .def_property_readonly("dropped_connections", &pscore::TCPStore::dropped_connections)
+      .def_property_readonly("auth_failures", &pscore::TCPStore::auth_failures)
+      .def_property_readonly("authenticated", &pscore::TCPStore::authenticated);
 
   py::class_<pscore::PrefixStore, Store, std::shared_ptr<pscore::PrefixStore>>(m, "PrefixStore")
       .def(py::init<std::string, std::shared_ptr<Store>>(), py::arg("prefix"), py::arg("store"))

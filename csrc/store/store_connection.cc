@@ -18,7 +18,8 @@ constexpr size_t kMaxReadPerEvent = 16 * kReadChunk;
 
 StoreConnection::StoreConnection(Socket socket, uint64_t max_payload_bytes)
     : socket_(std::move(socket)), max_payload_(max_payload_bytes) {
-  peer_ = "TCPStore client " + socket_.peer_address();
+  address_ = socket_.peer_address();
+  peer_ = "TCPStore client " + address_;
   socket_.set_nonblocking(true);
   socket_.set_nodelay();
 }

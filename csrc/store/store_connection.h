@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/frame.h"
 #include "common/socket.h"
+#include "store/store_handshake.h"
 #include "store/store_protocol.h"
 
 namespace pscore {
@@ -28,7 +29,8 @@ class StoreConnection {
   StoreConnection(Socket socket, uint64_t max_payload_bytes);
 
   int fd() const { return socket_.fd(); }
-  const std::string& peer() const { return peer_; }
+  const std::string& peer() const { return peer_; }             // "TCPStore client host:port"
+  const std::string& peer_address() const { return address_; }  // "host:port"
 
   // Reads everything the socket has now. False when the peer closed or the socket failed.
   bool read_available();
@@ -36,6 +38,8 @@ class StoreConnection {
   // a bad magic, version or length (the caller drops the connection).
   bool next_frame(FrameHeader* header, std::string* payload);
   bool has_buffered_input() const { return in_pos_ < in_.size(); }
+  // Frames above this are dropped: small until the connection has authenticated.
+  void set_max_payload(uint64_t nbytes) { max_payload_ = nbytes; }
 
   void queue(const std::string& bytes) { out_ += bytes; }
   // Sends what the socket takes now. False when the socket failed.
@@ -43,12 +47,15 @@ class StoreConnection {
   bool wants_write() const { return out_pos_ < out_.size(); }
 
   std::optional<ParkedWait> parked;
+  StoreServerHandshake handshake;
+  uint64_t handshake_deadline_id = 0;  // its entry in the server's deadline queue, 0 = none
   bool closing = false;
   bool polling_out = false;  // EPOLLOUT currently registered
 
  private:
   Socket socket_;
   std::string peer_;
+  std::string address_;
   uint64_t max_payload_;
   std::string in_;
   size_t in_pos_ = 0;

@@ -24,6 +24,10 @@ const char* op_name(Op op) {
       return "delete_key";
     case Op::kNumKeys:
       return "num_keys";
+    case Op::kHello:
+      return "hello";
+    case Op::kAuth:
+      return "auth";
   }
   return "unknown op";
 }

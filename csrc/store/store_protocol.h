@@ -23,14 +23,18 @@ enum class Op : uint8_t {
   kCheck = 6,       // u32 n, keys                  -> u8
   kDelete = 7,      // key                          -> u8
   kNumKeys = 8,     //                              -> i64
+  // The handshake (store_handshake.h): the first frame of every connection our clients open.
+  kHello = 9,  // u32 version, u8 flags, bytes client nonce, bytes job id -> challenge
+  kAuth = 10,  // bytes client proof                                     -> (nothing)
 };
-constexpr uint8_t kMaxOp = 8;
+constexpr uint8_t kMaxOp = 8;  // the last data op; the handshake ops follow it
 
 enum class Status : uint8_t {
-  kOk = 0,       // op-specific payload above
-  kTimeout = 1,  // u32 n, keys still missing
-  kInvalid = 2,  // message (a bad argument, e.g. add on a non-integer value)
-  kError = 3,    // message
+  kOk = 0,          // op-specific payload above
+  kTimeout = 1,     // u32 n, keys still missing
+  kInvalid = 2,     // message (a bad argument, e.g. add on a non-integer value)
+  kError = 3,       // message
+  kAuthFailed = 4,  // message; the server closes the connection after it
 };
 
 const char* op_name(Op op);

@@ -28,17 +28,23 @@ std::string choose_bind_host(const TCPStoreOptions& o) {
 }  // namespace
 
 TCPStore::TCPStore(const TCPStoreOptions& options)
-    : Store(options.timeout_ms), host_(options.host), port_(options.port) {
+    : Store(options.timeout_ms),
+      host_(options.host),
+      port_(options.port),
+      authenticated_(!options.auth_token.empty()) {
   if (options.port < 0 || options.port > 65535)
     throw std::invalid_argument("TCPStore: port " + std::to_string(options.port) +
                                 " is out of range 0..65535");
   if (!options.is_master && options.port == 0)
     throw std::invalid_argument("TCPStore: a client needs the master's port (got 0)");
   std::string connect_host = host_;
+  StoreAuthOptions auth{options.auth_token, options.job_id};
   if (options.is_master) {
     TcpStoreServerOptions so;
     so.host = choose_bind_host(options);
     so.port = options.port;
+    so.auth = auth;
+    so.insecure = options.insecure;
     server_ = std::make_unique<TcpStoreServer>(so);
     port_ = server_->port();
     if (so.host.empty() || so.host == "0.0.0.0" || so.host == "::")
@@ -46,7 +52,7 @@ TCPStore::TCPStore(const TCPStoreOptions& options)
     else
       connect_host = so.host;
   }
-  client_ = std::make_unique<TcpStoreClient>(connect_host, port_);
+  client_ = std::make_unique<TcpStoreClient>(connect_host, port_, auth);
   client_->connect(store_deadline(options.timeout_ms));
   if (options.world_size > 0) join_workers(options);
 }

@@ -23,12 +23,19 @@ struct TCPStoreOptions {
   // interface (the master's name may resolve to an address not on a local interface, e.g. a
   // Kubernetes service).
   std::optional<std::string> bind_host;
+  // Shared secret every connection proves it knows (store_handshake.h); "" = no authentication.
+  std::string auth_token;
+  // Master only: serve on an address other hosts can reach without a token.
+  bool insecure = false;
+  std::string job_id = "pscore";  // bound into the handshake; clients of another job are refused
 };
 
 class TCPStore : public Store {
  public:
-  // Master: binds (NetworkError naming host:port when busy) and serves. Everyone: connects,
-  // retrying until timeout_ms while the master is not up yet (TimeoutError after).
+  // Master: binds (NetworkError naming host:port when busy; std::invalid_argument when the bind
+  // is reachable from other hosts with no token and not `insecure`) and serves. Everyone:
+  // connects, retrying until timeout_ms while the master is not up yet (TimeoutError after),
+  // and authenticates (NetworkError when the tokens differ or only one side has one).
   explicit TCPStore(const TCPStoreOptions& options);
   ~TCPStore() override;
 
@@ -48,6 +55,9 @@ class TCPStore : public Store {
   bool is_master() const { return server_ != nullptr; }
   // Connections the server dropped for protocol violations (0 on non-masters).
   int64_t dropped_connections() const { return server_ ? server_->dropped_connections() : 0; }
+  // Connections the server refused in the handshake (0 on non-masters).
+  int64_t auth_failures() const { return server_ ? server_->auth_failures() : 0; }
+  bool authenticated() const { return authenticated_; }
 
  private:
   // server_wait_ms: how long the server may park a get/wait (< 0: forever); unset for ops the
@@ -58,6 +68,7 @@ class TCPStore : public Store {
 
   std::string host_;
   int port_;
+  bool authenticated_;
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<TcpStoreClient> client_;
 };

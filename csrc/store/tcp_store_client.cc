@@ -60,7 +60,8 @@ void read_reply(int fd, const Deadline& deadline, const std::string& what, const
 
 }  // namespace
 
-TcpStoreClient::TcpStoreClient(std::string host, int port) : host_(std::move(host)), port_(port) {
+TcpStoreClient::TcpStoreClient(std::string host, int port, StoreAuthOptions auth)
+    : host_(std::move(host)), port_(port), auth_(std::move(auth)) {
   name_ = "TCPStore(" + host_ + ":" + std::to_string(port_) + ")";
 }
 
@@ -75,14 +76,68 @@ Socket TcpStoreClient::acquire(const Deadline& deadline) {
       return s;
     }
   }
+  Socket s;
   try {
-    Socket s = Socket::connect(host_, port_, deadline, "the TCPStore master");
-    s.set_nodelay();
-    return s;
+    s = Socket::connect(host_, port_, deadline, "the TCPStore master");
   } catch (const TimeoutError& e) {
     throw TimeoutError(name_ + ": cannot reach the store master (is rank 0 running and " +
                        "listening there?): " + e.what());
   }
+  s.set_nodelay();
+  handshake(s, deadline);
+  return s;
+}
+
+NetworkError TcpStoreClient::auth_error(const std::string& detail) const {
+  return NetworkError(name_ + ": authentication with store at " + host_ + ":" +
+                      std::to_string(port_) + " failed (wrong PSCORE_AUTH_TOKEN?): " + detail);
+}
+
+std::string TcpStoreClient::exchange(const Socket& s, store_wire::Op op, const std::string& payload,
+                                     const Deadline& deadline) {
+  uint64_t seq = next_seq_.fetch_add(1);
+  std::string what = std::string("handshake (") + store_wire::op_name(op) + ")";
+  FrameHeader h;
+  std::string reply;
+  try {
+    std::string frame = store_wire::encode_frame(static_cast<uint8_t>(op), seq, payload);
+    s.send_all(frame.data(), frame.size(), deadline, what);
+    read_reply(s.fd(), deadline, what, name_, &h, &reply);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(name_ + ": no answer to the " + what + " in time (is this a pscore " +
+                       "TCPStore?): " + e.what());
+  } catch (const NetworkError& e) {
+    throw auth_error(std::string("the connection broke during the handshake: ") + e.what());
+  }
+  if (h.seq != seq) throw auth_error("the reply to the " + what + " carries the wrong seq");
+  if (h.type == static_cast<uint8_t>(Status::kAuthFailed)) {
+    store_wire::PayloadReader in(reply.data(), reply.size(), name_);
+    throw auth_error("the store says: " + in.bytes());
+  }
+  if (h.type != static_cast<uint8_t>(Status::kOk))
+    throw auth_error("unexpected reply status " + std::to_string(h.type) + " to the " + what);
+  return reply;
+}
+
+// The client's side of store_handshake.h: hello with our nonce; with a token, check the store's
+// proof before proving ourselves, so a client never hands anything to an impostor.
+void TcpStoreClient::handshake(const Socket& s, const Deadline& deadline) {
+  StoreHello hello;
+  hello.authenticate = !auth_.token.empty();
+  if (hello.authenticate) hello.client_nonce = auth::random_nonce();
+  hello.job_id = auth_.job_id;
+  StoreChallenge c =
+      decode_challenge(exchange(s, store_wire::Op::kHello, encode_hello(hello), deadline), name_);
+  if (!hello.authenticate) return;
+  if (!c.authenticate) throw auth_error("the store did not ask this client to authenticate");
+  auth::Binding binding{auth_.job_id, kStoreAuthContext};
+  auth::Proof expected =
+      auth::server_proof(auth_.token, c.server_nonce, hello.client_nonce, binding);
+  if (!auth::proof_matches(expected, c.server_proof.data(), c.server_proof.size()))
+    throw auth_error("the store could not prove it knows this process's token");
+  auth::Proof proof = auth::client_proof(auth_.token, c.server_nonce, hello.client_nonce, binding);
+  std::string bytes(reinterpret_cast<const char*>(proof.data()), proof.size());
+  exchange(s, store_wire::Op::kAuth, store_wire::PayloadWriter().bytes(bytes).take(), deadline);
 }
 
 void TcpStoreClient::release(Socket socket) {
@@ -112,6 +167,10 @@ StoreResponse TcpStoreClient::call(store_wire::Op op, const std::string& payload
                        "unreachable): " + e.what());
   } catch (const NetworkError& e) {
     throw NetworkError(name_ + ": " + what + " failed, connection lost: " + e.what());
+  }
+  if (r.status == Status::kAuthFailed) {  // the server closes this connection after it
+    store_wire::PayloadReader in(r.payload.data(), r.payload.size(), name_);
+    throw auth_error("the store says: " + in.bytes());
   }
   release(std::move(s));
   if (r.status == Status::kInvalid || r.status == Status::kError) {

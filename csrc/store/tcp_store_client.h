@@ -1,5 +1,6 @@
 // The TCP store client: a small pool of connections to the server, one request in flight per
 // connection, so threads sharing a store never wait behind each other's blocking get/wait.
+// Every connection it opens starts with the handshake of store_handshake.h.
 #pragma once
 
 #include <atomic>
@@ -8,7 +9,9 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "common/socket.h"
+#include "store/store_handshake.h"
 #include "store/store_protocol.h"
 
 namespace pscore {
@@ -20,9 +23,11 @@ struct StoreResponse {
 
 class TcpStoreClient {
  public:
-  TcpStoreClient(std::string host, int port);
+  TcpStoreClient(std::string host, int port, StoreAuthOptions auth = {});
 
   // Opens one connection now, retrying while the server is not up yet, until the deadline.
+  // Throws NetworkError "authentication with store at host:port failed" when the handshake is
+  // refused or the server cannot prove it has this client's token.
   void connect(const Deadline& deadline);
   // Sends one request (opening a connection first if none is idle, retrying until
   // connect_deadline) and waits for its response until reply_deadline. Returns kOk and kTimeout
@@ -40,10 +45,16 @@ class TcpStoreClient {
  private:
   Socket acquire(const Deadline& deadline);
   void release(Socket socket);
+  void handshake(const Socket& s, const Deadline& deadline);
+  // Sends one handshake frame and returns the kOk reply's payload.
+  std::string exchange(const Socket& s, store_wire::Op op, const std::string& payload,
+                       const Deadline& deadline);
+  NetworkError auth_error(const std::string& detail) const;
 
   std::string host_;
   int port_;
   std::string name_;
+  StoreAuthOptions auth_;
   std::atomic<uint64_t> next_seq_{1};
   std::mutex mutex_;
   std::vector<Socket> idle_;

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/bind_policy.h"
 #include "common/error.h"
 #include "store/key_value_table.h"
 #include "store/store.h"
@@ -26,11 +27,19 @@ using store_wire::Status;
 // frame with the same seq before sending the next (a request sent while one is parked drops the
 // connection, so a parked connection never has buffered input). get/wait on missing keys park the
 // request: the connection is remembered under each key it waits for and in a deadline queue; the
-// set/add/compare_set that completes its keys, or its deadline, answers it.
+// set/add/compare_set that completes its keys, or its deadline, answers it. Frames that arrive
+// before a connection is ready go through its StoreServerHandshake first; with a token, a
+// connection that has not authenticated within kStoreHandshakeTimeoutMs is closed.
 class TcpStoreServer::Loop {
  public:
-  Loop(int listen_fd, int wake_fd, uint64_t max_payload, std::atomic<int64_t>* dropped)
-      : listen_fd_(listen_fd), wake_fd_(wake_fd), max_payload_(max_payload), dropped_(dropped) {}
+  Loop(int listen_fd, int wake_fd, const TcpStoreServerOptions& options,
+       std::atomic<int64_t>* dropped, auth::FailureLog* failure_log)
+      : listen_fd_(listen_fd),
+        wake_fd_(wake_fd),
+        max_payload_(options.max_payload_bytes),
+        auth_(options.auth),
+        dropped_(dropped),
+        failure_log_(failure_log) {}
   ~Loop();
   void run();
 
@@ -46,6 +55,8 @@ class TcpStoreServer::Loop {
   void accept_all();
   void on_event(int fd, uint32_t events);
   void process_frames(StoreConnection& c);
+  bool admit(StoreConnection& c, const FrameHeader& h, const std::string& payload);
+  void on_hangup(StoreConnection& c);
   void handle(StoreConnection& c, const FrameHeader& h, const std::string& payload);
   void park(StoreConnection& c, Op op, uint64_t seq, std::vector<std::string> keys,
             int64_t timeout_ms);
@@ -61,7 +72,9 @@ class TcpStoreServer::Loop {
   int wake_fd_;
   int epoll_fd_ = -1;
   uint64_t max_payload_;
+  StoreAuthOptions auth_;
   std::atomic<int64_t>* dropped_;
+  auth::FailureLog* failure_log_;
   uint64_t next_wait_id_ = 1;
   KeyValueTable table_;
   std::unordered_map<int, std::unique_ptr<StoreConnection>> conns_;
@@ -109,6 +122,13 @@ void TcpStoreServer::Loop::accept_all() {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;  // EAGAIN, or a transient failure (EMFILE...): retried on next event
     auto conn = std::make_unique<StoreConnection>(Socket(fd), max_payload_);
+    if (!auth_.token.empty()) {
+      // Unauthenticated peers get small frames and a few seconds, not the store's memory.
+      conn->set_max_payload(kMaxHandshakeBytes);
+      conn->handshake_deadline_id = next_wait_id_++;
+      deadlines_.push(
+          {Deadline(kStoreHandshakeTimeoutMs).time_point(), fd, conn->handshake_deadline_id});
+    }
     watch(fd, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
     conns_.emplace(fd, std::move(conn));
   }
@@ -121,7 +141,7 @@ void TcpStoreServer::Loop::on_event(int fd, uint32_t events) {
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
     bool open = c.read_available();
     process_frames(c);
-    if (!open) drop(c, false);
+    if (!open) on_hangup(c);
   }
   if (!c.closing && (events & EPOLLOUT) && !c.flush()) drop(c, false);
   if (!c.closing && c.polling_out != c.wants_write()) {
@@ -134,13 +154,46 @@ void TcpStoreServer::Loop::process_frames(StoreConnection& c) {
   FrameHeader h;
   std::string payload;
   try {
-    while (!c.closing && !c.parked && c.next_frame(&h, &payload)) handle(c, h, payload);
+    while (!c.closing && !c.parked && c.next_frame(&h, &payload))
+      if (admit(c, h, payload)) handle(c, h, payload);
     // A client sends its next request only after the answer to the parked one.
     if (!c.closing && c.parked && c.has_buffered_input())
       throw NetworkError(c.peer() + ": sent a request while its get/wait was pending");
   } catch (const std::exception&) {
     drop(c, true);  // garbage, a truncated field, an unknown op: this client only
   }
+}
+
+// Runs the handshake's verdict on a frame; true when the frame is a data op to handle now.
+bool TcpStoreServer::Loop::admit(StoreConnection& c, const FrameHeader& h,
+                                 const std::string& payload) {
+  using Action = StoreServerHandshake::Action;
+  if (c.handshake.state() == StoreServerHandshake::State::kReady && h.type <= store_wire::kMaxOp)
+    return true;  // the hot path: an established connection
+  StoreServerHandshake::Step step = c.handshake.on_frame(auth_, h, payload, c.peer());
+  if (step.action == Action::kServe) return true;
+  if (step.action == Action::kReply) {
+    if (c.handshake.state() == StoreServerHandshake::State::kReady) {
+      c.set_max_payload(max_payload_);
+      c.handshake_deadline_id = 0;
+    }
+    reply(c, Status::kOk, h.seq, step.payload);
+    return false;
+  }
+  if (step.auth_failure) failure_log_->report(c.peer_address(), step.payload);
+  reply(c, Status::kAuthFailed, h.seq, PayloadWriter().bytes(step.payload).take());
+  drop(c, false);
+  return false;
+}
+
+// The peer closed its side. One that leaves right after the server's proof has rejected it:
+// the tokens differ (or it was probing), which the operator wants to hear about.
+void TcpStoreServer::Loop::on_hangup(StoreConnection& c) {
+  if (!c.closing && c.handshake.state() == StoreServerHandshake::State::kAwaitingProof)
+    failure_log_->report(c.peer_address(),
+                         "the client closed the connection after the store's proof (its "
+                         "PSCORE_AUTH_TOKEN differs from the store's?)");
+  drop(c, false);
 }
 
 void TcpStoreServer::Loop::handle(StoreConnection& c, const FrameHeader& h,
@@ -208,6 +261,9 @@ void TcpStoreServer::Loop::handle(StoreConnection& c, const FrameHeader& h,
     case Op::kNumKeys:
       in.finish();
       return reply(c, Status::kOk, h.seq, out.i64(table_.num_keys()).take());
+    case Op::kHello:
+    case Op::kAuth:
+      break;  // admit() takes the handshake ops; the range check above excludes them
   }
 }
 
@@ -255,6 +311,11 @@ void TcpStoreServer::Loop::expire_waits() {
     DeadlineEntry e = deadlines_.top();
     deadlines_.pop();
     auto it = conns_.find(e.fd);
+    if (it != conns_.end() && !it->second->closing &&
+        it->second->handshake_deadline_id == e.wait_id) {
+      drop(*it->second, false);  // connected, but never finished the handshake
+      continue;
+    }
     if (it == conns_.end() || !it->second->parked || it->second->parked->id != e.wait_id)
       continue;  // answered or disconnected already
     StoreConnection& c = *it->second;
@@ -307,11 +368,15 @@ TcpStoreServer::TcpStoreServer(const TcpStoreServerOptions& options) {
                        " (is another job or store using this port? pass port 0 to pick a free " +
                        "one)");
   }
+  enforce_bind_policy(listener_, options.host, !options.auth.token.empty(), options.insecure,
+                      "TCPStore server");
   listener_.set_nonblocking(true);
   port_ = listener_.local_port();
+  failure_log_ =
+      std::make_unique<auth::FailureLog>("TCPStore server on port " + std::to_string(port_));
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw NetworkError(errno_message("TCPStore server: eventfd", errno));
-  loop_ = std::make_unique<Loop>(listener_.fd(), wake_fd_, options.max_payload_bytes, &dropped_);
+  loop_ = std::make_unique<Loop>(listener_.fd(), wake_fd_, options, &dropped_, failure_log_.get());
   thread_ = std::thread([this] { loop_->run(); });
 }
 

@@ -89,6 +89,13 @@ def _check_port(port: object) -> int:
     return port
 
 
+def _check_optional(name: str, value: object, kind: type) -> None:
+    if value is not None and not isinstance(value, kind):
+        raise TypeError(
+            f"TCPStore {name} must be a {kind.__name__} or None, not {type(value).__name__}"
+        )
+
+
 def _check_world_size(world_size: object) -> int | None:
     if world_size is None:
         return None
@@ -105,7 +112,15 @@ class TCPStore(_CppStore):
     ``world_size`` instances (itself included) have connected.
 
     ``bind_host`` (master only) overrides the bind address: by default ``host`` when it is a
-    loopback address, otherwise every interface."""
+    loopback address, otherwise every interface.
+
+    Security (docs/security.md): with a shared secret - ``auth_token``, or by default
+    ``PSCORE_AUTH_TOKEN`` / the file named by ``PSCORE_AUTH_TOKEN_FILE`` - every connection runs
+    a mutual HMAC-SHA256 challenge-response bound to ``job_id`` (default ``PSCORE_JOB_ID`` or
+    ``"pscore"``); a client whose token differs raises pscore.errors.NetworkError
+    "authentication with store at host:port failed (wrong PSCORE_AUTH_TOKEN?)". A master whose
+    bind address other hosts can reach needs a token, or ``insecure=True`` (default
+    ``PSCORE_INSECURE=1``); otherwise it raises ValueError."""
 
     def __init__(
         self,
@@ -117,6 +132,9 @@ class TCPStore(_CppStore):
         wait_for_workers: bool = False,
         *,
         bind_host: str | None = None,
+        auth_token: str | None = None,
+        insecure: bool | None = None,
+        job_id: str | None = None,
     ):
         if not isinstance(host, str) or not host:
             raise ValueError(f"TCPStore host must be a non-empty str, got {host!r}")
@@ -124,6 +142,9 @@ class TCPStore(_CppStore):
         if port == 0 and not is_master:
             raise ValueError("TCPStore: a client needs the master's port; 0 is for the master")
         self._world_size = _check_world_size(world_size)
+        _check_optional("auth_token", auth_token, str)
+        _check_optional("insecure", insecure, bool)
+        _check_optional("job_id", job_id, str)
         self._impl = _store.TCPStore(
             host,
             port,
@@ -132,6 +153,9 @@ class TCPStore(_CppStore):
             wait_for_workers=bool(wait_for_workers),
             timeout_ms=to_ms(to_seconds(timeout)),
             bind_host=bind_host,
+            auth_token=auth_token,  # None: PSCORE_AUTH_TOKEN / PSCORE_AUTH_TOKEN_FILE
+            insecure=insecure,  # None: PSCORE_INSECURE
+            job_id=os.environ.get("PSCORE_JOB_ID", "pscore") if job_id is None else job_id,
         )
 
     @property
@@ -155,6 +179,17 @@ class TCPStore(_CppStore):
     def dropped_connections(self) -> int:
         """Master only: connections its server dropped for breaking the protocol."""
         return self._impl.dropped_connections
+
+    @property
+    def authenticated(self) -> bool:
+        """True when this store's connections authenticate with a token."""
+        return self._impl.authenticated
+
+    @property
+    def auth_failures(self) -> int:
+        """Master only: connections its server refused in the handshake (no, wrong or unwanted
+        token, another job)."""
+        return self._impl.auth_failures
 
     def __repr__(self) -> str:
         return f"TCPStore(host={self.host!r}, port={self.port}, is_master={self.is_master})"

@@ -1,5 +1,5 @@
-// TCPStore specifics: free and busy ports, clients before the master, many parked waiters, and a
-// server that drops connections speaking garbage while serving the others.
+// TCPStore specifics: free and busy ports, clients before the master, many parked waiters, a
+// server that drops connections speaking garbage while serving the others, and authentication.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/frame.h"
 #include "common/socket.h"
+#include "store/store_handshake.h"
 #include "store/tcp_store.h"
 
 namespace pscore {
@@ -177,6 +178,98 @@ TEST(TcpStore, MasterGoneIsANetworkError) {
   master.reset();
   EXPECT_THROW(c.get("a"), NetworkError);
   EXPECT_THROW(c.get("a"), TimeoutError);  // reconnecting is refused until the timeout
+}
+
+TCPStoreOptions with_token(TCPStoreOptions o, const std::string& token) {
+  o.auth_token = token;
+  return o;
+}
+
+std::string network_error(const TCPStoreOptions& o) {
+  try {
+    TCPStore s(o);
+  } catch (const NetworkError& e) {
+    return e.what();
+  }
+  return "(no NetworkError)";
+}
+
+TEST(TcpStoreAuth, SameTokenServesWrongOrMissingTokenIsRefused) {
+  TCPStore master(with_token(master_options(), "s3cret"));
+  TCPStore good(with_token(client_options(master.port()), "s3cret"));
+  good.set("k", "v");
+  EXPECT_EQ(master.get("k"), "v");
+  std::string prefix = "authentication with store at 127.0.0.1:" + std::to_string(master.port()) +
+                       " failed (wrong PSCORE_AUTH_TOKEN?)";
+  std::string wrong = network_error(with_token(client_options(master.port()), "guess"));
+  EXPECT_NE(wrong.find(prefix + ": the store could not prove"), std::string::npos) << wrong;
+  std::string missing = network_error(client_options(master.port()));
+  EXPECT_NE(missing.find(prefix + ": the store says: this store requires authentication"),
+            std::string::npos)
+      << missing;
+  EXPECT_EQ(good.get("k"), "v");
+}
+
+TEST(TcpStoreAuth, TokenOnTheClientOnlyIsRefused) {
+  TCPStore master(master_options());
+  std::string msg = network_error(with_token(client_options(master.port()), "s3cret"));
+  EXPECT_NE(msg.find("this store has no auth token, but the client has one"), std::string::npos)
+      << msg;
+}
+
+TEST(TcpStoreAuth, OtherJobIsRefused) {
+  TCPStoreOptions m = with_token(master_options(), "s3cret");
+  m.job_id = "job-a";
+  TCPStore master(m);
+  TCPStoreOptions c = with_token(client_options(master.port()), "s3cret");
+  c.job_id = "job-b";
+  std::string msg = network_error(c);
+  EXPECT_NE(msg.find("the client belongs to job 'job-b', this store serves job 'job-a'"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(TcpStoreAuth, UnauthenticatedFramesAreCappedAndDataOpsRefused) {
+  TCPStore master(with_token(master_options(), "s3cret"));
+  // A frame larger than a handshake may be, before authenticating: dropped as a violation.
+  EXPECT_TRUE(server_closes_after(master.port(), header(9, kMaxHandshakeBytes + 1)));
+  EXPECT_EQ(master.dropped_connections(), 1);
+  // A data op before authenticating: a kAuthFailed reply, then the server closes.
+  Socket s = Socket::connect("127.0.0.1", master.port(), Deadline(2000), "test");
+  std::string frame = header(8, 0);  // num_keys
+  s.send_all(frame.data(), frame.size(), Deadline(2000), "send");
+  FrameHeader h;
+  s.recv_all(&h, sizeof(h), Deadline(2000), "reply");
+  EXPECT_EQ(h.type, static_cast<uint8_t>(store_wire::Status::kAuthFailed));
+  std::string payload(h.length, '\0');
+  s.recv_all(payload.data(), payload.size(), Deadline(2000), "reply");
+  EXPECT_NE(payload.find("requires authentication"), std::string::npos);
+  char byte;
+  EXPECT_THROW(s.recv_all(&byte, 1, Deadline(2000), "eof"), NetworkError);
+  EXPECT_EQ(master.num_keys(), 0);
+}
+
+TEST(TcpStoreAuth, SilentServerIsATimeoutNotAHang) {
+  Socket silent = Socket::listen("127.0.0.1", 0);  // the kernel accepts; nobody ever answers
+  try {
+    TCPStore c(with_token(client_options(silent.local_port(), 300), "s3cret"));
+    FAIL() << "connected to a silent server";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("no answer to the handshake (hello) in time"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TcpStoreAuth, BindReachableFromOtherHostsNeedsTokenOrInsecure) {
+  TCPStoreOptions o = master_options();
+  o.bind_host = "0.0.0.0";
+  EXPECT_THROW(TCPStore{o}, std::invalid_argument);
+  o.insecure = true;
+  EXPECT_NO_THROW(TCPStore{o});
+  o.insecure = false;
+  o.auth_token = "s3cret";
+  EXPECT_NO_THROW(TCPStore{o});
 }
 
 }  // namespace

@@ -7,15 +7,30 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/bind_policy.h"
 #include "common/error.h"
 #include "common/frame.h"
 
 namespace pscore {
 namespace {
 
-enum HandshakeType : uint8_t { kHello = 1, kHelloAck = 2 };
+// The mesh handshake. The dialler (the higher rank) sends kHello: {rank, size, lane}, then its
+// 32-byte nonce when header.flags has kFlagAuthenticate, then the job id. Without a token the
+// acceptor answers kHelloAck ({rank, size, lane} + job id). With a token it answers kChallenge
+// (its nonce + its proof); the dialler checks that proof and answers kAuth (its proof); the
+// acceptor checks it and then sends kHelloAck. Any refusal is a kRefused frame carrying a
+// message for the dialler, then the acceptor closes the connection.
+enum HandshakeType : uint8_t {
+  kHello = 1,
+  kHelloAck = 2,
+  kChallenge = 3,
+  kAuth = 4,
+  kRefused = 5,
+};
+constexpr uint16_t kFlagAuthenticate = 1;
 constexpr size_t kMaxJobIdBytes = 256;
-constexpr int kHandshakeReadMs = 2000;  // a silent stranger is dropped after this
+constexpr size_t kMaxHandshakeBytes = 1024;  // hello with nonce and job id, or a refusal
+constexpr int kHandshakeReadMs = 2000;       // a silent stranger is dropped after this
 
 struct Hello {
   int32_t rank;
@@ -23,34 +38,87 @@ struct Hello {
   int32_t lane;
 };
 
+struct Frame {
+  uint8_t type = 0;
+  uint16_t flags = 0;
+  std::string payload;
+};
+
 std::string rank_name(int r) { return "rank " + std::to_string(r); }
 
-void send_frame(const Socket& s, uint8_t type, const Hello& hello, const std::string& job,
+std::string address(const std::string& host, int port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+         std::to_string(port);
+}
+
+void send_frame(const Socket& s, uint8_t type, uint16_t flags, const std::string& payload,
                 const Deadline& deadline, const std::string& who) {
   FrameHeader h;
   h.type = type;
-  h.length = sizeof(Hello) + job.size();
+  h.flags = flags;
+  h.length = payload.size();
   std::string buf(reinterpret_cast<const char*>(&h), sizeof(h));
-  buf.append(reinterpret_cast<const char*>(&hello), sizeof(hello));
-  buf.append(job);
+  buf += payload;
   s.send_all(buf.data(), buf.size(), deadline, "handshake with " + who);
 }
 
-// Reads a handshake frame; throws NetworkError on garbage or a foreign job.
-Hello recv_frame(const Socket& s, uint8_t type, const std::string& job, const Deadline& deadline,
-                 const std::string& who) {
+// Reads one handshake frame; throws NetworkError on garbage, TimeoutError past the deadline.
+Frame recv_frame(const Socket& s, const Deadline& deadline, const std::string& who) {
   FrameHeader h;
   s.recv_all(&h, sizeof(h), deadline, "handshake with " + who);
-  validate_frame(h, sizeof(Hello) + kMaxJobIdBytes, who);
-  if (h.type != type || h.length < sizeof(Hello))
-    throw NetworkError(who + ": unexpected handshake frame type " + std::to_string(h.type));
+  validate_frame(h, kMaxHandshakeBytes, who);
+  Frame f;
+  f.type = h.type;
+  f.flags = h.flags;
+  f.payload.resize(h.length);
+  s.recv_all(f.payload.data(), f.payload.size(), deadline, "handshake with " + who);
+  return f;
+}
+
+std::string hello_payload(const Hello& hello, const auth::Nonce* nonce, const std::string& job) {
+  std::string out(reinterpret_cast<const char*>(&hello), sizeof(hello));
+  if (nonce) out.append(reinterpret_cast<const char*>(nonce->data()), nonce->size());
+  return out + job;
+}
+
+// Parses a kHello or kHelloAck (its job id into *job); throws NetworkError for another type or
+// garbage.
+Hello parse_hello(const Frame& f, uint8_t type, std::string* job, auth::Nonce* nonce,
+                  const std::string& who) {
+  bool has_nonce = type == kHello && (f.flags & kFlagAuthenticate);
+  size_t fixed = sizeof(Hello) + (has_nonce ? auth::kNonceBytes : 0);
+  if (f.type != type || f.payload.size() < fixed)
+    throw NetworkError(who + ": unexpected handshake frame type " + std::to_string(f.type));
   Hello hello;
-  s.recv_all(&hello, sizeof(hello), deadline, "handshake with " + who);
-  std::string peer_job(h.length - sizeof(Hello), '\0');
-  s.recv_all(peer_job.data(), peer_job.size(), deadline, "handshake with " + who);
-  if (peer_job != job)
-    throw NetworkError(who + ": belongs to job '" + peer_job + "', this is job '" + job + "'");
+  std::memcpy(&hello, f.payload.data(), sizeof(hello));
+  if (has_nonce) std::memcpy(nonce->data(), f.payload.data() + sizeof(Hello), nonce->size());
+  *job = f.payload.substr(fixed);
   return hello;
+}
+
+// Both proofs name the job, both ranks, the lane and the world size, so a proof made for one
+// connection of the mesh is worthless on any other.
+auth::Binding binding(const std::string& job, int dialler, int acceptor, int lane, int size) {
+  return {job, "pscore tcp transport: " + rank_name(dialler) + " -> " + rank_name(acceptor) +
+                   ", lane " + std::to_string(lane) + " of a world of " + std::to_string(size)};
+}
+
+std::string auth_failed(int peer, const std::string& where) {
+  return "authentication with " + rank_name(peer) + " at " + where +
+         " failed (wrong PSCORE_AUTH_TOKEN?)";
+}
+
+std::string refused(int peer, const std::string& where, const std::string& reason) {
+  return rank_name(peer) + " at " + where + " refused this rank's connection: " + reason;
+}
+
+std::string job_mismatch(const std::string& who, const std::string& theirs,
+                         const std::string& ours) {
+  return who + " belongs to job '" + theirs + "', this is job '" + ours + "' (PSCORE_JOB_ID)";
+}
+
+std::string as_bytes(const auth::Proof& p) {
+  return std::string(reinterpret_cast<const char*>(p.data()), p.size());
 }
 
 }  // namespace
@@ -63,8 +131,12 @@ TcpTransport::TcpTransport(int rank, int size, TcpOptions options)
   if (options_.job_id.size() > kMaxJobIdBytes) throw std::invalid_argument("job id too long");
   channels_.resize(static_cast<size_t>(size) * kNumLanes);
   listener_ = Socket::listen(options_.host, options_.port);
+  enforce_bind_policy(listener_, options_.host, !options_.auth_token.empty(), options_.insecure,
+                      rank_name(rank) + " (tcp transport)");
   listener_.set_buffer_bytes(options_.buffer_bytes);
   port_ = listener_.local_port();
+  failure_log_ = std::make_unique<auth::FailureLog>(rank_name(rank) + " (tcp transport, port " +
+                                                    std::to_string(port_) + ")");
 }
 
 TcpTransport::~TcpTransport() = default;
@@ -77,22 +149,56 @@ void TcpTransport::connect(const std::vector<std::string>& hosts, const std::vec
   std::vector<Socket> pending_acks;
   connect_lower(hosts, ports, deadline, pending_acks);
   accept_higher(deadline);
-  await_acks(pending_acks, deadline);
+  await_acks(hosts, ports, pending_acks, deadline);
   listener_.close();
 }
 
-// Higher ranks dial lower ones: rank r connects to every i < r, once per lane.
+// Higher ranks dial lower ones: rank r connects to every i < r, once per lane. With a token the
+// challenge-response runs here, before the next dial: the lower rank answers it as soon as it
+// reaches accept_higher(), and rank 0 gets there first, so the chain always moves.
 void TcpTransport::connect_lower(const std::vector<std::string>& hosts,
                                  const std::vector<int>& ports, const Deadline& deadline,
                                  std::vector<Socket>& pending_acks) {
+  bool authenticate = !options_.auth_token.empty();
   for (int peer = 0; peer < rank_; ++peer) {
     for (int lane = 0; lane < kNumLanes; ++lane) {
       Socket s = Socket::connect(hosts[peer], ports[peer], deadline, rank_name(peer));
       s.set_buffer_bytes(options_.buffer_bytes);
-      send_frame(s, kHello, Hello{rank_, size_, lane}, options_.job_id, deadline, rank_name(peer));
+      auth::Nonce nonce{};
+      if (authenticate) nonce = auth::random_nonce();
+      send_frame(s, kHello, authenticate ? kFlagAuthenticate : 0,
+                 hello_payload(Hello{rank_, size_, lane}, authenticate ? &nonce : nullptr,
+                               options_.job_id),
+                 deadline, rank_name(peer));
+      if (authenticate)
+        authenticate_to(s, peer, lane, nonce, address(hosts[peer], ports[peer]), deadline);
       pending_acks.push_back(std::move(s));
     }
   }
+}
+
+void TcpTransport::authenticate_to(const Socket& s, int peer, int lane,
+                                   const auth::Nonce& client_nonce, const std::string& where,
+                                   const Deadline& deadline) {
+  Frame f;
+  try {
+    f = recv_frame(s, deadline, rank_name(peer));
+  } catch (const NetworkError& e) {
+    throw NetworkError(auth_failed(peer, where) + ": " + e.what());
+  }
+  if (f.type == kRefused) throw NetworkError(refused(peer, where, f.payload));
+  if (f.type != kChallenge || f.payload.size() != auth::kNonceBytes + auth::kProofBytes)
+    throw NetworkError(auth_failed(peer, where) + ": unexpected handshake frame type " +
+                       std::to_string(f.type));
+  auth::Nonce server_nonce;
+  std::memcpy(server_nonce.data(), f.payload.data(), server_nonce.size());
+  auth::Binding b = binding(options_.job_id, rank_, peer, lane, size_);
+  auth::Proof expected = auth::server_proof(options_.auth_token, server_nonce, client_nonce, b);
+  if (!auth::proof_matches(expected, f.payload.data() + auth::kNonceBytes, auth::kProofBytes))
+    throw NetworkError(auth_failed(peer, where) + ": " + rank_name(peer) +
+                       " could not prove it knows this rank's token");
+  auth::Proof proof = auth::client_proof(options_.auth_token, server_nonce, client_nonce, b);
+  send_frame(s, kAuth, 0, as_bytes(proof), deadline, rank_name(peer));
 }
 
 void TcpTransport::accept_higher(const Deadline& deadline) {
@@ -102,20 +208,13 @@ void TcpTransport::accept_higher(const Deadline& deadline) {
     try {
       s = listener_.accept(deadline);
     } catch (const TimeoutError&) {
-      throw TimeoutError("rank " + std::to_string(rank_) + ": timed out waiting for " +
-                         std::to_string(expected) + " connection(s) from higher ranks");
+      std::string failures = failure_log_->summary();
+      throw TimeoutError(rank_name(rank_) + ": timed out waiting for " + std::to_string(expected) +
+                         " connection(s) from higher ranks" +
+                         (failures.empty() ? "" : " (" + failures + ")"));
     }
-    std::string who = "connection from " + s.peer_address();
     try {
-      Deadline hello_deadline(std::min<int64_t>(kHandshakeReadMs, deadline.remaining_ms()));
-      Hello hello = recv_frame(s, kHello, options_.job_id, hello_deadline, who);
-      if (hello.size != size_ || hello.rank <= rank_ || hello.rank >= size_ || hello.lane < 0 ||
-          hello.lane >= kNumLanes || channels_[hello.rank * kNumLanes + hello.lane])
-        throw NetworkError(who + ": bad handshake (rank " + std::to_string(hello.rank) +
-                           ", world " + std::to_string(hello.size) + ")");
-      send_frame(s, kHelloAck, Hello{rank_, size_, hello.lane}, options_.job_id, deadline, who);
-      install(hello.rank, hello.lane, std::move(s));
-      --expected;
+      if (admit(std::move(s), deadline)) --expected;
     } catch (const Error&) {
       // A stranger or garbage on our port: drop it and keep waiting for the real peers.
       continue;
@@ -123,12 +222,98 @@ void TcpTransport::accept_higher(const Deadline& deadline) {
   }
 }
 
-void TcpTransport::await_acks(std::vector<Socket>& pending_acks, const Deadline& deadline) {
+bool TcpTransport::admit(Socket s, const Deadline& deadline) {
+  std::string peer_address = s.peer_address();
+  std::string who = "connection from " + peer_address;
+  Deadline hello_deadline(std::min<int64_t>(kHandshakeReadMs, deadline.remaining_ms()));
+  auth::Nonce client_nonce{};
+  Frame f = recv_frame(s, hello_deadline, who);
+  std::string job;
+  Hello hello = parse_hello(f, kHello, &job, &client_nonce, who);
+  if (job != options_.job_id) {
+    refuse(s, peer_address, job_mismatch(who, job, options_.job_id), hello_deadline);
+    return false;
+  }
+  if (hello.size != size_ || hello.rank <= rank_ || hello.rank >= size_ || hello.lane < 0 ||
+      hello.lane >= kNumLanes || channels_[hello.rank * kNumLanes + hello.lane])
+    throw NetworkError(who + ": bad handshake (rank " + std::to_string(hello.rank) + ", world " +
+                       std::to_string(hello.size) + ")");
+  bool wants_auth = (f.flags & kFlagAuthenticate) != 0;
+  bool have_token = !options_.auth_token.empty();
+  if (wants_auth && !have_token) {
+    refuse(s, peer_address,
+           rank_name(rank_) + " has no PSCORE_AUTH_TOKEN but " + rank_name(hello.rank) +
+               " has one: set the same token on every rank, or on none",
+           hello_deadline);
+    return false;
+  }
+  if (!wants_auth && have_token) {
+    refuse(s, peer_address,
+           rank_name(rank_) + " requires authentication: set PSCORE_AUTH_TOKEN (or " +
+               "PSCORE_AUTH_TOKEN_FILE) to the job's secret on " + rank_name(hello.rank) + " too",
+           hello_deadline);
+    return false;
+  }
+  if (wants_auth &&
+      !authenticate_dialler(s, hello.rank, hello.lane, client_nonce, peer_address, hello_deadline))
+    return false;
+  send_frame(s, kHelloAck, 0,
+             hello_payload(Hello{rank_, size_, hello.lane}, nullptr, options_.job_id), deadline,
+             who);
+  install(hello.rank, hello.lane, std::move(s));
+  return true;
+}
+
+bool TcpTransport::authenticate_dialler(const Socket& s, int peer, int lane,
+                                        const auth::Nonce& client_nonce,
+                                        const std::string& peer_address, const Deadline& deadline) {
+  auth::Nonce server_nonce = auth::random_nonce();
+  auth::Binding b = binding(options_.job_id, peer, rank_, lane, size_);
+  auth::Proof mine = auth::server_proof(options_.auth_token, server_nonce, client_nonce, b);
+  std::string challenge(reinterpret_cast<const char*>(server_nonce.data()), server_nonce.size());
+  send_frame(s, kChallenge, 0, challenge + as_bytes(mine), deadline, rank_name(peer));
+  Frame f;
+  try {
+    f = recv_frame(s, deadline, rank_name(peer));
+  } catch (const Error&) {
+    failure_log_->report(peer_address, rank_name(peer) + " closed the connection after " +
+                                           rank_name(rank_) +
+                                           "'s proof (its PSCORE_AUTH_TOKEN differs?)");
+    return false;
+  }
+  auth::Proof expected = auth::client_proof(options_.auth_token, server_nonce, client_nonce, b);
+  if (f.type != kAuth || !auth::proof_matches(expected, f.payload.data(), f.payload.size())) {
+    refuse(s, peer_address,
+           "the proof of " + rank_name(peer) + " does not match the token of " + rank_name(rank_),
+           deadline);
+    return false;
+  }
+  return true;
+}
+
+void TcpTransport::refuse(const Socket& s, const std::string& peer_address,
+                          const std::string& reason, const Deadline& deadline) {
+  failure_log_->report(peer_address, reason);
+  try {
+    send_frame(s, kRefused, 0, reason, deadline, peer_address);
+  } catch (const Error&) {
+    // The dialler is gone already; nothing more to tell it.
+  }
+}
+
+void TcpTransport::await_acks(const std::vector<std::string>& hosts, const std::vector<int>& ports,
+                              std::vector<Socket>& pending_acks, const Deadline& deadline) {
   size_t i = 0;
   for (int peer = 0; peer < rank_; ++peer) {
     for (int lane = 0; lane < kNumLanes; ++lane, ++i) {
       Socket& s = pending_acks[i];
-      Hello ack = recv_frame(s, kHelloAck, options_.job_id, deadline, rank_name(peer));
+      Frame f = recv_frame(s, deadline, rank_name(peer));
+      if (f.type == kRefused)
+        throw NetworkError(refused(peer, address(hosts[peer], ports[peer]), f.payload));
+      std::string job;
+      Hello ack = parse_hello(f, kHelloAck, &job, nullptr, rank_name(peer));
+      if (job != options_.job_id)
+        throw NetworkError(job_mismatch(rank_name(peer), job, options_.job_id));
       if (ack.rank != peer || ack.lane != lane)
         throw NetworkError(rank_name(peer) + ": answered as rank " + std::to_string(ack.rank));
       install(peer, lane, std::move(s));

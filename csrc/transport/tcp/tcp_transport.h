@@ -1,11 +1,13 @@
 // Full-mesh TCP transport: one listening socket per rank, one connection per peer and lane,
-// a handshake that checks the job id and ranks, and poll() to sleep until a socket is ready.
+// a handshake that checks the job id and ranks (and, with a token, a mutual HMAC
+// challenge-response, common/auth.h), and poll() to sleep until a socket is ready.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/socket.h"
 #include "transport/tcp/tcp_channel.h"
 #include "transport/transport.h"
@@ -17,17 +19,22 @@ struct TcpOptions {
   int port = 0;                    // 0 picks a free port
   int buffer_bytes = 4 << 20;      // SO_SNDBUF / SO_RCVBUF
   std::string job_id = "pscore";
+  std::string auth_token;  // the same secret on every rank; "" = no authentication
+  bool insecure = false;   // listen on an address other hosts can reach without a token
 };
 
 class TcpTransport : public Transport {
  public:
-  // Listens at once (a busy port throws NetworkError); connect() completes the mesh.
+  // Listens at once (a busy port throws NetworkError; an address other hosts can reach with
+  // no token and not `insecure` throws std::invalid_argument); connect() completes the mesh.
   TcpTransport(int rank, int size, TcpOptions options);
   ~TcpTransport() override;
 
   int port() const { return port_; }
   // Connects to every peer (addresses indexed by rank). Blocks until the mesh is up or the
-  // timeout passes; connections that fail the handshake (garbage, wrong job) are dropped.
+  // timeout passes; connections that fail the handshake (garbage, wrong job, wrong token) are
+  // dropped and failed authentications logged. Throws NetworkError naming the peer when a
+  // lower rank refuses this rank or cannot prove it has the same token.
   void connect(const std::vector<std::string>& hosts, const std::vector<int>& ports,
                int64_t timeout_ms);
 
@@ -43,7 +50,19 @@ class TcpTransport : public Transport {
   void connect_lower(const std::vector<std::string>& hosts, const std::vector<int>& ports,
                      const Deadline& deadline, std::vector<Socket>& pending_acks);
   void accept_higher(const Deadline& deadline);
-  void await_acks(std::vector<Socket>& pending_acks, const Deadline& deadline);
+  // Runs the acceptor's side of the handshake on one connection; true when it was installed.
+  bool admit(Socket s, const Deadline& deadline);
+  // Acceptor: challenges the dialler `peer`; false (refused, logged) when its proof is wrong.
+  bool authenticate_dialler(const Socket& s, int peer, int lane, const auth::Nonce& client_nonce,
+                            const std::string& address, const Deadline& deadline);
+  // Dialler: checks `peer`'s proof, then proves this rank; throws NetworkError on a mismatch.
+  void authenticate_to(const Socket& s, int peer, int lane, const auth::Nonce& client_nonce,
+                       const std::string& address, const Deadline& deadline);
+  // Refuses a dialler with a message it can show, and logs why.
+  void refuse(const Socket& s, const std::string& address, const std::string& reason,
+              const Deadline& deadline);
+  void await_acks(const std::vector<std::string>& hosts, const std::vector<int>& ports,
+                  std::vector<Socket>& pending_acks, const Deadline& deadline);
   void install(int peer, int lane, Socket s);
 
   int rank_;
@@ -51,6 +70,7 @@ class TcpTransport : public Transport {
   TcpOptions options_;
   Socket listener_;
   int port_ = 0;
+  std::unique_ptr<auth::FailureLog> failure_log_;
   std::vector<std::unique_ptr<TcpChannel>> channels_;  // [peer * kNumLanes + lane]
 };
 

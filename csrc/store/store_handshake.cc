@@ -1,0 +1,156 @@
+#include "store/store_handshake.h"
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace pscore {
+
+using store_wire::Op;
+using store_wire::PayloadReader;
+using store_wire::PayloadWriter;
+
+namespace {
+
+std::string as_bytes(const void* data, size_t n) {
+  return std::string(static_cast<const char*>(data), n);
+}
+
+// Reads a byte string that must be exactly out.size() bytes.
+template <size_t N>
+void read_exact(PayloadReader& in, std::array<uint8_t, N>& out, const char* what,
+                const std::string& peer) {
+  std::string s = in.bytes();
+  if (s.size() != N)
+    throw NetworkError(peer + ": " + what + " of " + std::to_string(s.size()) +
+                       " bytes, expected " + std::to_string(N));
+  std::memcpy(out.data(), s.data(), N);
+}
+
+auth::Binding binding(const StoreAuthOptions& o) { return {o.job_id, kStoreAuthContext}; }
+
+StoreServerHandshake::Step refuse(const std::string& message) {
+  return {StoreServerHandshake::Action::kRefuse, message, true};
+}
+
+const char* const kNeedsToken =
+    "this store requires authentication: set PSCORE_AUTH_TOKEN (or PSCORE_AUTH_TOKEN_FILE) to "
+    "its secret";
+
+}  // namespace
+
+std::string encode_hello(const StoreHello& hello) {
+  PayloadWriter w;
+  w.u32(hello.version).u8(hello.authenticate ? kHelloAuthenticate : 0);
+  w.bytes(hello.authenticate ? as_bytes(hello.client_nonce.data(), hello.client_nonce.size())
+                             : std::string());
+  w.bytes(hello.job_id);
+  return w.take();
+}
+
+StoreHello decode_hello(const std::string& payload, const std::string& peer) {
+  PayloadReader in(payload.data(), payload.size(), peer);
+  StoreHello h;
+  h.version = in.u32();
+  h.authenticate = (in.u8() & kHelloAuthenticate) != 0;
+  if (h.authenticate) {
+    read_exact(in, h.client_nonce, "client nonce", peer);
+  } else if (!in.bytes().empty()) {
+    throw NetworkError(peer + ": a nonce in a hello that does not authenticate");
+  }
+  h.job_id = in.bytes();
+  in.finish();
+  return h;
+}
+
+std::string encode_challenge(const StoreChallenge& c) {
+  PayloadWriter w;
+  w.u8(c.authenticate ? 1 : 0);
+  if (c.authenticate) {
+    w.bytes(as_bytes(c.server_nonce.data(), c.server_nonce.size()));
+    w.bytes(as_bytes(c.server_proof.data(), c.server_proof.size()));
+  }
+  return w.take();
+}
+
+StoreChallenge decode_challenge(const std::string& payload, const std::string& peer) {
+  PayloadReader in(payload.data(), payload.size(), peer);
+  StoreChallenge c;
+  c.authenticate = in.u8() != 0;
+  if (c.authenticate) {
+    read_exact(in, c.server_nonce, "server nonce", peer);
+    read_exact(in, c.server_proof, "server proof", peer);
+  }
+  in.finish();
+  return c;
+}
+
+StoreServerHandshake::Step StoreServerHandshake::on_frame(const StoreAuthOptions& server,
+                                                          const FrameHeader& h,
+                                                          const std::string& payload,
+                                                          const std::string& peer) {
+  bool handshake_op =
+      h.type == static_cast<uint8_t>(Op::kHello) || h.type == static_cast<uint8_t>(Op::kAuth);
+  switch (state_) {
+    case State::kReady:
+      if (handshake_op) throw NetworkError(peer + ": a handshake frame after the handshake");
+      return {Action::kServe, "", false};
+    case State::kFresh:
+      if (h.type == static_cast<uint8_t>(Op::kHello)) return on_hello(server, payload, peer);
+      if (h.type == static_cast<uint8_t>(Op::kAuth))
+        throw NetworkError(peer + ": a proof before the hello");
+      if (!server.token.empty()) return refuse(kNeedsToken);
+      state_ = State::kReady;  // a client that skips the hello, on a store with no token
+      return {Action::kServe, "", false};
+    case State::kAwaitingProof:
+      if (h.type != static_cast<uint8_t>(Op::kAuth))
+        throw NetworkError(peer + ": sent op " + std::to_string(h.type) + " instead of its proof");
+      return on_proof(server, payload, peer);
+  }
+  return {Action::kServe, "", false};
+}
+
+StoreServerHandshake::Step StoreServerHandshake::on_hello(const StoreAuthOptions& server,
+                                                          const std::string& payload,
+                                                          const std::string& peer) {
+  StoreHello hello = decode_hello(payload, peer);
+  if (hello.version != kStoreHandshakeVersion)
+    return refuse("handshake version " + std::to_string(hello.version) + ", this store speaks " +
+                  std::to_string(kStoreHandshakeVersion) + " (mixed pscore versions?)");
+  if (server.token.empty()) {
+    if (hello.authenticate)
+      return refuse(
+          "this store has no auth token, but the client has one (set PSCORE_AUTH_TOKEN on the "
+          "store's master too, or on neither)");
+    state_ = State::kReady;
+    return {Action::kReply, encode_challenge(StoreChallenge{}), false};
+  }
+  if (!hello.authenticate) return refuse(kNeedsToken);
+  if (hello.job_id != server.job_id)
+    return refuse("the client belongs to job '" + hello.job_id + "', this store serves job '" +
+                  server.job_id + "' (PSCORE_JOB_ID differs)");
+  client_nonce_ = hello.client_nonce;
+  server_nonce_ = auth::random_nonce();
+  StoreChallenge c;
+  c.authenticate = true;
+  c.server_nonce = server_nonce_;
+  c.server_proof = auth::server_proof(server.token, server_nonce_, client_nonce_, binding(server));
+  state_ = State::kAwaitingProof;
+  return {Action::kReply, encode_challenge(c), false};
+}
+
+StoreServerHandshake::Step StoreServerHandshake::on_proof(const StoreAuthOptions& server,
+                                                          const std::string& payload,
+                                                          const std::string& peer) {
+  PayloadReader in(payload.data(), payload.size(), peer);
+  std::string proof = in.bytes();
+  in.finish();
+  auth::Proof expected =
+      auth::client_proof(server.token, server_nonce_, client_nonce_, binding(server));
+  if (!auth::proof_matches(expected, proof.data(), proof.size()))
+    return refuse("authentication failed: the client's proof does not match this store's token");
+  state_ = State::kReady;
+  return {Action::kReply, "", false};
+}
+
+}  // namespace pscore
