@@ -107,6 +107,7 @@ void bind_server(py::module_& m) {
       .def_readwrite("insecure", &ServerOptions::insecure)
       .def_readwrite("job_id", &ServerOptions::job_id)
       .def_readwrite("num_threads", &ServerOptions::num_threads)
+      .def_readwrite("inline_max_bytes", &ServerOptions::inline_max_bytes)
       .def_readwrite("max_frame_bytes", &ServerOptions::max_frame_bytes)
       .def_readwrite("max_queued_requests", &ServerOptions::max_queued_requests)
       .def_readwrite("max_outbox_bytes", &ServerOptions::max_outbox_bytes)
@@ -201,6 +202,14 @@ void bind_client(py::module_& m) {
           "pull_sparse",
           [](PsClient& c, const std::string& name, uintptr_t ids, uintptr_t out, int64_t n) {
             return c.pull_sparse(name, ptr<const int64_t>(ids), ptr<float>(out), n);
+          },
+          Release())
+      .def(
+          "push_pull_sparse",
+          [](PsClient& c, const std::string& name, uintptr_t ids, uintptr_t g, uintptr_t out,
+             int64_t n) {
+            return c.push_pull_sparse(name, ptr<const int64_t>(ids), ptr<const float>(g),
+                                      ptr<float>(out), n);
           },
           Release())
       .def("worker_done", &PsClient::worker_done, Release())

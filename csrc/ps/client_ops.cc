@@ -224,32 +224,44 @@ std::shared_ptr<Work> PsClient::assign(const std::string& name, const float* val
 
 std::shared_ptr<Work> PsClient::push_sparse(const std::string& name, const int64_t* ids,
                                             const float* grads, int64_t n) {
+  return sparse_push_op(name, ids, grads, nullptr, n);
+}
+
+std::shared_ptr<Work> PsClient::push_pull_sparse(const std::string& name, const int64_t* ids,
+                                                 const float* grads, float* out, int64_t n) {
+  return sparse_push_op(name, ids, grads, out, n);
+}
+
+std::shared_ptr<Work> PsClient::sparse_push_op(const std::string& name, const int64_t* ids,
+                                               const float* grads, float* out, int64_t n) {
+  const char* op = out ? "push_pull_sparse" : "push_sparse";
   TableLayout layout = layout_of(name);
   if (layout.spec.kind != TableKind::kSparse)
-    throw std::invalid_argument("push_sparse " + quoted(name) + ": the table is dense");
-  if (n < 0) throw std::invalid_argument("push_sparse " + quoted(name) + ": negative id count");
+    throw std::invalid_argument(std::string(op) + " " + quoted(name) + ": the table is dense");
+  if (n < 0) throw std::invalid_argument(std::string(op) + " " + quoted(name) + ": negative id count");
   const int64_t dim = layout.spec.dim();
   const Consistency mode = layout.spec.consistency.mode;
   PushHeader h;
   h.worker = opts_.worker;
   h.clip_factor = clip_factor(layout.spec, grads, n * dim);
+  h.seq = ++next_seq_;
   {
     std::lock_guard<std::mutex> lk(state_mu_);
-    TableState& st = table_state(name);
-    h.seq = ++next_seq_;
-    h.step = st.step;
+    h.step = table_state(name).step;
   }
-  auto w = std::make_shared<Work>("push_sparse " + quoted(name));
-  std::vector<std::vector<int64_t>> rows(num_shards_);
+  auto w = std::make_shared<Work>(std::string(op) + " " + quoted(name));
+  auto rows = std::make_shared<std::vector<std::vector<int64_t>>>(num_shards_);
   if (num_shards_ > 1)
-    for (int64_t i = 0; i < n; ++i) rows[shard_for_id(ids[i], num_shards_)].push_back(i);
+    for (int64_t i = 0; i < n; ++i) (*rows)[shard_for_id(ids[i], num_shards_)].push_back(i);
+  const uint8_t type = uint8_t(out ? MsgType::kPushPullSparse : MsgType::kPushSparse);
   for (int shard = 0; shard < num_shards_; ++shard) {
-    const int64_t count = num_shards_ == 1 ? n : static_cast<int64_t>(rows[shard].size());
+    const int64_t count = num_shards_ == 1 ? n : static_cast<int64_t>((*rows)[shard].size());
     // Sync and ssp tables hear from every worker on every shard each step, even with no rows.
     if (count == 0 && mode == Consistency::kAsync) continue;
-    auto s = make_sub(shard, uint8_t(MsgType::kPushSparse), layout.id, w->what());
+    auto s = make_sub(shard, type, layout.id, w->what());
     s->prefix.put(h);
     s->prefix.put<int64_t>(count);
+    s->reply_prefix_bytes = sizeof(PushReply);
     if (num_shards_ == 1) {
       s->parts.push_back({ids, static_cast<size_t>(n) * 8});
       s->parts.push_back({grads, static_cast<size_t>(n * dim) * 4});
@@ -257,17 +269,32 @@ std::shared_ptr<Work> PsClient::push_sparse(const std::string& name, const int64
       s->prefix.resize(sizeof(PushHeader) + 8 + static_cast<size_t>(count) * (8 + dim * 4));
       auto* id_out = reinterpret_cast<int64_t*>(s->prefix.data() + sizeof(PushHeader) + 8);
       auto* g_out = reinterpret_cast<float*>(id_out + count);
+      const auto& mine = (*rows)[shard];
       for (int64_t k = 0; k < count; ++k) {
-        int64_t i = rows[shard][k];
-        id_out[k] = ids[i];
-        std::memcpy(g_out + k * dim, grads + i * dim, dim * 4);
+        id_out[k] = ids[mine[k]];
+        std::memcpy(g_out + k * dim, grads + mine[k] * dim, dim * 4);
       }
     }
-    s->reply_prefix_bytes = sizeof(PushReply);
-    s->on_reply = [this, name, mode](SubRequest& sub) {
+    if (out) {
+      s->direct_bytes = static_cast<size_t>(count * dim) * 4;
+      if (num_shards_ == 1) {
+        s->direct = reinterpret_cast<uint8_t*>(out);
+      } else {
+        s->scratch.resize(s->direct_bytes);
+        s->direct = s->scratch.data();
+      }
+    }
+    const bool scatter = out && num_shards_ > 1;
+    s->on_reply = [this, name, mode, rows, shard, out, dim, scatter](SubRequest& sub) {
       PushReply r;
       std::memcpy(&r, sub.reply.data(), sizeof(r));
       if (auto o = sub.owner.lock()) o->note_push(r.status, r.progress);
+      if (scatter) {
+        const auto& mine = (*rows)[shard];
+        auto* src = reinterpret_cast<const float*>(sub.scratch.data());
+        for (size_t k = 0; k < mine.size(); ++k)
+          std::memcpy(out + mine[k] * dim, src + k * dim, dim * 4);
+      }
       if (mode == Consistency::kAsync) return;
       std::lock_guard<std::mutex> lk(state_mu_);
       TableState& st = table_state(name);

@@ -18,11 +18,18 @@ enum class PushStatus : uint8_t { kApplied = 0, kDuplicate = 1, kDropped = 2 };
 // Sends a push's reply; `body` is the encoded reply (status, progress, optional values).
 using ReplyFn = std::function<void(ByteBuffer&& body)>;
 
+// What a push's reply carries after its status: nothing, the dense part's values (push_pull),
+// or the rows of the pushed sparse ids (push_pull_sparse), read when the reply is sent.
+struct ReplyValues {
+  bool want = false;
+  std::vector<int64_t> ids;
+};
+
 // A push whose reply waits for a sync round to close or for the slowest worker to catch up.
 struct Waiter {
   int worker = 0;
   uint64_t seq = 0;
-  bool want_values = false;
+  ReplyValues values;
   ReplyFn reply;
 };
 

@@ -60,6 +60,9 @@ class PsClient {
                                     int64_t n);
   std::shared_ptr<Work> pull_sparse(const std::string& name, const int64_t* ids, float* out,
                                     int64_t n);
+  // push_sparse then the rows after the update, in one round trip.
+  std::shared_ptr<Work> push_pull_sparse(const std::string& name, const int64_t* ids,
+                                         const float* grads, float* out, int64_t n);
   std::shared_ptr<Work> worker_done();
   std::shared_ptr<Work> global_step(int64_t delta);  // reply: the counter after adding delta
   std::shared_ptr<Work> save(const std::string& dir);
@@ -83,6 +86,8 @@ class PsClient {
   std::shared_ptr<SubRequest> make_sub(int shard, uint8_t type, uint32_t tag, std::string what);
   std::shared_ptr<Work> dense_op(const std::string& name, uint8_t type, const float* grad,
                                  float* out, int64_t n);
+  std::shared_ptr<Work> sparse_push_op(const std::string& name, const int64_t* ids,
+                                       const float* grads, float* out, int64_t n);
   std::shared_ptr<Work> broadcast(uint8_t type, const std::string& what, const ByteBuffer& body,
                                   bool variable_reply);
   std::shared_ptr<Work> run_blocking(const std::shared_ptr<Work>& w);

@@ -30,6 +30,8 @@ const char* msg_type_name(uint8_t type) {
       return "push_sparse";
     case MsgType::kPullSparse:
       return "pull_sparse";
+    case MsgType::kPushPullSparse:
+      return "push_pull_sparse";
     case MsgType::kWorkerDone:
       return "worker_done";
     case MsgType::kGlobalStep:

@@ -29,6 +29,7 @@ enum class MsgType : uint8_t {
   kAssignDense = 23,
   kPushSparse = 30,
   kPullSparse = 31,
+  kPushPullSparse = 32,
   kWorkerDone = 40,
   kGlobalStep = 41,
   kSave = 42,

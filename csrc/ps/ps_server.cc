@@ -221,7 +221,14 @@ void PsServer::on_readable(const std::shared_ptr<ServerConnection>& c) {
 ServerConnection::FrameAction PsServer::on_frame(const std::shared_ptr<ServerConnection>& c,
                                                  InFrame&& f) {
   if (c->stage != ServerConnection::Stage::kReady) return handshake(c, f);
-  std::lock_guard<std::mutex> lk(c->mu);
+  std::unique_lock<std::mutex> lk(c->mu);
+  if (f.header.length <= opts_.inline_max_bytes && c->queue.empty() && !c->scheduled &&
+      !c->output_blocked) {
+    lk.unlock();  // nothing ahead of it on this connection: handle it here, in order
+    handler_->handle(c, std::move(f));
+    return c->closed() ? ServerConnection::FrameAction::kClose
+                       : ServerConnection::FrameAction::kContinue;
+  }
   c->queue.push_back(std::move(f));
   stats_.queue_depth.fetch_add(1);
   if (!c->scheduled && !c->output_blocked) {

@@ -32,6 +32,9 @@ struct ServerOptions {
   bool insecure = false;   // allow a non-loopback bind without a token
   std::string job_id;      // clients must present the same job id
   int num_threads = 2;     // request handler threads
+  // Requests up to this size are handled on the event-loop thread when their connection has
+  // nothing queued (no thread hand-off); bigger ones go to the handler threads.
+  uint64_t inline_max_bytes = 2 << 20;
   uint64_t max_frame_bytes = uint64_t(1) << 30;
   int max_queued_requests = 32;                     // per connection; reading pauses beyond it
   uint64_t max_outbox_bytes = uint64_t(256) << 20;  // per connection; handling pauses beyond it

@@ -115,7 +115,8 @@ void RequestHandler::push_dense(const std::shared_ptr<ServerConnection>& conn, I
   send_all(out);
 }
 
-void RequestHandler::push_sparse(const std::shared_ptr<ServerConnection>& conn, InFrame& f) {
+void RequestHandler::push_sparse(const std::shared_ptr<ServerConnection>& conn, InFrame& f,
+                                 bool want_rows) {
   std::shared_lock<std::shared_mutex> gate(shard_.apply_gate());
   auto t = shard_.table(f.header.tag);
   if (t->dense()) throw std::invalid_argument(name_of(*t) + " is dense; use push");
@@ -131,7 +132,8 @@ void RequestHandler::push_sparse(const std::shared_ptr<ServerConnection>& conn, 
   clip(t->spec().optimizer, h.clip_factor, grads, n * dim);
   stats_.rows_pushed.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
   ReplyOutbox out;
-  t->push_sparse(h, n, ids, grads, reply_fn(conn, f), out);
+  t->push_sparse(h, n, ids, grads, want_rows, reply_fn(conn, f), out);
+  if (want_rows) stats_.rows_pulled.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
   gate.unlock();
   send_all(out);
 }
@@ -146,7 +148,8 @@ void RequestHandler::dispatch(const std::shared_ptr<ServerConnection>& conn, InF
     case MsgType::kPushPullDense:
       return push_dense(conn, f, type == MsgType::kPushPullDense);
     case MsgType::kPushSparse:
-      return push_sparse(conn, f);
+    case MsgType::kPushPullSparse:
+      return push_sparse(conn, f, type == MsgType::kPushPullSparse);
     case MsgType::kPullDense: {
       std::shared_lock<std::shared_mutex> gate(shard_.apply_gate());
       auto t = shard_.table(f.header.tag);

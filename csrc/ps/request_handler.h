@@ -23,7 +23,7 @@ class RequestHandler {
  private:
   void dispatch(const std::shared_ptr<ServerConnection>& conn, InFrame& f);
   void push_dense(const std::shared_ptr<ServerConnection>& conn, InFrame& f, bool want_values);
-  void push_sparse(const std::shared_ptr<ServerConnection>& conn, InFrame& f);
+  void push_sparse(const std::shared_ptr<ServerConnection>& conn, InFrame& f, bool want_rows);
   ReplyFn reply_fn(const std::shared_ptr<ServerConnection>& conn, const InFrame& f);
   void reply(const std::shared_ptr<ServerConnection>& conn, const InFrame& f, ByteBuffer&& body);
   void send_all(ReplyOutbox& out);

@@ -1,5 +1,6 @@
 // Open-addressing hash map from int64 sparse ids (any value) to dense row indices: the index a
-// sparse table uses to find a row in one or two cache misses.
+// sparse table uses to find a row. Each slot keeps key and row together (one cache line visit
+// per probe), and batch lookups prefetch slots ahead so that a batch's cache misses overlap.
 #pragma once
 
 #include <cstddef>
@@ -15,17 +16,24 @@ class RowMap {
   int64_t find(int64_t id) const;
   // The row of `id`; inserts it with row `new_row` when absent (then *inserted is true).
   uint32_t find_or_insert(int64_t id, uint32_t new_row, bool* inserted);
+  // For each of n ids, its row; an absent id gets row next_row++ (and is reported in
+  // new_rows as its position in ids). Rows of duplicate new ids are shared.
+  void find_or_insert_batch(const int64_t* ids, int64_t n, uint32_t* rows, uint32_t& next_row,
+                            std::vector<int64_t>& new_rows);
   size_t size() const { return size_; }
   void clear();
   void reserve(size_t n);
 
  private:
-  // Slots hold id + 1 (wrapping) as key so that 0 marks an empty slot; id -1, whose key would
-  // be 0, is kept aside.
+  struct Slot {
+    uint64_t key;  // id + 1 (wrapping); 0 marks an empty slot
+    uint32_t row;
+    uint32_t unused;
+  };
+  // id -1, whose key would be 0, is kept aside.
   void rehash(size_t capacity);
   size_t slot_of(uint64_t key) const;
-  std::vector<uint64_t> keys_;
-  std::vector<uint32_t> rows_;
+  std::vector<Slot> slots_;
   size_t mask_ = 0;
   size_t size_ = 0;
   bool has_minus_one_ = false;

@@ -63,22 +63,34 @@ int64_t ServerTable::progress_for(int worker) const {
   return dense_step_;
 }
 
-ByteBuffer ServerTable::push_reply(PushStatus status, int64_t progress, bool want_values) const {
+ByteBuffer ServerTable::push_reply(PushStatus status, int64_t progress, const ReplyValues& want) {
   PushReply r;
   r.status = static_cast<uint8_t>(status);
   r.progress = progress;
-  size_t extra = want_values ? values_.size() * sizeof(float) : 0;
-  ByteBuffer body(sizeof(r) + extra);
+  if (!want.want) {
+    ByteBuffer body(sizeof(r));
+    std::memcpy(body.data(), &r, sizeof(r));
+    return body;
+  }
+  if (dense()) {
+    const size_t extra = values_.size() * sizeof(float);
+    ByteBuffer body(sizeof(r) + extra);
+    std::memcpy(body.data(), &r, sizeof(r));
+    std::memcpy(body.data() + sizeof(r), values_.data(), extra);
+    return body;
+  }
+  const int64_t n = static_cast<int64_t>(want.ids.size()), dim = sparse_->dim();
+  ByteBuffer body(sizeof(r) + static_cast<size_t>(n * dim) * sizeof(float));
   std::memcpy(body.data(), &r, sizeof(r));
-  if (extra) std::memcpy(body.data() + sizeof(r), values_.data(), extra);
+  copy_rows(n, want.ids.data(), reinterpret_cast<float*>(body.data() + sizeof(r)));
   return body;
 }
 
-bool ServerTable::handle_repeat(const PushHeader& h, bool want_values, ReplyFn& reply,
+bool ServerTable::handle_repeat(const PushHeader& h, ReplyValues& want, ReplyFn& reply,
                                 ReplyOutbox& out) {
   auto admission = cons_.admit(h.worker, h.seq);
   if (admission == ConsistencyState::Admission::kNew) return false;
-  Waiter w{h.worker, h.seq, want_values, std::move(reply)};
+  Waiter w{h.worker, h.seq, std::move(want), std::move(reply)};
   if (admission == ConsistencyState::Admission::kPendingInRound) {
     cons_.replace_waiter(std::move(w));
     return true;
@@ -88,7 +100,7 @@ bool ServerTable::handle_repeat(const PushHeader& h, bool want_values, ReplyFn& 
     return true;
   }
   out.emplace_back(std::move(w.reply),
-                   push_reply(PushStatus::kDuplicate, progress_for(h.worker), want_values));
+                   push_reply(PushStatus::kDuplicate, progress_for(h.worker), w.values));
   return true;
 }
 
@@ -119,34 +131,37 @@ void ServerTable::apply_dense(const float* grad) {
 void ServerTable::apply_sparse(int64_t n, const int64_t* ids, const float* grads) {
   const int64_t dim = sparse_->dim();
   const OptimizerSpec& opt = spec().optimizer;
+  rows_.resize(static_cast<size_t>(n));
+  sparse_->find_or_create_batch(ids, n, rows_.data());
+  constexpr int64_t kAhead = 4;
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t row = sparse_->find_or_create(ids[i]);
+    if (i + kAhead < n) sparse_->prefetch(rows_[i + kAhead]);
+    const uint32_t row = rows_[i];
     int64_t& step = sparse_->step(row);
     ++step;
     apply_optimizer(opt, sparse_->values(row), grads + i * dim, sparse_->state(row), dim, step);
   }
 }
 
-void ServerTable::finish_push(const PushHeader& h, bool want_values, ReplyFn reply,
+void ServerTable::finish_push(const PushHeader& h, ReplyValues want, ReplyFn reply,
                               ReplyOutbox& out) {
   if (spec().consistency.mode == Consistency::kSsp) {
     if (!cons_.may_proceed(h.worker)) {
-      cons_.park(Waiter{h.worker, h.seq, want_values, std::move(reply)});
+      cons_.park(Waiter{h.worker, h.seq, std::move(want), std::move(reply)});
     } else {
       out.emplace_back(std::move(reply),
-                       push_reply(PushStatus::kApplied, progress_for(h.worker), want_values));
+                       push_reply(PushStatus::kApplied, progress_for(h.worker), want));
     }
     release_ssp(out);
     return;
   }
-  out.emplace_back(std::move(reply),
-                   push_reply(PushStatus::kApplied, progress_for(h.worker), want_values));
+  out.emplace_back(std::move(reply), push_reply(PushStatus::kApplied, progress_for(h.worker), want));
 }
 
 void ServerTable::release_ssp(ReplyOutbox& out) {
   for (Waiter& w : cons_.release_ready())
     out.emplace_back(std::move(w.reply),
-                     push_reply(PushStatus::kApplied, cons_.clock(w.worker), w.want_values));
+                     push_reply(PushStatus::kApplied, cons_.clock(w.worker), w.values));
 }
 
 void ServerTable::close_round(ReplyOutbox& out) {
@@ -166,27 +181,27 @@ void ServerTable::close_round(ReplyOutbox& out) {
   }
   for (Waiter& w : cons_.close_round())
     out.emplace_back(std::move(w.reply),
-                     push_reply(PushStatus::kApplied, cons_.round(), w.want_values));
+                     push_reply(PushStatus::kApplied, cons_.round(), w.values));
 }
 
 void ServerTable::push_dense(const PushHeader& h, const float* grad, bool want_values,
                              ReplyFn reply, ReplyOutbox& out) {
   validate_worker(h.worker);
+  ReplyValues want{want_values, {}};
   std::lock_guard<std::mutex> lk(mu_);
-  if (handle_repeat(h, want_values, reply, out)) return;
+  if (handle_repeat(h, want, reply, out)) return;
   const Consistency mode = spec().consistency.mode;
   if (mode == Consistency::kSync) {
     if (cons_.is_late(h.step)) {
       cons_.mark_seq(h.worker, h.seq);
-      out.emplace_back(std::move(reply),
-                       push_reply(PushStatus::kDropped, cons_.round(), want_values));
+      out.emplace_back(std::move(reply), push_reply(PushStatus::kDropped, cons_.round(), want));
       return;
     }
     if (cons_.contributors() == 0)
       acc_.assign(grad, grad + part_.numel);
     else
       add_in_place(acc_.data(), grad, part_.numel);
-    cons_.add_contribution(Waiter{h.worker, h.seq, want_values, std::move(reply)});
+    cons_.add_contribution(Waiter{h.worker, h.seq, std::move(want), std::move(reply)});
     if (cons_.round_ready()) close_round(out);
     return;
   }
@@ -195,24 +210,30 @@ void ServerTable::push_dense(const PushHeader& h, const float* grad, bool want_v
             part_.numel);
   apply_dense(grad);
   cons_.mark_seq(h.worker, h.seq);
-  finish_push(h, want_values, std::move(reply), out);
+  finish_push(h, std::move(want), std::move(reply), out);
 }
 
 void ServerTable::push_sparse(const PushHeader& h, int64_t n, const int64_t* ids,
-                              const float* grads, ReplyFn reply, ReplyOutbox& out) {
+                              const float* grads, bool want_rows, ReplyFn reply,
+                              ReplyOutbox& out) {
   validate_worker(h.worker);
   const int64_t dim = spec().dim();
+  ReplyValues want;
+  if (want_rows) {
+    want.want = true;
+    want.ids.assign(ids, ids + n);
+  }
   std::lock_guard<std::mutex> lk(mu_);
-  if (handle_repeat(h, false, reply, out)) return;
+  if (handle_repeat(h, want, reply, out)) return;
   const Consistency mode = spec().consistency.mode;
   if (mode == Consistency::kSync) {
     if (cons_.is_late(h.step)) {
       cons_.mark_seq(h.worker, h.seq);
-      out.emplace_back(std::move(reply), push_reply(PushStatus::kDropped, cons_.round(), false));
+      out.emplace_back(std::move(reply), push_reply(PushStatus::kDropped, cons_.round(), want));
       return;
     }
     sparse_acc_.add(n, ids, grads);
-    cons_.add_contribution(Waiter{h.worker, h.seq, false, std::move(reply)});
+    cons_.add_contribution(Waiter{h.worker, h.seq, std::move(want), std::move(reply)});
     if (cons_.round_ready()) close_round(out);
     return;
   }
@@ -228,7 +249,7 @@ void ServerTable::push_sparse(const PushHeader& h, int64_t n, const int64_t* ids
     apply_sparse(merged.size(), merged.ids(), merged.grads());
   }
   cons_.mark_seq(h.worker, h.seq);
-  finish_push(h, false, std::move(reply), out);
+  finish_push(h, std::move(want), std::move(reply), out);
 }
 
 void ServerTable::pull_dense(float* out) {
@@ -236,13 +257,20 @@ void ServerTable::pull_dense(float* out) {
   std::memcpy(out, values_.data(), values_.size() * sizeof(float));
 }
 
-void ServerTable::pull_sparse(int64_t n, const int64_t* ids, float* out) {
-  const int64_t dim = spec().dim();
-  std::lock_guard<std::mutex> lk(mu_);
+void ServerTable::copy_rows(int64_t n, const int64_t* ids, float* out) {
+  const int64_t dim = sparse_->dim();
+  rows_.resize(static_cast<size_t>(n));
+  sparse_->find_or_create_batch(ids, n, rows_.data());
+  constexpr int64_t kAhead = 4;
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t row = sparse_->find_or_create(ids[i]);
-    std::memcpy(out + i * dim, sparse_->values(row), sizeof(float) * dim);
+    if (i + kAhead < n) sparse_->prefetch(rows_[i + kAhead]);
+    std::memcpy(out + i * dim, sparse_->values(rows_[i]), sizeof(float) * dim);
   }
+}
+
+void ServerTable::pull_sparse(int64_t n, const int64_t* ids, float* out) {
+  std::lock_guard<std::mutex> lk(mu_);
+  copy_rows(n, ids, out);
 }
 
 void ServerTable::assign_dense(const float* values) {

@@ -35,8 +35,9 @@ class ServerTable {
   // The reply goes into `out` unless it is parked, in which case a later call releases it.
   void push_dense(const PushHeader& h, const float* grad, bool want_values, ReplyFn reply,
                   ReplyOutbox& out);
+  // want_rows: the reply also carries the rows of `ids` after the update (push_pull_sparse).
   void push_sparse(const PushHeader& h, int64_t n, const int64_t* ids, const float* grads,
-                   ReplyFn reply, ReplyOutbox& out);
+                   bool want_rows, ReplyFn reply, ReplyOutbox& out);
   void pull_dense(float* out);
   // Creates missing rows with the initializer, then copies n rows of dim floats into out.
   void pull_sparse(int64_t n, const int64_t* ids, float* out);
@@ -59,12 +60,13 @@ class ServerTable {
   int64_t num_rows() const;
 
  private:
-  ByteBuffer push_reply(PushStatus status, int64_t progress, bool want_values) const;
+  ByteBuffer push_reply(PushStatus status, int64_t progress, const ReplyValues& want);
   int64_t progress_for(int worker) const;
-  bool handle_repeat(const PushHeader& h, bool want_values, ReplyFn& reply, ReplyOutbox& out);
-  void finish_push(const PushHeader& h, bool want_values, ReplyFn reply, ReplyOutbox& out);
+  bool handle_repeat(const PushHeader& h, ReplyValues& want, ReplyFn& reply, ReplyOutbox& out);
+  void finish_push(const PushHeader& h, ReplyValues want, ReplyFn reply, ReplyOutbox& out);
   void close_round(ReplyOutbox& out);
   void release_ssp(ReplyOutbox& out);
+  void copy_rows(int64_t n, const int64_t* ids, float* out);  // creates missing rows
   void apply_dense(const float* grad);
   void apply_sparse(int64_t n, const int64_t* ids, const float* grads);
   void log_apply(LogKind kind, const std::vector<std::pair<int, uint64_t>>& seqs, int64_t round,
@@ -82,6 +84,7 @@ class ServerTable {
   std::unique_ptr<SparseStore> sparse_;
   SparseAccumulator sparse_acc_;
   ConsistencyState cons_;
+  std::vector<uint32_t> rows_;  // scratch: rows of a sparse batch
 };
 
 }  // namespace pscore::ps

@@ -35,6 +35,17 @@ uint32_t SparseStore::find_or_create(int64_t id) {
   return row;
 }
 
+void SparseStore::find_or_create_batch(const int64_t* ids, int64_t n, uint32_t* rows) {
+  uint32_t next = static_cast<uint32_t>(ids_.size());
+  new_rows_.clear();
+  map_.find_or_insert_batch(ids, n, rows, next, new_rows_);
+  for (int64_t i : new_rows_) {
+    uint32_t row = append_row(ids[i]);
+    fill_initial_values(init_, ids[i], 0, values(row), dim_);
+    init_optimizer_state(opt_, state(row), dim_);
+  }
+}
+
 void SparseStore::restore_row(int64_t id, const float* values_in, const float* state_in,
                               int64_t step_in) {
   bool inserted = false;

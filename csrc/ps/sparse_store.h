@@ -19,6 +19,14 @@ class SparseStore {
 
   // The row index of `id`, creating and initialising the row when absent.
   uint32_t find_or_create(int64_t id);
+  // rows[i] = the row of ids[i], creating and initialising absent rows.
+  void find_or_create_batch(const int64_t* ids, int64_t n, uint32_t* rows);
+  // Hints the cache to fetch the start of a row.
+  void prefetch(uint32_t row) {
+    const float* p = slab(row);
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + 16);
+  }
   // The row index of `id`, or -1.
   int64_t find(int64_t id) const { return map_.find(id); }
 
@@ -36,7 +44,7 @@ class SparseStore {
 
  private:
   static constexpr int64_t kRowsPerChunk = 1024;
-  float* slab(uint32_t row) {
+  float* slab(uint32_t row) const {
     return chunks_[row / kRowsPerChunk].get() + (row % kRowsPerChunk) * row_floats_;
   }
   uint32_t append_row(int64_t id);
@@ -50,6 +58,7 @@ class SparseStore {
   std::vector<std::unique_ptr<float[]>> chunks_;
   std::vector<int64_t> ids_;
   std::vector<int64_t> steps_;
+  std::vector<int64_t> new_rows_;  // scratch of find_or_create_batch
 };
 
 }  // namespace pscore::ps

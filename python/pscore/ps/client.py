@@ -365,9 +365,22 @@ class PSClient:
         i, ip, n, o, op = self._rows(name, ids, out, "pull_sparse", True)
         return self._track(self._cpp.pull_sparse(name, ip, op, n), (i, o), lambda: o)
 
+    def push_pull_sparse_async(self, name: str, ids, grads, out=None) -> PSWork:
+        i, ip, n, g, gp = self._rows(name, ids, grads, "push_pull_sparse", False)
+        if out is None:
+            out = np.empty((n, self.table(name).dim), dtype=np.float32)
+        o, op, m = float_output(out, "out")
+        if m != g.size:
+            raise ValueError(f"push_pull_sparse {name!r}: out has {m} values, grads {g.size}")
+        return self._track(self._cpp.push_pull_sparse(name, ip, gp, op, n), (i, g, o), lambda: o)
+
     def push_sparse(self, name: str, ids, grads) -> None:
         """Sends gradient rows for `ids` (duplicate ids are summed before the update)."""
         self.push_sparse_async(name, ids, grads).wait()
+
+    def push_pull_sparse(self, name: str, ids, grads, out=None):
+        """push_sparse, then the rows of `ids` after the update, in one round trip."""
+        return self.push_pull_sparse_async(name, ids, grads, out).wait()
 
     def pull_sparse(self, name: str, ids, out=None):
         """Rows for `ids` into `out` (shape (len(ids), dim); new when None); returns it."""
