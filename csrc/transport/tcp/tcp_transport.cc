@@ -184,7 +184,8 @@ void TcpTransport::authenticate_to(const Socket& s, int peer, int lane,
   try {
     f = recv_frame(s, deadline, rank_name(peer));
   } catch (const NetworkError& e) {
-    throw NetworkError(auth_failed(peer, where) + ": " + e.what());
+    throw NetworkError(rank_name(peer) + " at " + where +
+                       " closed the connection during the handshake: " + e.what());
   }
   if (f.type == kRefused) throw NetworkError(refused(peer, where, f.payload));
   if (f.type != kChallenge || f.payload.size() != auth::kNonceBytes + auth::kProofBytes)
@@ -225,7 +226,9 @@ void TcpTransport::accept_higher(const Deadline& deadline) {
 bool TcpTransport::admit(Socket s, const Deadline& deadline) {
   std::string peer_address = s.peer_address();
   std::string who = "connection from " + peer_address;
-  Deadline hello_deadline(std::min<int64_t>(kHandshakeReadMs, deadline.remaining_ms()));
+  Deadline hello_deadline(deadline.infinite()
+                              ? kHandshakeReadMs
+                              : std::min<int64_t>(kHandshakeReadMs, deadline.remaining_ms()));
   auth::Nonce client_nonce{};
   Frame f = recv_frame(s, hello_deadline, who);
   std::string job;
@@ -235,9 +238,15 @@ bool TcpTransport::admit(Socket s, const Deadline& deadline) {
     return false;
   }
   if (hello.size != size_ || hello.rank <= rank_ || hello.rank >= size_ || hello.lane < 0 ||
-      hello.lane >= kNumLanes || channels_[hello.rank * kNumLanes + hello.lane])
-    throw NetworkError(who + ": bad handshake (rank " + std::to_string(hello.rank) + ", world " +
-                       std::to_string(hello.size) + ")");
+      hello.lane >= kNumLanes || channels_[hello.rank * kNumLanes + hello.lane]) {
+    refuse(s, peer_address,
+           who + ": bad handshake (rank " + std::to_string(hello.rank) + ", lane " +
+               std::to_string(hello.lane) + ", world " + std::to_string(hello.size) +
+               "): " + rank_name(rank_) + " of a world of " + std::to_string(size_) +
+               " expects each higher rank once per lane",
+           hello_deadline);
+    return false;
+  }
   bool wants_auth = (f.flags & kFlagAuthenticate) != 0;
   bool have_token = !options_.auth_token.empty();
   if (wants_auth && !have_token) {
