@@ -247,6 +247,8 @@ def _print(results, args, impls):
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "hogwild":  # python -m pscore.bench passes the benchmark's name first
+        argv = argv[1:]
     args = _parse(argv)
     from pscore import hogwild
 
