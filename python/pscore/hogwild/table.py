@@ -150,7 +150,9 @@ class SharedTable:
             raise ValueError(f"lock_stripes must be an int >= 1, got {lock_stripes!r}")
         init_arr = None
         if init is not None:
-            init_arr = np.asarray(init.numpy() if is_torch_tensor(init) else init, dtype=dt)
+            init_arr = np.asarray(
+                init.detach().cpu().numpy() if is_torch_tensor(init) else init, dtype=dt
+            )
             if init_arr.ndim == 0:
                 init_arr = np.full(dims, init_arr, dtype=dt)
             if init_arr.shape != dims:
