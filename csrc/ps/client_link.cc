@@ -18,6 +18,7 @@ namespace {
 
 constexpr size_t kStageBytes = 64 * 1024;
 constexpr size_t kDirectReadBytes = 16 * 1024;
+constexpr int kMaxIov = 1024;  // IOV_MAX
 constexpr uint64_t kMaxErrorBytes = 64 * 1024;
 
 }  // namespace
@@ -42,19 +43,20 @@ void ClientLink::enqueue(const std::shared_ptr<SubRequest>& s) {
 }
 
 bool ClientLink::write_some(std::string* why) {
+  std::vector<iovec> iov;
+  iov.reserve(kMaxIov);
   while (!sendq_.empty()) {
-    iovec iov[64];
-    int n = 0;
+    iov.clear();
     size_t skip = send_offset_;
-    for (auto it = sendq_.begin(); it != sendq_.end() && n < 60; ++it) {
+    for (auto it = sendq_.begin(); it != sendq_.end() && iov.size() < kMaxIov; ++it) {
       SubRequest& s = **it;
       auto add = [&](const void* p, size_t len) {
-        if (len == 0 || n >= 63) return;
+        if (len == 0 || iov.size() >= kMaxIov) return;
         if (skip >= len) {
           skip -= len;
           return;
         }
-        iov[n++] = {const_cast<uint8_t*>(static_cast<const uint8_t*>(p)) + skip, len - skip};
+        iov.push_back({const_cast<uint8_t*>(static_cast<const uint8_t*>(p)) + skip, len - skip});
         skip = 0;
       };
       add(&s.header, sizeof(FrameHeader));
@@ -62,8 +64,8 @@ bool ClientLink::write_some(std::string* why) {
       for (const auto& part : s.parts) add(part.first, part.second);
     }
     msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(n);
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = iov.size();
     ssize_t k = ::sendmsg(sock_.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
@@ -102,6 +104,8 @@ bool ClientLink::begin_body(std::string* why) {
     *why = std::string("unexpected frame type ") + msg_type_name(hdr_.type);
     return false;
   }
+  segs_.clear();
+  seg_ = seg_off_ = 0;
   if (cur_is_error_ || s.variable_reply) {
     uint64_t cap = cur_is_error_ ? kMaxErrorBytes : max_reply_bytes_;
     if (hdr_.length > cap) {
@@ -109,6 +113,7 @@ bool ClientLink::begin_body(std::string* why) {
       return false;
     }
     s.reply.resize(hdr_.length);
+    segs_.push_back({s.reply.data(), s.reply.size()});
     return true;
   }
   if (hdr_.length != s.reply_prefix_bytes + s.direct_bytes) {
@@ -117,18 +122,36 @@ bool ClientLink::begin_body(std::string* why) {
     return false;
   }
   s.reply.resize(s.reply_prefix_bytes);
+  if (s.reply_prefix_bytes) segs_.push_back({s.reply.data(), s.reply_prefix_bytes});
+  if (!s.scatter.empty()) {
+    for (const auto& [p, n] : s.scatter)
+      if (n) segs_.push_back({p, n});
+  } else if (s.direct_bytes) {
+    segs_.push_back({s.direct, s.direct_bytes});
+  }
   return true;
 }
 
-size_t ClientLink::body_room(uint8_t** at) {
-  SubRequest& s = *cur_;
-  if (cur_is_error_ || s.variable_reply || body_got_ < s.reply_prefix_bytes) {
-    *at = s.reply.data() + body_got_;
-    return s.reply.size() - body_got_;
+int ClientLink::body_iov(iovec* out, int max) const {
+  int n = 0;
+  for (size_t i = seg_; i < segs_.size() && n < max; ++i) {
+    size_t off = i == seg_ ? seg_off_ : 0;
+    out[n++] = {static_cast<uint8_t*>(segs_[i].iov_base) + off, segs_[i].iov_len - off};
   }
-  size_t off = body_got_ - s.reply_prefix_bytes;
-  *at = s.direct + off;
-  return s.direct_bytes - off;
+  return n;
+}
+
+void ClientLink::body_advance(size_t n) {
+  body_got_ += n;
+  while (n > 0 && seg_ < segs_.size()) {
+    size_t take = std::min(segs_[seg_].iov_len - seg_off_, n);
+    seg_off_ += take;
+    n -= take;
+    if (seg_off_ == segs_[seg_].iov_len) {
+      ++seg_;
+      seg_off_ = 0;
+    }
+  }
 }
 
 void ClientLink::complete_current(std::vector<std::shared_ptr<SubRequest>>& done) {
@@ -174,25 +197,28 @@ bool ClientLink::read_some(std::string* why, std::vector<std::shared_ptr<SubRequ
         }
         if (!begin_body(why)) return false;
       } else {
-        uint8_t* at = nullptr;
-        size_t take = std::min(avail, body_room(&at));
-        std::memcpy(at, stage_.data() + stage_pos_, take);
-        body_got_ += take;
+        iovec at{nullptr, 0};
+        size_t take = body_iov(&at, 1) ? std::min(avail, at.iov_len) : 0;
+        if (take) std::memcpy(at.iov_base, stage_.data() + stage_pos_, take);
+        body_advance(take);
         stage_pos_ += take;
       }
       if (in_body_ && body_got_ == hdr_.length) complete_current(done);
     }
     ssize_t k;
-    uint8_t* at = nullptr;
-    bool direct = in_body_ && hdr_.length - body_got_ >= kDirectReadBytes &&
-                  body_room(&at) >= kDirectReadBytes;
-    if (direct)
-      k = ::recv(sock_.fd(), at, body_room(&at), MSG_DONTWAIT);
-    else
+    const bool direct = in_body_ && hdr_.length - body_got_ >= kDirectReadBytes;
+    if (direct) {
+      iovec iov[kMaxIov];
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(body_iov(iov, kMaxIov));
+      k = ::recvmsg(sock_.fd(), &msg, MSG_DONTWAIT);
+    } else {
       k = ::recv(sock_.fd(), stage_.data(), kStageBytes, MSG_DONTWAIT);
+    }
     if (k > 0) {
       if (direct) {
-        body_got_ += static_cast<size_t>(k);
+        body_advance(static_cast<size_t>(k));
         if (body_got_ == hdr_.length) complete_current(done);
       } else {
         stage_pos_ = 0;

@@ -3,6 +3,8 @@
 // replies are read straight into their destinations (caller arrays or scratch buffers).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -42,7 +44,9 @@ class ClientLink {
  private:
   bool begin_body(std::string* why);
   void complete_current(std::vector<std::shared_ptr<SubRequest>>& done);
-  size_t body_room(uint8_t** at);
+  // Where the current reply's next bytes go: up to max iovecs from the cursor.
+  int body_iov(iovec* out, int max) const;
+  void body_advance(size_t n);
 
   int shard_;
   std::string name_;
@@ -59,6 +63,8 @@ class ClientLink {
   bool in_body_ = false;
   std::shared_ptr<SubRequest> cur_;
   size_t body_got_ = 0;
+  std::vector<iovec> segs_;  // the current reply's destinations, in order
+  size_t seg_ = 0, seg_off_ = 0;
   bool cur_is_error_ = false;
   ByteBuffer stage_;
   size_t stage_pos_ = 0, stage_len_ = 0;

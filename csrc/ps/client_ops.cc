@@ -18,6 +18,23 @@ namespace {
 
 std::string quoted(const std::string& name) { return "'" + name + "'"; }
 
+// The byte ranges of rows `picked` (ascending) of an array of rows of row_bytes, adjacent rows
+// merged: a shard's rows are sent from, and received into, the caller's arrays in place.
+template <typename Ptr>
+std::vector<std::pair<Ptr, size_t>> row_segments(Ptr base, const std::vector<int64_t>& picked,
+                                                 size_t row_bytes) {
+  std::vector<std::pair<Ptr, size_t>> segs;
+  int64_t prev = -2;
+  for (int64_t i : picked) {
+    if (i == prev + 1)
+      segs.back().second += row_bytes;
+    else
+      segs.emplace_back(base + static_cast<size_t>(i) * row_bytes, row_bytes);
+    prev = i;
+  }
+  return segs;
+}
+
 ByteBuffer bytes_of(const std::vector<uint8_t>& v) {
   ByteBuffer b;
   b.append(v.data(), v.size());
@@ -238,7 +255,8 @@ std::shared_ptr<Work> PsClient::sparse_push_op(const std::string& name, const in
   TableLayout layout = layout_of(name);
   if (layout.spec.kind != TableKind::kSparse)
     throw std::invalid_argument(std::string(op) + " " + quoted(name) + ": the table is dense");
-  if (n < 0) throw std::invalid_argument(std::string(op) + " " + quoted(name) + ": negative id count");
+  if (n < 0)
+    throw std::invalid_argument(std::string(op) + " " + quoted(name) + ": negative id count");
   const int64_t dim = layout.spec.dim();
   const Consistency mode = layout.spec.consistency.mode;
   PushHeader h;
@@ -262,39 +280,29 @@ std::shared_ptr<Work> PsClient::sparse_push_op(const std::string& name, const in
     s->prefix.put(h);
     s->prefix.put<int64_t>(count);
     s->reply_prefix_bytes = sizeof(PushReply);
+    const size_t row_bytes = static_cast<size_t>(dim) * 4;
     if (num_shards_ == 1) {
       s->parts.push_back({ids, static_cast<size_t>(n) * 8});
-      s->parts.push_back({grads, static_cast<size_t>(n * dim) * 4});
+      s->parts.push_back({grads, static_cast<size_t>(n) * row_bytes});
     } else {
-      s->prefix.resize(sizeof(PushHeader) + 8 + static_cast<size_t>(count) * (8 + dim * 4));
-      auto* id_out = reinterpret_cast<int64_t*>(s->prefix.data() + sizeof(PushHeader) + 8);
-      auto* g_out = reinterpret_cast<float*>(id_out + count);
       const auto& mine = (*rows)[shard];
-      for (int64_t k = 0; k < count; ++k) {
-        id_out[k] = ids[mine[k]];
-        std::memcpy(g_out + k * dim, grads + mine[k] * dim, dim * 4);
-      }
+      s->prefix.resize(sizeof(PushHeader) + 8 + static_cast<size_t>(count) * 8);
+      auto* id_out = reinterpret_cast<int64_t*>(s->prefix.data() + sizeof(PushHeader) + 8);
+      for (int64_t k = 0; k < count; ++k) id_out[k] = ids[mine[k]];
+      for (const auto& seg : row_segments(reinterpret_cast<const uint8_t*>(grads), mine, row_bytes))
+        s->parts.emplace_back(seg.first, seg.second);
     }
     if (out) {
-      s->direct_bytes = static_cast<size_t>(count * dim) * 4;
-      if (num_shards_ == 1) {
+      s->direct_bytes = static_cast<size_t>(count) * row_bytes;
+      if (num_shards_ == 1)
         s->direct = reinterpret_cast<uint8_t*>(out);
-      } else {
-        s->scratch.resize(s->direct_bytes);
-        s->direct = s->scratch.data();
-      }
+      else
+        s->scatter = row_segments(reinterpret_cast<uint8_t*>(out), (*rows)[shard], row_bytes);
     }
-    const bool scatter = out && num_shards_ > 1;
-    s->on_reply = [this, name, mode, rows, shard, out, dim, scatter](SubRequest& sub) {
+    s->on_reply = [this, name, mode](SubRequest& sub) {
       PushReply r;
       std::memcpy(&r, sub.reply.data(), sizeof(r));
       if (auto o = sub.owner.lock()) o->note_push(r.status, r.progress);
-      if (scatter) {
-        const auto& mine = (*rows)[shard];
-        auto* src = reinterpret_cast<const float*>(sub.scratch.data());
-        for (size_t k = 0; k < mine.size(); ++k)
-          std::memcpy(out + mine[k] * dim, src + k * dim, dim * 4);
-      }
       if (mode == Consistency::kAsync) return;
       std::lock_guard<std::mutex> lk(state_mu_);
       TableState& st = table_state(name);
@@ -327,17 +335,12 @@ std::shared_ptr<Work> PsClient::pull_sparse(const std::string& name, const int64
       s->parts.push_back({ids, static_cast<size_t>(n) * 8});
       s->direct = reinterpret_cast<uint8_t*>(out);
     } else {
+      const auto& mine = (*rows)[shard];
       s->prefix.resize(8 + static_cast<size_t>(count) * 8);
       auto* id_out = reinterpret_cast<int64_t*>(s->prefix.data() + 8);
-      for (int64_t k = 0; k < count; ++k) id_out[k] = ids[(*rows)[shard][k]];
-      s->scratch.resize(s->direct_bytes);
-      s->direct = s->scratch.data();
-      s->on_reply = [rows, shard, out, dim](SubRequest& sub) {
-        const auto& mine = (*rows)[shard];
-        auto* src = reinterpret_cast<const float*>(sub.scratch.data());
-        for (size_t k = 0; k < mine.size(); ++k)
-          std::memcpy(out + mine[k] * dim, src + k * dim, dim * 4);
-      };
+      for (int64_t k = 0; k < count; ++k) id_out[k] = ids[mine[k]];
+      s->scatter =
+          row_segments(reinterpret_cast<uint8_t*>(out), mine, static_cast<size_t>(dim) * 4);
     }
     w->subs.push_back(s);
   }

@@ -27,11 +27,13 @@ struct SubRequest {
   ByteBuffer prefix;   // owned leading payload (push header, counts, gathered ids)
   std::vector<std::pair<const void*, size_t>> parts;  // caller memory sent after the prefix
   // Reply: reply_prefix_bytes go to `reply` (parsed on completion), then direct_bytes straight
-  // into direct (caller memory or `scratch`).
+  // into caller memory: `direct`, or when `scatter` is set, its segments in order (the rows of
+  // a sparse pull land at their places in the caller's array).
   size_t reply_prefix_bytes = 0;
   bool variable_reply = false;  // the whole reply, of any length, goes to `reply`
   uint8_t* direct = nullptr;
   size_t direct_bytes = 0;
+  std::vector<std::pair<uint8_t*, size_t>> scatter;
   ByteBuffer reply;
   ByteBuffer scratch;
   // Runs on the I/O thread after a successful reply (scatter rows, record progress). Throws to

@@ -43,10 +43,10 @@ void adagrad(const OptimizerSpec& s, float* __restrict p, const float* __restric
 }
 
 void adam(const OptimizerSpec& s, bool decoupled, float* __restrict p, const float* __restrict g,
-          float* __restrict state, int64_t n, int64_t step) {
+          float* __restrict state, int64_t n, int64_t step, int64_t stride) {
   float* __restrict m = state;
-  float* __restrict v = state + n;
-  float* __restrict vmax = s.amsgrad ? state + 2 * n : nullptr;
+  float* __restrict v = state + stride;
+  float* __restrict vmax = s.amsgrad ? state + 2 * stride : nullptr;
   const float b1w = static_cast<float>(1.0 - s.beta1), b2 = static_cast<float>(s.beta2);
   const float b2w = static_cast<float>(1.0 - s.beta2), eps = static_cast<float>(s.eps);
   const float wd = decoupled ? 0.0f : static_cast<float>(s.weight_decay);
@@ -71,10 +71,10 @@ void adam(const OptimizerSpec& s, bool decoupled, float* __restrict p, const flo
 }
 
 void rmsprop(const OptimizerSpec& s, float* __restrict p, const float* __restrict g,
-             float* __restrict state, int64_t n) {
+             float* __restrict state, int64_t n, int64_t stride) {
   float* __restrict sq = state;
-  float* __restrict gavg = s.centered ? state + n : nullptr;
-  float* __restrict buf = s.momentum != 0 ? state + (s.centered ? 2 : 1) * n : nullptr;
+  float* __restrict gavg = s.centered ? state + stride : nullptr;
+  float* __restrict buf = s.momentum != 0 ? state + (s.centered ? 2 : 1) * stride : nullptr;
   const float alpha = static_cast<float>(s.alpha), aw = static_cast<float>(1.0 - s.alpha);
   const float wd = static_cast<float>(s.weight_decay), eps = static_cast<float>(s.eps);
   const float lr = static_cast<float>(s.lr), mom = static_cast<float>(s.momentum);
@@ -101,18 +101,19 @@ void rmsprop(const OptimizerSpec& s, float* __restrict p, const float* __restric
 }  // namespace
 
 void apply_optimizer(const OptimizerSpec& spec, float* param, const float* grad, float* state,
-                     int64_t n, int64_t step) {
+                     int64_t n, int64_t step, int64_t slot_stride) {
+  const int64_t stride = slot_stride < 0 ? n : slot_stride;
   switch (spec.kind) {
     case OptimizerKind::kSgd:
       return sgd(spec, param, grad, state, n, step);
     case OptimizerKind::kAdagrad:
       return adagrad(spec, param, grad, state, n, step);
     case OptimizerKind::kAdam:
-      return adam(spec, false, param, grad, state, n, step);
+      return adam(spec, false, param, grad, state, n, step, stride);
     case OptimizerKind::kAdamW:
-      return adam(spec, true, param, grad, state, n, step);
+      return adam(spec, true, param, grad, state, n, step, stride);
     case OptimizerKind::kRmsprop:
-      return rmsprop(spec, param, grad, state, n);
+      return rmsprop(spec, param, grad, state, n, stride);
   }
 }
 

@@ -8,11 +8,12 @@
 
 namespace pscore::ps {
 
-// One optimizer step on n elements. State slot k lives at state + k * n (a dense partition is
-// one block; a sparse row is a block of dim elements). `step` counts this block's updates
-// including this one (1 on the first), as torch's per-parameter state["step"].
+// One optimizer step on n elements. State slot k lives at state + k * slot_stride (default n:
+// a sparse row is a block of dim elements; a slice of a dense part passes the part's size).
+// `step` counts this block's updates including this one (1 on the first), as torch's
+// per-parameter state["step"].
 void apply_optimizer(const OptimizerSpec& spec, float* param, const float* grad, float* state,
-                     int64_t n, int64_t step);
+                     int64_t n, int64_t step, int64_t slot_stride = -1);
 
 // Fills a fresh block's state slots (Adagrad's initial_accumulator_value, zeros otherwise).
 void init_optimizer_state(const OptimizerSpec& spec, float* state, int64_t n);

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 
@@ -108,11 +109,45 @@ void PsClient::submit(const std::shared_ptr<Work>& w,
     s->owner = w;
     s->deadline_us = deadline;
   }
+  std::lock_guard<std::mutex> links(links_mu_);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& s : subs) pending_.push_back(s);
+    if (!pending_.empty() || !new_links_.empty()) {  // keep the order: queue behind them
+      for (auto& s : subs) pending_.push_back(s);
+      wake();
+      return;
+    }
   }
-  wake();
+  // Fast path: enqueue and write from this thread; the I/O thread takes over what the socket
+  // does not accept now, and reads the replies.
+  std::vector<int> touched;
+  for (auto& s : subs) {
+    auto& link = links_[s->shard];
+    if (!link) {
+      std::string why;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        why = link_error_[s->shard];
+      }
+      fail_sub(
+          s,
+          std::make_exception_ptr(NetworkError(s->what + ": shard " + std::to_string(s->shard) +
+                                               " is not connected (" + why + ")")),
+          true);
+      continue;
+    }
+    link->enqueue(s);
+    if (std::find(touched.begin(), touched.end(), s->shard) == touched.end())
+      touched.push_back(s->shard);
+  }
+  for (int shard : touched) {
+    std::string why;
+    if (!links_[shard]->write_some(&why)) {
+      fail_link(shard, why, false);
+      continue;
+    }
+    update_interest(*links_[shard]);
+  }
 }
 
 void PsClient::retry(const std::shared_ptr<Work>& work) {
@@ -245,48 +280,54 @@ void PsClient::io_loop() {
   epoll_event events[32];
   std::vector<std::shared_ptr<SubRequest>> done;
   while (!stop_) {
-    int64_t earliest = INT64_MAX;
-    for (auto& link : links_)
-      if (link) earliest = std::min(earliest, link->earliest_deadline());
     int timeout = 100;
-    if (earliest != INT64_MAX)
-      timeout = static_cast<int>(
-          std::max<int64_t>(0, std::min<int64_t>(100, (earliest - now_us()) / 1000 + 1)));
+    {
+      std::lock_guard<std::mutex> links(links_mu_);
+      int64_t earliest = INT64_MAX;
+      for (auto& link : links_)
+        if (link) earliest = std::min(earliest, link->earliest_deadline());
+      if (earliest != INT64_MAX)
+        timeout = static_cast<int>(
+            std::max<int64_t>(0, std::min<int64_t>(100, (earliest - now_us()) / 1000 + 1)));
+    }
     int n = ::epoll_wait(epoll_fd_, events, 32, timeout);
-    for (int i = 0; i < n; ++i) {
-      uint64_t id = events[i].data.u64;
-      if (id == kWakeId) {
-        uint64_t v;
-        ssize_t k = ::read(wake_fd_, &v, sizeof(v));
-        (void)k;
-        install_pending();
-        continue;
-      }
-      int shard = static_cast<int>(id);
-      if (shard < 0 || shard >= num_shards_ || !links_[shard]) continue;
-      ClientLink& link = *links_[shard];
-      std::string why;
-      if ((events[i].events & EPOLLOUT) && !link.write_some(&why)) {
-        fail_link(shard, why, false);
-        continue;
-      }
-      if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-        done.clear();
-        bool ok = link.read_some(&why, done);
-        for (auto& s : done) finish(s);
-        if (!ok) {
+    done.clear();
+    {
+      std::lock_guard<std::mutex> links(links_mu_);
+      for (int i = 0; i < n; ++i) {
+        uint64_t id = events[i].data.u64;
+        if (id == kWakeId) {
+          uint64_t v;
+          ssize_t k = ::read(wake_fd_, &v, sizeof(v));
+          (void)k;
+          install_pending();
+          continue;
+        }
+        int shard = static_cast<int>(id);
+        if (shard < 0 || shard >= num_shards_ || !links_[shard]) continue;
+        ClientLink& link = *links_[shard];
+        std::string why;
+        if ((events[i].events & EPOLLOUT) && !link.write_some(&why)) {
           fail_link(shard, why, false);
           continue;
         }
+        if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+          if (!link.read_some(&why, done)) {
+            fail_link(shard, why, false);
+            continue;
+          }
+        }
+        update_interest(link);
       }
-      update_interest(link);
+      const int64_t now = now_us();
+      for (auto& link : links_)
+        if (link && link->earliest_deadline() <= now)
+          fail_link(link->shard(), "no reply within " + std::to_string(opts_.timeout_ms) + " ms",
+                    true);
     }
-    const int64_t now = now_us();
-    for (auto& link : links_)
-      if (link && link->earliest_deadline() <= now)
-        fail_link(link->shard(), "no reply within " + std::to_string(opts_.timeout_ms) + " ms",
-                  true);
+    for (auto& s : done) finish(s);
   }
+  std::lock_guard<std::mutex> links(links_mu_);
   for (int s = 0; s < num_shards_; ++s) fail_link(s, "client closed", false);
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& s : pending_)

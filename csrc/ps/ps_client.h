@@ -117,8 +117,11 @@ class PsClient {
   std::vector<std::string> link_error_;
   std::vector<uint64_t> incarnations_;
 
-  std::vector<std::unique_ptr<ClientLink>> links_;  // I/O thread only
-  std::vector<bool> want_out_;                      // I/O thread only
+  // Guards links_, want_out_ and the links themselves: the I/O thread reads and flushes them,
+  // and a caller submitting a request writes it to the socket itself (no thread hand-off).
+  std::mutex links_mu_;
+  std::vector<std::unique_ptr<ClientLink>> links_;
+  std::vector<bool> want_out_;
 
   std::mutex state_mu_;
   std::unordered_map<std::string, TableState> tables_;

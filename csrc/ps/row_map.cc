@@ -40,8 +40,8 @@ uint32_t RowMap::find_or_insert(int64_t id, uint32_t new_row, bool* inserted) {
   }
 }
 
-void RowMap::find_or_insert_batch(const int64_t* ids, int64_t n, uint32_t* rows,
-                                  uint32_t& next_row, std::vector<int64_t>& new_rows) {
+void RowMap::find_or_insert_batch(const int64_t* ids, int64_t n, uint32_t* rows, uint32_t& next_row,
+                                  std::vector<int64_t>& new_rows) {
   reserve(size_ + static_cast<size_t>(n));  // no rehash inside the batch
   constexpr int64_t kAhead = 16;
   for (int64_t i = 0; i < n && i < kAhead; ++i)

@@ -1,5 +1,6 @@
 #include "ps/server_table.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -128,6 +129,18 @@ void ServerTable::apply_dense(const float* grad) {
   apply_optimizer(spec().optimizer, values_.data(), grad, state_.data(), part_.numel, dense_step_);
 }
 
+void ServerTable::apply_dense_into(const float* grad, float* out) {
+  ++dense_step_;
+  constexpr int64_t kSlice = 16 * 1024;  // 64 KB of values
+  const int64_t n = part_.numel;
+  for (int64_t at = 0; at < n; at += kSlice) {
+    const int64_t len = std::min(kSlice, n - at);
+    apply_optimizer(spec().optimizer, values_.data() + at, grad + at, state_.data() + at, len,
+                    dense_step_, n);
+    std::memcpy(out + at, values_.data() + at, static_cast<size_t>(len) * sizeof(float));
+  }
+}
+
 void ServerTable::apply_sparse(int64_t n, const int64_t* ids, const float* grads) {
   const int64_t dim = sparse_->dim();
   const OptimizerSpec& opt = spec().optimizer;
@@ -155,7 +168,8 @@ void ServerTable::finish_push(const PushHeader& h, ReplyValues want, ReplyFn rep
     release_ssp(out);
     return;
   }
-  out.emplace_back(std::move(reply), push_reply(PushStatus::kApplied, progress_for(h.worker), want));
+  out.emplace_back(std::move(reply),
+                   push_reply(PushStatus::kApplied, progress_for(h.worker), want));
 }
 
 void ServerTable::release_ssp(ReplyOutbox& out) {
@@ -180,8 +194,7 @@ void ServerTable::close_round(ReplyOutbox& out) {
     sparse_acc_.clear();
   }
   for (Waiter& w : cons_.close_round())
-    out.emplace_back(std::move(w.reply),
-                     push_reply(PushStatus::kApplied, cons_.round(), w.values));
+    out.emplace_back(std::move(w.reply), push_reply(PushStatus::kApplied, cons_.round(), w.values));
 }
 
 void ServerTable::push_dense(const PushHeader& h, const float* grad, bool want_values,
@@ -208,14 +221,22 @@ void ServerTable::push_dense(const PushHeader& h, const float* grad, bool want_v
   if (mode == Consistency::kSsp) cons_.advance_clock(h.worker, h.step + 1);
   log_apply(LogKind::kApplyDense, {{h.worker, h.seq}}, cons_.round(), 0, nullptr, grad,
             part_.numel);
-  apply_dense(grad);
   cons_.mark_seq(h.worker, h.seq);
+  if (mode == Consistency::kAsync && want.want) {  // the common push_pull: one pass
+    PushReply r;
+    r.progress = dense_step_ + 1;
+    ByteBuffer body(sizeof(r) + values_.size() * sizeof(float));
+    std::memcpy(body.data(), &r, sizeof(r));
+    apply_dense_into(grad, reinterpret_cast<float*>(body.data() + sizeof(r)));
+    out.emplace_back(std::move(reply), std::move(body));
+    return;
+  }
+  apply_dense(grad);
   finish_push(h, std::move(want), std::move(reply), out);
 }
 
 void ServerTable::push_sparse(const PushHeader& h, int64_t n, const int64_t* ids,
-                              const float* grads, bool want_rows, ReplyFn reply,
-                              ReplyOutbox& out) {
+                              const float* grads, bool want_rows, ReplyFn reply, ReplyOutbox& out) {
   validate_worker(h.worker);
   const int64_t dim = spec().dim();
   ReplyValues want;

@@ -68,6 +68,8 @@ class ServerTable {
   void release_ssp(ReplyOutbox& out);
   void copy_rows(int64_t n, const int64_t* ids, float* out);  // creates missing rows
   void apply_dense(const float* grad);
+  // apply_dense, copying each updated slice to out while it is still in cache (push_pull).
+  void apply_dense_into(const float* grad, float* out);
   void apply_sparse(int64_t n, const int64_t* ids, const float* grads);
   void log_apply(LogKind kind, const std::vector<std::pair<int, uint64_t>>& seqs, int64_t round,
                  int64_t n_ids, const int64_t* ids, const float* grads, int64_t n_floats);

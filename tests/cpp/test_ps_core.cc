@@ -171,7 +171,7 @@ TEST(PsConsistency, SyncRoundsBackupWorkersAndDone) {
   ConsistencyState c(spec, 3);
   int replies = 0;
   auto waiter = [&](int w, uint64_t seq) {
-    return Waiter{w, seq, false, [&](ByteBuffer&&) { ++replies; }};
+    return Waiter{w, seq, {}, [&](ByteBuffer&&) { ++replies; }};
   };
   EXPECT_EQ(c.admit(0, 10), ConsistencyState::Admission::kNew);
   c.add_contribution(waiter(0, 10));
@@ -199,7 +199,7 @@ TEST(PsConsistency, SspStalenessBound) {
   EXPECT_TRUE(c.may_proceed(0));
   c.advance_clock(0, 3);
   EXPECT_FALSE(c.may_proceed(0));  // 3 ahead of worker 1's 0
-  c.park(Waiter{0, 1, false, nullptr});
+  c.park(Waiter{0, 1, {}, nullptr});
   EXPECT_TRUE(c.release_ready().empty());
   c.advance_clock(1, 1);
   EXPECT_EQ(c.release_ready().size(), 1u);
