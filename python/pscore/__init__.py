@@ -34,6 +34,8 @@ from .group import (
     is_initialized,
     new_group,
 )
+from . import hogwild
+from .hogwild import SharedTable
 from .store import FileStore, HashStore, PrefixStore, RedisStore, Store, TCPStore, create_store
 from .work import Work
 

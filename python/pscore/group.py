@@ -102,6 +102,16 @@ def timeout_seconds(timeout) -> float:
     return float(timeout)
 
 
+def tuning_from_env() -> dict:
+    """Algorithm thresholds from PSCORE_SMALL_ALLREDUCE_BYTES / PSCORE_LARGE_BROADCAST_BYTES."""
+    knobs = {"small_allreduce_bytes": 64 << 10, "large_broadcast_bytes": 512 << 10}
+    for name in knobs:
+        value = os.environ.get(f"PSCORE_{name.upper()}")
+        if value is not None:
+            knobs[name] = int(value)
+    return knobs
+
+
 def build_group(
     store, rank: int, world: int, timeout_s: float, name: str, ranks: list[int], master_addr=None
 ) -> ProcessGroup:
@@ -110,7 +120,7 @@ def build_group(
     prefixed = PrefixStore(f"pscore/{name}", store)
     job = os.environ.get("PSCORE_JOB_ID", "pscore")
     transport = rendezvous.connect(prefixed, rank, world, timeout_s, job, master_addr)
-    native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000))
+    native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000), **tuning_from_env())
     return ProcessGroup(native, ranks, name, timeout_s, prefixed)
 
 

@@ -16,6 +16,8 @@ from .errors import TimeoutError as PscoreTimeoutError
 TRANSPORT_ENV = "PSCORE_TRANSPORT"  # auto (default), tcp or shm
 SOCKET_BUFFER_ENV = "PSCORE_SOCKET_BUFFER_BYTES"  # 0 leaves the kernel's autotuning on
 DEFAULT_SOCKET_BUFFER_BYTES = 4 << 20
+SHM_RING_ENV = "PSCORE_SHM_RING_BYTES"  # per peer, collective lane; a multiple of 64
+DEFAULT_SHM_RING_BYTES = 4 << 20
 
 
 def host_identity() -> str:
@@ -63,7 +65,8 @@ def _gather(store, prefix: str, rank: int, world: int, value: str, timeout: floa
 def _try_shm(store, rank, world, job_id, timeout):
     """Returns a connected ShmTransport, or None when some rank could not map the segments."""
     try:
-        t = _C.ShmTransport(rank, world, job_id)
+        ring_bytes = int(os.environ.get(SHM_RING_ENV, DEFAULT_SHM_RING_BYTES))
+        t = _C.ShmTransport(rank, world, job_id, ring_bytes=ring_bytes)
         mine = f"{t.segment_name}|{t.token}"
     except Exception:  # noqa: BLE001 - /dev/shm unusable: fall back, but every rank must vote
         t, mine = None, "-"

@@ -18,8 +18,15 @@ DTYPES = [
     torch.int64,
 ]
 OPS = ["sum", "prod", "min", "max", "avg"]
-# 0, 1, odd, and past the ring threshold (64 KB) for every dtype with odd block splits.
-SIZES = [0, 1, 17, 40_001]
+# 0, 1, odd, and multi-chunk: with the ring threshold lowered to 256 bytes and 4 KB shared
+# rings (MATRIX_ENV), 4099 elements take the ring path for every dtype, with odd block splits,
+# and lap the rings several times. Large buffers are covered by test_large_numpy_allreduce.
+SIZES = [0, 1, 17, 4099]
+MATRIX_ENV = {
+    "PSCORE_SMALL_ALLREDUCE_BYTES": "256",
+    "PSCORE_LARGE_BROADCAST_BYTES": "1024",
+    "PSCORE_SHM_RING_BYTES": "4096",
+}
 
 
 def rank_input(rank, n, dtype, op):
@@ -134,13 +141,13 @@ def data_matrix(rank, world):
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
 def test_reductions(world, transport):
-    assert all(run_ranks(reduce_matrix, world, transport=transport).values())
+    assert all(run_ranks(reduce_matrix, world, transport=transport, env=MATRIX_ENV).values())
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
 def test_data_movement(world, transport):
-    assert all(run_ranks(data_matrix, world, transport=transport).values())
+    assert all(run_ranks(data_matrix, world, transport=transport, env=MATRIX_ENV).values())
 
 
 def large_allreduce(rank, world):
