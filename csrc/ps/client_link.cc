@@ -38,7 +38,8 @@ void ClientLink::enqueue(const std::shared_ptr<SubRequest>& s) {
   for (const auto& p : s->parts) n += p.second;
   s->header.length = n;
   s->sending = true;
-  inflight_[s->header.seq] = s;
+  const uint64_t id = s->header.seq;  // FrameHeader is packed: no references into it
+  inflight_[id] = s;
   sendq_.push_back(s);
 }
 
@@ -90,7 +91,8 @@ bool ClientLink::write_some(std::string* why) {
 }
 
 bool ClientLink::begin_body(std::string* why) {
-  auto it = inflight_.find(hdr_.seq);
+  const uint64_t id = hdr_.seq;
+  auto it = inflight_.find(id);
   if (it == inflight_.end()) {
     *why = "reply to unknown request id " + std::to_string(hdr_.seq);
     return false;
@@ -155,7 +157,8 @@ void ClientLink::body_advance(size_t n) {
 }
 
 void ClientLink::complete_current(std::vector<std::shared_ptr<SubRequest>>& done) {
-  inflight_.erase(cur_->header.seq);
+  const uint64_t id = cur_->header.seq;
+  inflight_.erase(id);
   if (cur_is_error_) {
     SubRequest& s = *cur_;
     uint32_t code = 0;

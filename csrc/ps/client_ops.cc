@@ -108,13 +108,16 @@ TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int
   }
   submit(parts, parts->subs);
   run_blocking(parts);
-  std::lock_guard<std::mutex> lk(state_mu_);
-  auto it = tables_.find(layout.spec.name);
-  if (it == tables_.end()) {
-    TableState st;
-    st.layout = layout;
-    tables_[layout.spec.name] = st;
+  int64_t step = 0;
+  for (const std::string& r : parts->replies()) {
+    ByteReader pr(reinterpret_cast<const uint8_t*>(r.data()), r.size(), "create_part");
+    pr.get<uint8_t>();
+    step = std::max(step, pr.get<int64_t>());
   }
+  std::lock_guard<std::mutex> lk(state_mu_);
+  TableState& st = tables_[layout.spec.name];
+  st.layout = layout;
+  st.step = std::max(st.step, step);
   return layout;
 }
 

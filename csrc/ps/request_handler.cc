@@ -212,6 +212,8 @@ void RequestHandler::dispatch(const std::shared_ptr<ServerConnection>& conn, InF
       bool created = shard_.create_part(layout, init, static_cast<int64_t>(n));
       ByteBuffer body;
       body.put<uint8_t>(created ? 1 : 0);
+      // Where a joining worker stands: the open sync round, or its ssp clock.
+      body.put<int64_t>(shard_.table(layout.id)->step_for(conn->hello.worker));
       return reply(conn, f, std::move(body));
     }
     case MsgType::kWorkerDone: {

@@ -312,6 +312,19 @@ void ServerTable::worker_done(int worker, ReplyOutbox& out) {
   if (spec().consistency.mode == Consistency::kSsp) release_ssp(out);
 }
 
+int64_t ServerTable::step_for(int worker) {
+  std::lock_guard<std::mutex> lk(mu_);
+  switch (spec().consistency.mode) {
+    case Consistency::kSync:
+      return cons_.round();
+    case Consistency::kSsp:
+      return worker >= 0 && worker < num_workers_ ? cons_.clock(worker) : 0;
+    case Consistency::kAsync:
+      break;
+  }
+  return 0;
+}
+
 void ServerTable::abandon_waiters() {
   std::lock_guard<std::mutex> lk(mu_);
   cons_.abandon_waiters();

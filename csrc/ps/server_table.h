@@ -45,6 +45,8 @@ class ServerTable {
   // Marks a worker finished: sync rounds stop waiting for it, ssp ignores its clock.
   void worker_done(int worker, ReplyOutbox& out);
   void abandon_waiters();
+  // The step a (re)joining worker pushes next: the open sync round, its ssp clock, or 0.
+  int64_t step_for(int worker);
   void set_log(UpdateLog* log) { log_ = log; }
 
   // Re-applies a write-ahead log record (kApplyDense, kApplySparse, kAssignDense).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -173,4 +174,65 @@ TEST(PsServer, RefusesPublicBindWithoutToken) {
   o.host = "0.0.0.0";
   PsServer s(o);
   EXPECT_THROW(s.start(), std::invalid_argument);
+}
+
+TEST(PsServer, SparseRowsOverShardsSyncAndCheckpoint) {
+  std::string dir = temp_dir();
+  Cluster cl(3, 2);
+  std::vector<std::thread> threads;
+  const int64_t n = 500, dim = 8;
+  std::vector<int64_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = (i % 250) * 1000003 - 77;  // every id twice
+  std::vector<std::vector<float>> outs(2, std::vector<float>(n * dim));
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      auto c = cl.client(w);
+      TableSpec s;
+      s.name = "emb";
+      s.kind = TableKind::kSparse;
+      s.shape = {dim};
+      s.optimizer.lr = 1.0;
+      s.optimizer.kind = OptimizerKind::kAdagrad;
+      s.optimizer.eps = 1e-10;
+      s.consistency.mode = Consistency::kSync;
+      c->create_table(s, nullptr, 0);
+      std::vector<float> g(n * dim, 1.0f);
+      for (int step = 0; step < 2; ++step)
+        c->push_pull_sparse("emb", ids.data(), g.data(), outs[w].data(), n)->wait(-1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Each id gets 2 per worker per step (duplicates summed), averaged over the 2 workers: 2.
+  // Adagrad with lr 1: -1 after the first step, -1 - 2/sqrt(8) after the second.
+  const float expect = -1.0f - 2.0f / std::sqrt(8.0f);
+  for (int w = 0; w < 2; ++w)
+    for (int64_t i = 0; i < n * dim; i += 37) EXPECT_NEAR(outs[w][i], expect, 1e-5);
+  auto c = cl.client(0);
+  c->create_table(c->lookup_table("emb").spec, nullptr, 0);  // joining learns the open round
+  EXPECT_EQ(c->table_step("emb"), 2);
+  c->save(dir)->wait(-1);
+  std::vector<float> g(n * dim, 100.0f), after(n * dim), reloaded(n * dim);
+  c->worker_done()->wait(-1);  // worker 1 is idle: let rounds close with worker 0 alone
+  c->push_sparse("emb", ids.data(), g.data(), n)->wait(-1);
+  c->pull_sparse("emb", ids.data(), after.data(), n)->wait(-1);
+  EXPECT_GT(std::abs(after[0] - expect), 0.1f);
+  c->load(dir)->wait(-1);
+  c->pull_sparse("emb", ids.data(), reloaded.data(), n)->wait(-1);
+  EXPECT_NEAR(reloaded[0], expect, 1e-5);
+}
+
+TEST(PsServer, SspParksAWorkerTooFarAhead) {
+  Cluster cl(2, 2);
+  auto fast = cl.client(0);
+  auto slow = cl.client(1);
+  TableSpec s = dense_spec("ssp", 200000, 1.0);
+  s.consistency.mode = Consistency::kSsp;
+  s.consistency.staleness = 1;
+  fast->create_table(s, nullptr, 0);
+  std::vector<float> g(200000, 1.0f);
+  fast->push("ssp", g.data(), 200000)->wait(-1);      // clock 1 vs 0: within the bound
+  auto second = fast->push("ssp", g.data(), 200000);  // clock 2 vs 0: parked
+  EXPECT_FALSE(second->wait(100));
+  slow->push("ssp", g.data(), 200000)->wait(-1);
+  EXPECT_TRUE(second->wait(20000));
 }

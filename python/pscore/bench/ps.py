@@ -36,7 +36,7 @@ from pscore.bench.report import human_bytes, p50, print_table, write_json
 
 LR = 0.01
 DEFAULT_SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
-PHASES = 2  # phases per system, alternating pscore / torch
+PHASES = 3  # phases per system, alternating pscore / torch
 
 
 def _iters(nbytes: int, scale: float) -> int:
