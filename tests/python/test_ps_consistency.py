@@ -54,6 +54,8 @@ def backup_worker(rank, addrs, steps):
         statuses.append(w.status())
 
     if rank < 2:  # rounds close with the first 3 - 1 = 2 gradients
+        while c.global_step() < 1:  # the straggler has joined (at round 0)
+            time.sleep(0.002)
         for _ in range(steps):
             push(1.0)
             if rank == 0:
@@ -61,11 +63,12 @@ def backup_worker(rank, addrs, steps):
         c.worker_done()
         c.increment_global_step()
     else:  # the straggler's first gradient arrives after every round it could join closed
-        while c.global_step() < steps:
+        c.increment_global_step()
+        while c.global_step() < 1 + steps:
             time.sleep(0.002)
         push(100.0)
         assert c.table_step("bk") == steps  # it moved on to the open round
-        while c.global_step() < steps + 2:  # both others finished
+        while c.global_step() < 1 + steps + 2:  # both others finished
             time.sleep(0.002)
         push(100.0)
     return statuses

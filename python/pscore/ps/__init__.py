@@ -5,8 +5,9 @@ use :class:`PSClient` to create dense and sparse tables, push gradients and pull
 """
 
 from pscore.ps.checkpoint import read_checkpoint
-from pscore.ps.client import PSClient, TableInfo
+from pscore.ps.client import PSClient
 from pscore.ps.optim import SGD, Adagrad, Adam, AdamW, Optimizer, RMSprop
+from pscore.ps.tables import TableInfo
 from pscore.ps.work import PSWork
 
 __all__ = [

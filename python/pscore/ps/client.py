@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import time
@@ -15,35 +14,11 @@ import numpy as np
 from pscore import _ps, errors
 from pscore.ps import discovery
 from pscore.ps.arrays import float_input, float_output, id_input
-from pscore.ps.optim import SGD, Optimizer, fill_spec
+from pscore.ps.tables import TableInfo, build_spec, table_info
 from pscore.ps.work import PSWork
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-_INITIALIZERS = {"zeros": 0, "uniform": 1, "normal": 2, "constant": 3}
-_CONSISTENCY = {"async": 0, "sync": 1, "ssp": 2}
-_CONSISTENCY_NAMES = {v: k for k, v in _CONSISTENCY.items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class TableInfo:
-    """A table as the servers hold it. parts: (shard, offset, numel) slices of a dense table."""
-
-    name: str
-    id: int
-    sparse: bool
-    shape: tuple
-    consistency: str
-    parts: tuple
-
-    @property
-    def dim(self) -> int:
-        return self.shape[-1] if self.sparse else 0
-
-    @property
-    def numel(self) -> int:
-        return int(np.prod(self.shape)) if not self.sparse else 0
 
 
 def _timeout_s(value, name: str) -> float:
@@ -148,80 +123,17 @@ class PSClient:
 
     # ----- tables -----
     def _info(self, layout) -> TableInfo:
-        spec = layout.spec
-        info = TableInfo(
-            spec.name,
-            layout.id,
-            spec.sparse,
-            tuple(spec.shape),
-            _CONSISTENCY_NAMES[spec.consistency],
-            tuple(layout.parts),
-        )
-        self._tables[spec.name] = info
+        info = table_info(layout)
+        self._tables[info.name] = info
         return info
 
-    def _spec(
-        self,
-        name,
-        sparse,
-        shape,
-        optimizer,
-        initializer,
-        init_args,
-        seed,
-        consistency,
-        staleness,
-        backup_workers,
-        clip_norm,
-        clip_value,
-    ):
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"table name must be a non-empty str, got {name!r}")
-        if initializer not in _INITIALIZERS:
-            raise ValueError(
-                f"initializer must be one of {sorted(_INITIALIZERS)}, got {initializer!r}"
-            )
-        if consistency not in _CONSISTENCY:
-            raise ValueError(
-                f"consistency must be one of {sorted(_CONSISTENCY)}, got {consistency!r}"
-            )
-        spec = _ps.TableSpec()
-        spec.name, spec.sparse, spec.shape = name, sparse, [int(d) for d in shape]
-        spec.init_kind = _INITIALIZERS[initializer]
-        spec.init_a, spec.init_b = (float(v) for v in init_args)
-        spec.seed = int(seed) & (2**64 - 1)
-        fill_spec(
-            optimizer if optimizer is not None else SGD(), spec.optimizer, clip_norm, clip_value
-        )
-        spec.consistency = _CONSISTENCY[consistency]
-        spec.staleness, spec.backup_workers = int(staleness), int(backup_workers)
-        return spec
-
-    def create_dense(
-        self,
-        name: str,
-        shape=None,
-        *,
-        init=None,
-        initializer: str = "zeros",
-        mean: float = 0.0,
-        std: float = 1.0,
-        low: float = 0.0,
-        high: float = 1.0,
-        value: float = 0.0,
-        seed: int = 0,
-        optimizer: Optimizer | None = None,
-        consistency: str = "async",
-        staleness: int = 0,
-        backup_workers: int = 0,
-        clip_norm: float | None = None,
-        clip_value: float | None = None,
-    ) -> TableInfo:
-        """Creates (or, if it exists with the same settings, joins) a dense table of `shape`,
-        split over the shards balanced by bytes. `init` (an array) gives a new table's values,
-        else `initializer` ("zeros", "uniform" low/high, "normal" mean/std, "constant" value,
-        all seeded). Consistency: "async", "sync" (BSP; backup_workers late workers' gradients
-        are dropped) or "ssp" (a worker at most `staleness` steps ahead of the slowest)."""
+    def create_dense(self, name: str, shape=None, *, init=None, **settings) -> TableInfo:
+        """Creates (or, if it exists with the same settings, joins) a dense float32 table of
+        `shape`, split over the shards balanced by bytes. `init` (an array) gives a new table's
+        values. Settings (see pscore.ps.tables.build_spec): initializer ("zeros", "uniform"
+        low/high, "normal" mean/std, "constant" value; seeded by seed), optimizer (default
+        SGD()), consistency ("async"; "sync" with backup_workers; "ssp" with staleness),
+        clip_norm, clip_value."""
         _keep, ptr, n = (None, 0, 0)
         if init is not None:
             _keep, ptr, n = float_input(init, "init")
@@ -229,70 +141,14 @@ class PSClient:
         if shape is None:
             raise ValueError(f"create_dense {name!r}: give a shape or an init array")
         shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
-        args = {
-            "zeros": (0, 0),
-            "uniform": (low, high),
-            "normal": (mean, std),
-            "constant": (value, 0),
-        }.get(initializer, (0, 0))
-        spec = self._spec(
-            name,
-            False,
-            shape,
-            optimizer,
-            initializer,
-            args,
-            seed,
-            consistency,
-            staleness,
-            backup_workers,
-            clip_norm,
-            clip_value,
-        )
+        spec = build_spec(name, False, shape, **settings)
         return self._info(self._call(self._cpp.create_table, spec, ptr, n))
 
-    def create_sparse(
-        self,
-        name: str,
-        dim: int,
-        *,
-        initializer: str = "zeros",
-        mean: float = 0.0,
-        std: float = 1.0,
-        low: float = 0.0,
-        high: float = 1.0,
-        value: float = 0.0,
-        seed: int = 0,
-        optimizer: Optimizer | None = None,
-        consistency: str = "async",
-        staleness: int = 0,
-        backup_workers: int = 0,
-        clip_norm: float | None = None,
-        clip_value: float | None = None,
-    ) -> TableInfo:
+    def create_sparse(self, name: str, dim: int, **settings) -> TableInfo:
         """Creates (or joins) a sparse table of rows of `dim` floats keyed by int64 ids of any
-        value. A row is created, from the seeded initializer, the first time it is touched;
-        rows hash to shards. Optimizers update only the rows pushed (lazily)."""
-        args = {
-            "zeros": (0, 0),
-            "uniform": (low, high),
-            "normal": (mean, std),
-            "constant": (value, 0),
-        }.get(initializer, (0, 0))
-        spec = self._spec(
-            name,
-            True,
-            (int(dim),),
-            optimizer,
-            initializer,
-            args,
-            seed,
-            consistency,
-            staleness,
-            backup_workers,
-            clip_norm,
-            clip_value,
-        )
+        value. A row is created, from the seeded initializer, the first time it is touched; rows
+        hash to shards; optimizers update only the rows pushed. Settings as create_dense."""
+        spec = build_spec(name, True, (int(dim),), **settings)
         return self._info(self._call(self._cpp.create_table, spec, 0, 0))
 
     def lookup_table(self, name: str) -> TableInfo:

@@ -1,0 +1,88 @@
+"""Table descriptions: the settings a table is created with (initializer, optimizer,
+consistency) turned into the C++ TableSpec, and TableInfo, a table as the servers hold it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pscore import _ps
+from pscore.ps.optim import SGD, Optimizer, fill_spec
+
+INITIALIZERS = {"zeros": 0, "uniform": 1, "normal": 2, "constant": 3}
+CONSISTENCY = {"async": 0, "sync": 1, "ssp": 2}
+_CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TableInfo:
+    """A table as the servers hold it. parts: (shard, offset, numel) slices of a dense table."""
+
+    name: str
+    id: int
+    sparse: bool
+    shape: tuple
+    consistency: str
+    parts: tuple
+
+    @property
+    def dim(self) -> int:
+        return self.shape[-1] if self.sparse else 0
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape)) if not self.sparse else 0
+
+
+def table_info(layout) -> TableInfo:
+    spec = layout.spec
+    return TableInfo(
+        spec.name,
+        layout.id,
+        spec.sparse,
+        tuple(spec.shape),
+        _CONSISTENCY_NAMES[spec.consistency],
+        tuple(layout.parts),
+    )
+
+
+def build_spec(
+    name: str,
+    sparse: bool,
+    shape: tuple,
+    *,
+    initializer: str = "zeros",
+    mean: float = 0.0,
+    std: float = 1.0,
+    low: float = 0.0,
+    high: float = 1.0,
+    value: float = 0.0,
+    seed: int = 0,
+    optimizer: Optimizer | None = None,
+    consistency: str = "async",
+    staleness: int = 0,
+    backup_workers: int = 0,
+    clip_norm: float | None = None,
+    clip_value: float | None = None,
+):
+    """A _ps.TableSpec. initializer: "zeros", "uniform" (low, high), "normal" (mean, std) or
+    "constant" (value), seeded by `seed`; optimizer: pscore.ps.SGD/Adagrad/Adam/AdamW/RMSprop
+    (default SGD()); consistency: "async", "sync" (with backup_workers) or "ssp" (with
+    staleness); clip_norm / clip_value: gradient clipping of every push."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"table name must be a non-empty str, got {name!r}")
+    if initializer not in INITIALIZERS:
+        raise ValueError(f"initializer must be one of {sorted(INITIALIZERS)}, got {initializer!r}")
+    if consistency not in CONSISTENCY:
+        raise ValueError(f"consistency must be one of {sorted(CONSISTENCY)}, got {consistency!r}")
+    args = {"uniform": (low, high), "normal": (mean, std), "constant": (value, 0.0)}
+    spec = _ps.TableSpec()
+    spec.name, spec.sparse, spec.shape = name, sparse, [int(d) for d in shape]
+    spec.init_kind = INITIALIZERS[initializer]
+    spec.init_a, spec.init_b = (float(v) for v in args.get(initializer, (0.0, 0.0)))
+    spec.seed = int(seed) & (2**64 - 1)
+    fill_spec(optimizer if optimizer is not None else SGD(), spec.optimizer, clip_norm, clip_value)
+    spec.consistency = CONSISTENCY[consistency]
+    spec.staleness, spec.backup_workers = int(staleness), int(backup_workers)
+    return spec
