@@ -110,6 +110,7 @@ void bind_server(py::module_& m) {
       .def_readwrite("inline_max_bytes", &ServerOptions::inline_max_bytes)
       .def_readwrite("max_frame_bytes", &ServerOptions::max_frame_bytes)
       .def_readwrite("max_queued_requests", &ServerOptions::max_queued_requests)
+      .def_readwrite("max_queued_bytes", &ServerOptions::max_queued_bytes)
       .def_readwrite("max_outbox_bytes", &ServerOptions::max_outbox_bytes)
       .def_readwrite("max_connections", &ServerOptions::max_connections)
       .def_readwrite("handshake_timeout_ms", &ServerOptions::handshake_timeout_ms)

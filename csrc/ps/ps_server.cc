@@ -222,6 +222,8 @@ ServerConnection::FrameAction PsServer::on_frame(const std::shared_ptr<ServerCon
                                                  InFrame&& f) {
   if (c->stage != ServerConnection::Stage::kReady) return handshake(c, f);
   std::unique_lock<std::mutex> lk(c->mu);
+  // A peer that does not read its replies stops being served (and, its queue full, read).
+  if (c->outbox_bytes_unlocked() > opts_.max_outbox_bytes) c->output_blocked = true;
   if (f.header.length <= opts_.inline_max_bytes && c->queue.empty() && !c->scheduled &&
       !c->output_blocked) {
     lk.unlock();  // nothing ahead of it on this connection: handle it here, in order
@@ -229,13 +231,15 @@ ServerConnection::FrameAction PsServer::on_frame(const std::shared_ptr<ServerCon
     return c->closed() ? ServerConnection::FrameAction::kClose
                        : ServerConnection::FrameAction::kContinue;
   }
+  c->queued_bytes += f.body.size();
   c->queue.push_back(std::move(f));
   stats_.queue_depth.fetch_add(1);
   if (!c->scheduled && !c->output_blocked) {
     c->scheduled = true;
     pool_->submit([this, c] { drain(c); });
   }
-  if (static_cast<int>(c->queue.size()) >= opts_.max_queued_requests) {
+  if (static_cast<int>(c->queue.size()) >= opts_.max_queued_requests ||
+      c->queued_bytes >= opts_.max_queued_bytes) {
     c->set_reading_locked(false);
     return ServerConnection::FrameAction::kPause;
   }
@@ -321,9 +325,11 @@ void PsServer::drain(const std::shared_ptr<ServerConnection>& c) {
       }
       f = std::move(c->queue.front());
       c->queue.pop_front();
+      c->queued_bytes -= f.body.size();
       stats_.queue_depth.fetch_sub(1);
       if (!c->reading && !c->resume_requested && !stopping_ &&
-          static_cast<int>(c->queue.size()) <= opts_.max_queued_requests / 2) {
+          static_cast<int>(c->queue.size()) <= opts_.max_queued_requests / 2 &&
+          c->queued_bytes <= opts_.max_queued_bytes / 2) {
         c->resume_requested = true;
         resume = true;
       }
@@ -389,6 +395,12 @@ std::string PsServer::stats_json() const {
     dense_elems += t->dense() ? t->part().numel : 0;
   }
   extra.set("sparse_rows", rows);
+  {
+    uint64_t unsent = 0;
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    for (const auto& [id, c] : conns_) unsent += c->outbox_bytes();
+    extra.set("reply_bytes_queued", unsent);
+  }
   extra.set("dense_elements", dense_elems);
   extra.set("uptime_s", static_cast<double>(now_us() - started_us_) / 1e6);
   extra.set("incarnation", std::to_string(incarnation_));

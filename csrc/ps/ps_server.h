@@ -37,6 +37,7 @@ struct ServerOptions {
   uint64_t inline_max_bytes = 2 << 20;
   uint64_t max_frame_bytes = uint64_t(1) << 30;
   int max_queued_requests = 32;                     // per connection; reading pauses beyond it
+  uint64_t max_queued_bytes = uint64_t(512) << 20;  // per connection; reading pauses beyond it
   uint64_t max_outbox_bytes = uint64_t(256) << 20;  // per connection; handling pauses beyond it
   int max_connections = 1024;
   int handshake_timeout_ms = 10000;
@@ -94,7 +95,7 @@ class PsServer {
   int64_t started_us_ = 0;
   std::thread loop_;
   std::atomic<bool> running_{false}, stopping_{false}, loop_stop_{false};
-  std::mutex conns_mu_;
+  mutable std::mutex conns_mu_;
   std::map<uint64_t, std::shared_ptr<ServerConnection>> conns_;
   std::vector<std::shared_ptr<ServerConnection>> resume_;  // guarded by conns_mu_
   uint64_t next_id_ = 16;

@@ -211,6 +211,7 @@ void ServerConnection::close() {
   closed_ = true;
   stats_->queue_depth.fetch_sub(static_cast<int64_t>(queue.size()));
   queue.clear();
+  queued_bytes = 0;
   outbox_.clear();
   outbox_bytes_ = 0;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, sock_.fd(), nullptr);

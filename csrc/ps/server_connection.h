@@ -62,6 +62,7 @@ class ServerConnection {
   // Request queue (see ps_server.cc for the scheduling protocol).
   std::mutex mu;
   std::deque<InFrame> queue;
+  uint64_t queued_bytes = 0;
   bool scheduled = false;
   bool output_blocked = false;
   bool resume_requested = false;

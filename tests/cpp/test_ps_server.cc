@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -235,4 +236,53 @@ TEST(PsServer, SspParksAWorkerTooFarAhead) {
   EXPECT_FALSE(second->wait(100));
   slow->push("ssp", g.data(), 200000)->wait(-1);
   EXPECT_TRUE(second->wait(20000));
+}
+
+TEST(PsServer, UnreadRepliesPauseTheConnectionWithBoundedMemory) {
+  ServerOptions o;
+  o.max_queued_requests = 4;
+  o.max_outbox_bytes = 8 << 20;
+  o.log_connections = false;
+  PsServer server(o);
+  server.start();
+  ClientOptions co;
+  PsClient c(co, 1);
+  c.connect(0, "127.0.0.1", server.port());
+  const int64_t n = 1 << 20;  // 4 MB replies
+  std::vector<float> init(n, 3.0f);
+  c.create_table(dense_spec("big", n, 1.0), init.data(), n);
+
+  // A raw client asks for 40 pulls and reads nothing: the server stops handling once 8 MB of
+  // replies wait, then stops reading once 4 requests wait.
+  Socket s = Socket::connect("127.0.0.1", server.port(), Deadline(5000), "server");
+  client_handshake(s, ClientHandshake{0, "", "", "server"}, Deadline(5000));
+  for (int i = 0; i < 40; ++i) {
+    FrameHeader h;
+    h.type = static_cast<uint8_t>(MsgType::kPullDense);
+    h.tag = table_id_for("big");
+    h.seq = static_cast<uint64_t>(i);
+    s.send_all(&h, sizeof(h), Deadline(5000), "pull");
+  }
+  std::string stats;
+  for (int tries = 0; tries < 500; ++tries) {  // until the server has paused (up to 5 s)
+    stats = server.stats_json();
+    if (stats.find("\"queue_depth\":4,") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(stats.find("\"queue_depth\":4,"), std::string::npos) << stats;
+  auto at = stats.find("\"reply_bytes_queued\":");
+  ASSERT_NE(at, std::string::npos);
+  uint64_t queued = std::stoull(stats.substr(at + 21));
+  EXPECT_LE(queued, (8u << 20) + (4u << 20) + 64);  // the cap plus the reply that crossed it
+  c.ping(0)->wait(-1);                              // other connections are still served
+  std::vector<float> out(n);
+  for (int i = 0; i < 40; ++i) {  // now read everything: all 40 replies arrive, in order
+    FrameHeader h;
+    s.recv_all(&h, sizeof(h), Deadline(20000), "reply");
+    const uint64_t seq = h.seq, length = h.length;  // packed: copy before comparing
+    ASSERT_EQ(seq, static_cast<uint64_t>(i));
+    ASSERT_EQ(length, static_cast<uint64_t>(n) * 4);
+    s.recv_all(out.data(), length, Deadline(20000), "reply");
+    ASSERT_EQ(out[n - 1], 3.0f);
+  }
 }
