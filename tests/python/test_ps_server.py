@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 
 import numpy as np
@@ -127,3 +128,35 @@ def test_in_process_server_lifecycle(tmp_path):
         PServer(2, 2)
     with pytest.raises(ValueError, match="without an auth token"):
         PServer(host="0.0.0.0", auth_token="")
+
+
+def test_periodic_snapshots_truncate_the_log(tmp_path):
+    server = PServer(recover=str(tmp_path), checkpoint_every=0.05, log_connections=False)
+    c = PSClient([server.address])
+    c.create_dense("p", (1000,), optimizer=SGD(lr=1.0))
+    for _ in range(5):
+        c.push("p", np.ones(1000, np.float32))
+    wal = tmp_path / "shard-00000-of-00001.wal"
+    deadline = time.monotonic() + 30
+    while wal.stat().st_size > 0 and time.monotonic() < deadline:  # a snapshot covered it all
+        time.sleep(0.02)
+    assert wal.stat().st_size == 0
+    c.push("p", np.ones(1000, np.float32))  # only in the log
+    server.stop(0)
+    again = PServer(recover=str(tmp_path), log_connections=False)
+    assert again.replayed_records == 1
+    c2 = PSClient([again.address])
+    assert c2.pull("p")[0] == -6.0
+    again.stop(0)
+
+
+def test_refused_workers_get_a_clear_error():
+    server = PServer(num_workers=2, job_id="job-a", log_connections=False)
+    try:
+        with pytest.raises(pscore.Error, match=r"refused the connection: worker id 2 outside"):
+            PSClient([server.address], worker_id=2, job_id="job-a")
+        with pytest.raises(pscore.Error, match=r"job id 'job-b' is not this server's"):
+            PSClient([server.address], worker_id=0, job_id="job-b")
+        assert server.stats()["dropped_connections"] == 2
+    finally:
+        server.stop(0)
