@@ -262,6 +262,17 @@ void ServerTable::push_sparse(const PushHeader& h, int64_t n, const int64_t* ids
   if (stateless_sgd(spec().optimizer)) {  // sequential updates equal the summed one
     log_apply(LogKind::kApplySparse, {{h.worker, h.seq}}, cons_.round(), n, ids, grads, n * dim);
     apply_sparse(n, ids, grads);
+    if (mode == Consistency::kAsync && want.want) {  // reply from the rows just updated
+      cons_.mark_seq(h.worker, h.seq);
+      PushReply r;
+      ByteBuffer body(sizeof(r) + static_cast<size_t>(n * dim) * sizeof(float));
+      std::memcpy(body.data(), &r, sizeof(r));
+      auto* dst = reinterpret_cast<float*>(body.data() + sizeof(r));
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(dst + i * dim, sparse_->values(rows_[i]), sizeof(float) * dim);
+      out.emplace_back(std::move(reply), std::move(body));
+      return;
+    }
   } else {
     SparseAccumulator merged(dim);
     merged.add(n, ids, grads);

@@ -1,5 +1,6 @@
 #include "ps/sparse_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -7,19 +8,32 @@
 #include "ps/optimizer.h"
 
 namespace pscore::ps {
+namespace {
+
+constexpr size_t kChunkBytes = size_t(2) << 20;
+
+}  // namespace
 
 SparseStore::SparseStore(int64_t dim, const OptimizerSpec& opt, const InitializerSpec& init)
     : dim_(dim),
       slots_(opt.num_slots()),
       row_floats_(dim * (1 + opt.num_slots())),
       opt_(opt),
-      init_(init) {}
+      init_(init) {
+  const size_t row_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
+  rows_per_chunk_ = std::max<int64_t>(1024, static_cast<int64_t>(kChunkBytes / row_bytes));
+}
 
 uint32_t SparseStore::append_row(int64_t id) {
   if (ids_.size() >= 0xffffffffull) throw std::length_error("sparse table shard is full");
   uint32_t row = static_cast<uint32_t>(ids_.size());
-  if (row % kRowsPerChunk == 0)
-    chunks_.emplace_back(new float[static_cast<size_t>(kRowsPerChunk * row_floats_)]);
+  if (row % rows_per_chunk_ == 0) {
+    size_t bytes = static_cast<size_t>(rows_per_chunk_ * row_floats_) * sizeof(float);
+    bytes = (bytes + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
+    void* p = std::aligned_alloc(kChunkBytes, bytes);
+    if (!p) throw std::bad_alloc();
+    chunks_.emplace_back(static_cast<float*>(p));
+  }
   ids_.push_back(id);
   steps_.push_back(0);
   return row;

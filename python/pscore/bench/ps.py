@@ -270,13 +270,26 @@ def run_phase(system: str, args) -> list[dict]:
             s.wait()
 
 
+def _retrying(fn, system, args, attempts: int = 3):
+    """A phase again (fresh processes and ports) when one of its processes failed to start:
+    TensorPipe's rendezvous occasionally loses a race for a just-freed port."""
+    for attempt in range(attempts):
+        try:
+            return fn(system, args)
+        except RuntimeError as e:
+            if attempt == attempts - 1:
+                raise
+            print(f"# {system} phase failed ({e}); retrying with new processes", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 def run(args) -> list[dict]:
     """Per worker: {"dense": {bytes: {system: p50 s}}, "sparse": {system: p50 s}}."""
     systems = ["pscore"] + (["torch"] if args.compare == "torch-rpc" else [])
     pooled = [{"dense": {n: {} for n in args.sizes}, "sparse": {}} for _ in range(args.workers)]
     for _ in range(PHASES):
         for system in systems:
-            for w, result in enumerate(run_phase(system, args)):
+            for w, result in enumerate(_retrying(run_phase, system, args)):
                 for n in args.sizes:
                     pooled[w]["dense"][n].setdefault(system, []).extend(result["dense"][n])
                 if result["sparse"]:
