@@ -18,10 +18,15 @@ constexpr size_t kStagingBytes = 1 << 20;
 }
 }  // namespace
 
-TcpChannel::TcpChannel(Socket socket, std::string peer_name)
-    : socket_(std::move(socket)), peer_name_(std::move(peer_name)), staging_(kStagingBytes) {
-  socket_.set_nonblocking(true);
-  socket_.set_nodelay();
+TcpChannel::TcpChannel(Socket tx, Socket rx, std::string peer_name)
+    : tx_(std::move(tx)),
+      rx_(std::move(rx)),
+      peer_name_(std::move(peer_name)),
+      staging_(kStagingBytes) {
+  for (const Socket* s : {&tx_, &rx_}) {
+    s->set_nonblocking(true);
+    s->set_nodelay();
+  }
 }
 
 size_t TcpChannel::write_some(const void* a, size_t na, const void* b, size_t nb) {
@@ -34,7 +39,7 @@ size_t TcpChannel::write_some(const void* a, size_t na, const void* b, size_t nb
   msg.msg_iov = iov;
   msg.msg_iovlen = cnt;
   for (;;) {
-    ssize_t k = ::sendmsg(socket_.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t k = ::sendmsg(tx_.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k >= 0) return static_cast<size_t>(k);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
@@ -46,7 +51,7 @@ size_t TcpChannel::read_some(size_t max, size_t granule, const Sink& sink) {
   if (max == 0) return 0;
   if (sink.direct) {  // straight into the destination
     for (;;) {
-      ssize_t k = ::recv(socket_.fd(), sink.direct, max, MSG_DONTWAIT);
+      ssize_t k = ::recv(rx_.fd(), sink.direct, max, MSG_DONTWAIT);
       if (k > 0) return static_cast<size_t>(k);
       if (k == 0) throw_io(peer_name_, "recv", 0);
       if (errno == EINTR) continue;
@@ -58,7 +63,7 @@ size_t TcpChannel::read_some(size_t max, size_t granule, const Sink& sink) {
   size_t want = std::min(max, staging_.size()) - carried_;
   ssize_t k;
   for (;;) {
-    k = ::recv(socket_.fd(), staging_.data() + carried_, want, MSG_DONTWAIT);
+    k = ::recv(rx_.fd(), staging_.data() + carried_, want, MSG_DONTWAIT);
     if (k > 0) break;
     if (k == 0) throw_io(peer_name_, "recv", 0);
     if (errno == EINTR) continue;
@@ -75,7 +80,8 @@ size_t TcpChannel::read_some(size_t max, size_t granule, const Sink& sink) {
 }
 
 void TcpChannel::shutdown() {
-  if (socket_.valid()) ::shutdown(socket_.fd(), SHUT_RDWR);
+  for (const Socket* s : {&tx_, &rx_})
+    if (s->valid()) ::shutdown(s->fd(), SHUT_RDWR);
 }
 
 }  // namespace pscore

@@ -1,4 +1,5 @@
-// A Channel over one non-blocking TCP socket, with a small staging area for in-place consumers.
+// A Channel over two non-blocking TCP sockets, one per direction, with a small staging area for
+// in-place consumers.
 #pragma once
 
 #include <string>
@@ -11,14 +12,16 @@ namespace pscore {
 
 class TcpChannel : public Channel {
  public:
-  TcpChannel(Socket socket, std::string peer_name);
+  TcpChannel(Socket tx, Socket rx, std::string peer_name);
   size_t write_some(const void* a, size_t na, const void* b, size_t nb) override;
   size_t read_some(size_t max, size_t granule, const Sink& sink) override;
-  int fd() const { return socket_.fd(); }
+  int tx_fd() const { return tx_.fd(); }
+  int rx_fd() const { return rx_.fd(); }
   void shutdown();
 
  private:
-  Socket socket_;
+  Socket tx_;
+  Socket rx_;
   std::string peer_name_;
   std::vector<char> staging_;  // bytes read for a consume-sink; a partial element carries over
   size_t carried_ = 0;

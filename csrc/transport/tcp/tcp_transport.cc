@@ -130,6 +130,7 @@ TcpTransport::TcpTransport(int rank, int size, TcpOptions options)
                                 std::to_string(size));
   if (options_.job_id.size() > kMaxJobIdBytes) throw std::invalid_argument("job id too long");
   channels_.resize(static_cast<size_t>(size) * kNumLanes);
+  sockets_.resize(static_cast<size_t>(size) * kNumStreams);
   listener_ = Socket::listen(options_.host, options_.port);
   enforce_bind_policy(listener_, options_.host, !options_.auth_token.empty(), options_.insecure,
                       rank_name(rank) + " (tcp transport)");
@@ -151,9 +152,12 @@ void TcpTransport::connect(const std::vector<std::string>& hosts, const std::vec
   accept_higher(deadline);
   await_acks(hosts, ports, pending_acks, deadline);
   listener_.close();
+  build_channels();
 }
 
-// Higher ranks dial lower ones: rank r connects to every i < r, once per lane. With a token the
+// Higher ranks dial lower ones: rank r connects to every i < r, once per stream (two per lane, one
+// for each direction, so a rank's sends never wait on the socket lock its receives hold, and the
+// kernel delivers into one socket while the owner writes another). With a token the
 // challenge-response runs here, before the next dial: the lower rank answers it as soon as it
 // reaches accept_higher(), and rank 0 gets there first, so the chain always moves.
 void TcpTransport::connect_lower(const std::vector<std::string>& hosts,
@@ -161,7 +165,7 @@ void TcpTransport::connect_lower(const std::vector<std::string>& hosts,
                                  std::vector<Socket>& pending_acks) {
   bool authenticate = !options_.auth_token.empty();
   for (int peer = 0; peer < rank_; ++peer) {
-    for (int lane = 0; lane < kNumLanes; ++lane) {
+    for (int lane = 0; lane < kNumStreams; ++lane) {
       Socket s = Socket::connect(hosts[peer], ports[peer], deadline, rank_name(peer));
       s.set_buffer_bytes(options_.buffer_bytes);
       auth::Nonce nonce{};
@@ -203,7 +207,7 @@ void TcpTransport::authenticate_to(const Socket& s, int peer, int lane,
 }
 
 void TcpTransport::accept_higher(const Deadline& deadline) {
-  int expected = (size_ - 1 - rank_) * kNumLanes;
+  int expected = (size_ - 1 - rank_) * kNumStreams;
   while (expected > 0) {
     Socket s;
     try {
@@ -238,12 +242,12 @@ bool TcpTransport::admit(Socket s, const Deadline& deadline) {
     return false;
   }
   if (hello.size != size_ || hello.rank <= rank_ || hello.rank >= size_ || hello.lane < 0 ||
-      hello.lane >= kNumLanes || channels_[hello.rank * kNumLanes + hello.lane]) {
+      hello.lane >= kNumStreams || sockets_[hello.rank * kNumStreams + hello.lane].valid()) {
     refuse(s, peer_address,
            who + ": bad handshake (rank " + std::to_string(hello.rank) + ", lane " +
                std::to_string(hello.lane) + ", world " + std::to_string(hello.size) +
                "): " + rank_name(rank_) + " of a world of " + std::to_string(size_) +
-               " expects each higher rank once per lane",
+               " expects each higher rank once per stream",
            hello_deadline);
     return false;
   }
@@ -314,7 +318,7 @@ void TcpTransport::await_acks(const std::vector<std::string>& hosts, const std::
                               std::vector<Socket>& pending_acks, const Deadline& deadline) {
   size_t i = 0;
   for (int peer = 0; peer < rank_; ++peer) {
-    for (int lane = 0; lane < kNumLanes; ++lane, ++i) {
+    for (int lane = 0; lane < kNumStreams; ++lane, ++i) {
       Socket& s = pending_acks[i];
       Frame f = recv_frame(s, deadline, rank_name(peer));
       if (f.type == kRefused)
@@ -330,8 +334,25 @@ void TcpTransport::await_acks(const std::vector<std::string>& hosts, const std::
   }
 }
 
-void TcpTransport::install(int peer, int lane, Socket s) {
-  channels_[peer * kNumLanes + lane] = std::make_unique<TcpChannel>(std::move(s), rank_name(peer));
+void TcpTransport::install(int peer, int stream, Socket s) {
+  sockets_[peer * kNumStreams + stream] = std::move(s);
+}
+
+// Stream 2*lane carries the lower rank's bytes to the higher one, stream 2*lane+1 the reverse.
+void TcpTransport::build_channels() {
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    for (int lane = 0; lane < kNumLanes; ++lane) {
+      int up = peer * kNumStreams + 2 * lane;
+      Socket& to_higher = sockets_[up];
+      Socket& to_lower = sockets_[up + 1];
+      bool lower = rank_ < peer;
+      channels_[peer * kNumLanes + lane] =
+          std::make_unique<TcpChannel>(std::move(lower ? to_higher : to_lower),
+                                       std::move(lower ? to_lower : to_higher), rank_name(peer));
+    }
+  }
+  sockets_.clear();
 }
 
 Channel& TcpTransport::channel(int peer, int lane) {
@@ -345,7 +366,7 @@ void TcpTransport::wait(const std::vector<WaitItem>& items, int timeout_ms, uint
   fds.reserve(items.size());
   for (const auto& it : items) {
     auto& c = static_cast<TcpChannel&>(channel(it.peer, it.lane));
-    fds.push_back(pollfd{c.fd(), static_cast<short>(it.want_write ? POLLOUT : POLLIN), 0});
+    fds.push_back(it.want_write ? pollfd{c.tx_fd(), POLLOUT, 0} : pollfd{c.rx_fd(), POLLIN, 0});
   }
   int rc = ::poll(fds.data(), fds.size(), timeout_ms);
   if (rc < 0 && errno != EINTR) throw NetworkError(errno_message("poll", errno));

@@ -63,7 +63,8 @@ class TcpTransport : public Transport {
               const Deadline& deadline);
   void await_acks(const std::vector<std::string>& hosts, const std::vector<int>& ports,
                   std::vector<Socket>& pending_acks, const Deadline& deadline);
-  void install(int peer, int lane, Socket s);
+  void install(int peer, int stream, Socket s);
+  void build_channels();
 
   int rank_;
   int size_;
@@ -71,6 +72,8 @@ class TcpTransport : public Transport {
   Socket listener_;
   int port_ = 0;
   std::unique_ptr<auth::FailureLog> failure_log_;
+  static constexpr int kNumStreams = 2 * kNumLanes;  // one connection per lane and direction
+  std::vector<Socket> sockets_;  // [peer * kNumStreams + stream] while the mesh forms
   std::vector<std::unique_ptr<TcpChannel>> channels_;  // [peer * kNumLanes + lane]
 };
 
