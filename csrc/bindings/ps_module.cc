@@ -49,6 +49,7 @@ void bind_specs(py::module_& m) {
           "sparse", [](const TableSpec& s) { return s.kind == TableKind::kSparse; },
           [](TableSpec& s, bool v) { s.kind = v ? TableKind::kSparse : TableKind::kDense; })
       .def_readwrite("shape", &TableSpec::shape)
+      .def_readwrite("capacity", &TableSpec::capacity)
       .def_property(
           "init_kind", [](const TableSpec& s) { return static_cast<int>(s.init.kind); },
           [](TableSpec& s, int k) { s.init.kind = static_cast<InitKind>(k); })

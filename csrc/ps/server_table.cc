@@ -23,7 +23,8 @@ bool stateless_sgd(const OptimizerSpec& o) {
 
 }  // namespace
 
-ServerTable::ServerTable(const TableLayout& layout, int shard, int num_workers, UpdateLog* log)
+ServerTable::ServerTable(const TableLayout& layout, int shard, int num_shards, int num_workers,
+                         UpdateLog* log)
     : layout_(layout),
       shard_(shard),
       num_workers_(num_workers),
@@ -33,6 +34,10 @@ ServerTable::ServerTable(const TableLayout& layout, int shard, int num_workers, 
   const TableSpec& s = layout_.spec;
   if (s.kind == TableKind::kSparse) {
     sparse_ = std::make_unique<SparseStore>(s.dim(), s.optimizer, s.init);
+    if (s.capacity > 0 && shard >= 0) {  // this shard's share, with room for uneven hashing
+      int64_t shards = std::max<int64_t>(1, num_shards);
+      sparse_->reserve(s.capacity / shards + s.capacity / shards / 16 + 1024);
+    }
     return;
   }
   part_.shard = shard;

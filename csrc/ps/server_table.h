@@ -23,7 +23,8 @@ using ReplyOutbox = std::vector<std::pair<ReplyFn, ByteBuffer>>;
 class ServerTable {
  public:
   // `log` (may be null) receives every state change before it is acknowledged.
-  ServerTable(const TableLayout& layout, int shard, int num_workers, UpdateLog* log);
+  ServerTable(const TableLayout& layout, int shard, int num_shards, int num_workers,
+              UpdateLog* log);
 
   const TableLayout& layout() const { return layout_; }
   const TableSpec& spec() const { return layout_.spec; }

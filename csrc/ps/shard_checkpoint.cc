@@ -189,7 +189,8 @@ void ShardCheckpoint::read(ShardState& shard, const std::string& path) {
   const Json table_list = Json::parse(f.metadata_value("tables"));
   for (const Json& d : table_list.as_array("tables")) {
     TableLayout layout = layout_from_hex(d.at("layout").as_string("layout"));
-    auto t = std::make_shared<ServerTable>(layout, o.shard, o.num_workers, shard.log_.get());
+    auto t = std::make_shared<ServerTable>(layout, o.shard, o.num_shards, o.num_workers,
+                                           shard.log_.get());
     restore_table(*t, f, d);
     tables[layout.id] = std::move(t);
   }

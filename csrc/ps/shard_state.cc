@@ -163,7 +163,8 @@ std::vector<int64_t> ShardState::catalog_shard_bytes() const {
 }
 
 void ShardState::add_part_locked(const TableLayout& layout, const float* init, int64_t init_numel) {
-  auto t = std::make_shared<ServerTable>(layout, opts_.shard, opts_.num_workers, log_.get());
+  auto t = std::make_shared<ServerTable>(layout, opts_.shard, opts_.num_shards, opts_.num_workers,
+                                         log_.get());
   if (init) {
     if (!t->dense() || init_numel != t->part().numel)
       throw std::invalid_argument("table '" + layout.spec.name + "': initial values for shard " +

@@ -1,5 +1,7 @@
 #include "ps/sparse_store.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -14,6 +16,33 @@ constexpr size_t kChunkBytes = size_t(2) << 20;
 
 }  // namespace
 
+void* SparseStore::allocate_chunk(size_t bytes, bool populate) {
+  // With `populate` every page is faulted in now, in one call; otherwise each 4 KB page faults
+  // (a trap, zeroing and a memory-cgroup charge: ~1 us per row of dim 64 on the VM we profiled)
+  // when the first row on it is created.
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
+
+void SparseStore::reserve(int64_t rows) {
+  if (rows <= num_rows()) return;
+  map_.reserve(static_cast<size_t>(rows));
+  const int64_t chunks = (rows + rows_per_chunk_ - 1) / rows_per_chunk_;
+  while (static_cast<int64_t>(chunks_.size()) < chunks) {
+    const size_t bytes = chunk_bytes();
+    chunks_.emplace_back(static_cast<float*>(allocate_chunk(bytes, true)), ChunkDeleter{bytes});
+  }
+}
+
+size_t SparseStore::chunk_bytes() const {
+  size_t bytes = static_cast<size_t>(rows_per_chunk_ * row_floats_) * sizeof(float);
+  return (bytes + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
+}
+
+void SparseStore::ChunkDeleter::operator()(float* p) const { ::munmap(p, bytes); }
+
 SparseStore::SparseStore(int64_t dim, const OptimizerSpec& opt, const InitializerSpec& init)
     : dim_(dim),
       slots_(opt.num_slots()),
@@ -27,12 +56,9 @@ SparseStore::SparseStore(int64_t dim, const OptimizerSpec& opt, const Initialize
 uint32_t SparseStore::append_row(int64_t id) {
   if (ids_.size() >= 0xffffffffull) throw std::length_error("sparse table shard is full");
   uint32_t row = static_cast<uint32_t>(ids_.size());
-  if (row % rows_per_chunk_ == 0) {
-    size_t bytes = static_cast<size_t>(rows_per_chunk_ * row_floats_) * sizeof(float);
-    bytes = (bytes + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
-    void* p = std::aligned_alloc(kChunkBytes, bytes);
-    if (!p) throw std::bad_alloc();
-    chunks_.emplace_back(static_cast<float*>(p));
+  if (row / rows_per_chunk_ >= static_cast<int64_t>(chunks_.size())) {
+    const size_t bytes = chunk_bytes();
+    chunks_.emplace_back(static_cast<float*>(allocate_chunk(bytes, false)), ChunkDeleter{bytes});
   }
   ids_.push_back(id);
   steps_.push_back(0);

@@ -39,17 +39,22 @@ class SparseStore {
   int64_t dim() const { return dim_; }
   int num_slots() const { return slots_; }
 
+  // Makes room for `rows` rows now (index and memory, pages faulted in), so that creating them
+  // later costs no allocation or page fault on the request path.
+  void reserve(int64_t rows);
   // Adds a row with the given contents (checkpoint load); state may be null (fresh state).
   void restore_row(int64_t id, const float* values, const float* state, int64_t step);
   void clear();
 
  private:
-  // Rows live in 2 MB-aligned chunks of at least 1024 rows (2 MB for dim 64): few allocations
-  // as a table grows by thousands of rows a batch. (No MADV_HUGEPAGE: with the common
-  // defrag=madvise setting, faults then stall in compaction - the p99 latency doubled.)
-  struct FreeChunk {
-    void operator()(float* p) const { std::free(p); }
+  // Rows live in chunks of at least 1024 rows (2 MB for dim 64), mapped with their pages
+  // already faulted in (see allocate_chunk).
+  struct ChunkDeleter {
+    size_t bytes = 0;
+    void operator()(float* p) const;
   };
+  static void* allocate_chunk(size_t bytes, bool populate);
+  size_t chunk_bytes() const;
   float* slab(uint32_t row) const {
     return chunks_[row / rows_per_chunk_].get() + (row % rows_per_chunk_) * row_floats_;
   }
@@ -62,7 +67,7 @@ class SparseStore {
   InitializerSpec init_;
   RowMap map_;
   int64_t rows_per_chunk_;
-  std::vector<std::unique_ptr<float, FreeChunk>> chunks_;
+  std::vector<std::unique_ptr<float, ChunkDeleter>> chunks_;
   std::vector<int64_t> ids_;
   std::vector<int64_t> steps_;
   std::vector<int64_t> new_rows_;  // scratch of find_or_create_batch

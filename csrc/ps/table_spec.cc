@@ -75,6 +75,7 @@ void TableSpec::validate(int num_workers) const {
     n *= d;
     require(n <= kMaxNumel, name, "too many elements");
   }
+  require(capacity >= 0 && capacity <= kMaxNumel, name, "bad capacity " + std::to_string(capacity));
   if (kind == TableKind::kSparse)
     require(shape.size() == 1 && shape[0] > 0 && shape[0] <= (1 << 20), name,
             "a sparse table needs a row width (dim) between 1 and 1048576");
@@ -158,6 +159,7 @@ void encode_spec(ByteWriter& w, const TableSpec& s) {
   w.put<uint8_t>(static_cast<uint8_t>(s.consistency.mode));
   w.put<int32_t>(s.consistency.staleness);
   w.put<int32_t>(s.consistency.backup_workers);
+  w.put<int64_t>(s.capacity);
 }
 
 TableSpec decode_spec(ByteReader& r) {
@@ -184,6 +186,7 @@ TableSpec decode_spec(ByteReader& r) {
   s.consistency.mode = static_cast<Consistency>(r.get<uint8_t>());
   s.consistency.staleness = r.get<int32_t>();
   s.consistency.backup_workers = r.get<int32_t>();
+  s.capacity = r.get<int64_t>();
   return s;
 }
 

@@ -55,6 +55,7 @@ struct TableSpec {
   std::string name;
   TableKind kind = TableKind::kDense;
   std::vector<int64_t> shape;  // dense: the full tensor's shape; sparse: {dim}
+  int64_t capacity = 0;        // sparse: rows to make room for up front (over all shards); 0: grow
   InitializerSpec init;
   OptimizerSpec optimizer;
   ConsistencySpec consistency;

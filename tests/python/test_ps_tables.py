@@ -197,3 +197,13 @@ def test_checkpoint_round_trip(client, tmp_path):
     ):
         client.load(str(tmp_path / "nowhere"))
     np.testing.assert_array_equal(client.pull("t_ck"), after_one)  # a failed load changes nothing
+
+
+def test_sparse_capacity_reserves_room(client):
+    client.create_sparse("t_cap", 8, capacity=30_000, initializer="constant", value=1.5)
+    rows = client.pull_sparse("t_cap", np.arange(20_000) * 7)  # no allocation on these paths
+    assert rows.shape == (20_000, 8) and np.all(rows == 1.5)
+    with pytest.raises(ValueError, match="capacity applies to sparse tables"):
+        client.create_dense("t_cap_dense", (4,), capacity=10)
+    with pytest.raises(ValueError, match="capacity must be an int >= 0"):
+        client.create_sparse("t_cap_bad", 8, capacity=-1)

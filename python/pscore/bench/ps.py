@@ -13,9 +13,11 @@ Dense: push+pull of one float32 tensor split evenly over the servers, 4 KB to 64
 push_pull (one round trip per shard); torch: rpc_async to every shard, whose function adds the
 scaled gradient under a lock and returns a copy of the shard. algbw = 2 x bytes / time.
 Sparse: batches of --batch ids drawn uniformly from --rows, rows of --dim floats, each batch
-pushed then pulled. pscore: push_pull_sparse (rows created on first touch); torch: one rpc per
-shard running index_add_ then index_select on a preallocated --rows x --dim shard (the design of
-PyTorch's parameter-server tutorial). Both apply SGD on the servers.
+pushed then pulled. pscore: push_pull_sparse on a table created with capacity=--rows (memory
+for the id range reserved up front, as the torch shards are preallocated; rows still get their
+values on first touch; --no-reserve grows it instead); torch: one rpc per shard running
+index_add_ then index_select on a preallocated --rows x --dim shard (the design of PyTorch's
+parameter-server tutorial). Both apply SGD on the servers.
 """
 
 from __future__ import annotations
@@ -150,7 +152,10 @@ def _pscore_steps(client, args):
         return lambda: client.push_pull(f"d{nbytes}", grad, out)
 
     def sparse(ids, grads):
-        client.create_sparse("emb", args.dim, optimizer=SGD(lr=LR))
+        # Room for the id range up front, as the torch shards are preallocated (--no-reserve:
+        # memory grows with the rows touched, paying page faults as it goes).
+        capacity = 0 if args.no_reserve else args.rows
+        client.create_sparse("emb", args.dim, optimizer=SGD(lr=LR), capacity=capacity)
         out = np.empty_like(grads)
         it = iter(range(1 << 62))
         return lambda: client.push_pull_sparse("emb", ids[next(it) % len(ids)], grads, out)
@@ -376,6 +381,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--batch", type=int, default=4096, help="ids per sparse batch (0: skip)")
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--sparse-iters", type=int, default=200)
+    p.add_argument(
+        "--no-reserve",
+        action="store_true",
+        help="pscore's sparse table grows with the rows touched (no capacity)",
+    )
     p.add_argument("--scale", type=float, default=1.0, help="multiplies the iteration counts")
     p.add_argument("--loopback-mb", type=int, default=256)
     p.add_argument("--json", default=None)

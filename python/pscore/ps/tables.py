@@ -65,11 +65,14 @@ def build_spec(
     backup_workers: int = 0,
     clip_norm: float | None = None,
     clip_value: float | None = None,
+    capacity: int = 0,
 ):
     """A _ps.TableSpec. initializer: "zeros", "uniform" (low, high), "normal" (mean, std) or
     "constant" (value), seeded by `seed`; optimizer: pscore.ps.SGD/Adagrad/Adam/AdamW/RMSprop
     (default SGD()); consistency: "async", "sync" (with backup_workers) or "ssp" (with
-    staleness); clip_norm / clip_value: gradient clipping of every push."""
+    staleness); clip_norm / clip_value: gradient clipping of every push; capacity (sparse):
+    rows to make room for up front over all shards (memory allocated and faulted in at
+    creation, as a preallocated tensor would be), so that creating rows costs no allocation."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"table name must be a non-empty str, got {name!r}")
     if initializer not in INITIALIZERS:
@@ -85,4 +88,9 @@ def build_spec(
     fill_spec(optimizer if optimizer is not None else SGD(), spec.optimizer, clip_norm, clip_value)
     spec.consistency = CONSISTENCY[consistency]
     spec.staleness, spec.backup_workers = int(staleness), int(backup_workers)
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
+    if capacity and not sparse:
+        raise ValueError("capacity applies to sparse tables")
+    spec.capacity = capacity
     return spec
