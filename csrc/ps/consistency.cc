@@ -8,7 +8,7 @@ namespace pscore::ps {
 ConsistencyState::ConsistencyState(const ConsistencySpec& spec, int num_workers)
     : spec_(spec),
       num_workers_(num_workers),
-      last_seq_(num_workers, 0),
+      seqs_(num_workers),
       done_(num_workers, 0),
       contributed_(num_workers, 0),
       pending_seq_(num_workers, 0),
@@ -16,13 +16,11 @@ ConsistencyState::ConsistencyState(const ConsistencySpec& spec, int num_workers)
 
 ConsistencyState::Admission ConsistencyState::admit(int worker, uint64_t seq) const {
   if (contributed_[worker] && pending_seq_[worker] == seq) return Admission::kPendingInRound;
-  if (seq <= last_seq_[worker]) return Admission::kDuplicate;
+  if (seqs_[worker].contains(seq)) return Admission::kDuplicate;
   return Admission::kNew;
 }
 
-void ConsistencyState::mark_seq(int worker, uint64_t seq) {
-  last_seq_[worker] = std::max(last_seq_[worker], seq);
-}
+void ConsistencyState::mark_seq(int worker, uint64_t seq) { seqs_[worker].insert(seq); }
 
 void ConsistencyState::add_contribution(Waiter w) {
   contributed_[w.worker] = 1;
@@ -107,15 +105,18 @@ void ConsistencyState::abandon_waiters() {
   num_contributors_ = 0;
 }
 
-void ConsistencyState::restore(int64_t round, const std::vector<uint64_t>& last_seq,
+void ConsistencyState::restore(int64_t round, const std::vector<uint64_t>& high_seqs,
+                               const std::vector<std::string>& windows,
                                const std::vector<int64_t>& clock,
                                const std::vector<uint8_t>& done) {
   abandon_waiters();
   round_ = round;
   for (int w = 0; w < num_workers_; ++w) {
-    last_seq_[w] = w < static_cast<int>(last_seq.size()) ? last_seq[w] : 0;
-    clock_[w] = w < static_cast<int>(clock.size()) ? clock[w] : 0;
-    done_[w] = w < static_cast<int>(done.size()) ? done[w] : 0;
+    const size_t i = static_cast<size_t>(w);
+    seqs_[i].restore(i < high_seqs.size() ? high_seqs[i] : 0,
+                     i < windows.size() ? windows[i] : std::string());
+    clock_[i] = i < clock.size() ? clock[i] : 0;
+    done_[i] = i < done.size() ? done[i] : 0;
   }
 }
 

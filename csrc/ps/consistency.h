@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ps/byte_buffer.h"
+#include "ps/seq_window.h"
 #include "ps/table_spec.h"
 
 namespace pscore::ps {
@@ -42,7 +43,7 @@ class ConsistencyState {
   // in the open sync round (a retry whose first copy is still waiting).
   Admission admit(int worker, uint64_t seq) const;
   void mark_seq(int worker, uint64_t seq);
-  uint64_t last_seq(int worker) const { return last_seq_[worker]; }
+  const SeqWindow& seqs(int worker) const { return seqs_[worker]; }
 
   // --- sync (BSP) ---
   int64_t round() const { return round_; }
@@ -77,10 +78,12 @@ class ConsistencyState {
   // Drops every parked reply without sending it (shutdown, checkpoint load).
   void abandon_waiters();
 
-  // Restores state recorded by a checkpoint or log.
-  void restore(int64_t round, const std::vector<uint64_t>& last_seq,
-               const std::vector<int64_t>& clock, const std::vector<uint8_t>& done);
-  const std::vector<uint64_t>& all_seqs() const { return last_seq_; }
+  // Restores state recorded by a checkpoint: per worker the highest sequence number applied and
+  // its window (hex; empty: everything up to the highest counts as applied).
+  void restore(int64_t round, const std::vector<uint64_t>& high_seqs,
+               const std::vector<std::string>& windows, const std::vector<int64_t>& clock,
+               const std::vector<uint8_t>& done);
+  const std::vector<SeqWindow>& all_seqs() const { return seqs_; }
   const std::vector<int64_t>& all_clocks() const { return clock_; }
   const std::vector<uint8_t>& all_done() const { return done_; }
   void set_round(int64_t r) { round_ = r; }
@@ -91,7 +94,7 @@ class ConsistencyState {
 
   ConsistencySpec spec_;
   int num_workers_;
-  std::vector<uint64_t> last_seq_;
+  std::vector<SeqWindow> seqs_;
   std::vector<uint8_t> done_;
   int64_t round_ = 0;
   std::vector<uint8_t> contributed_;

@@ -68,7 +68,13 @@ Json describe(ServerTable& t) {
   d.set("numel", t.part().numel);
   d.set("step", t.dense_step());
   d.set("round", t.consistency().round());
-  d.set("last_seq", int_list(t.consistency().all_seqs()));
+  Json highs = Json::array(), windows = Json::array();
+  for (const SeqWindow& w : t.consistency().all_seqs()) {
+    highs.push_back(w.high());
+    windows.push_back(w.bits_hex());
+  }
+  d.set("last_seq", highs);
+  d.set("seq_windows", windows);
   d.set("clock", int_list(t.consistency().all_clocks()));
   d.set("layout", layout_hex(t.layout()));
   return d;
@@ -127,8 +133,11 @@ void restore_table(ServerTable& t, const SafetensorsReader& f, const Json& d) {
       t.sparse().restore_row(id_p[r], val_p + r * dim, st_p ? st_p + r * dim * slots : nullptr,
                              step_p[r]);
   }
+  std::vector<std::string> windows;
+  if (const Json* j = d.find("seq_windows"))
+    for (const Json& w : j->as_array("seq_windows")) windows.push_back(w.as_string("seq_windows"));
   t.consistency().restore(d.at("round").as_int("round"),
-                          int_vector<uint64_t>(d.at("last_seq"), "last_seq"),
+                          int_vector<uint64_t>(d.at("last_seq"), "last_seq"), windows,
                           int_vector<int64_t>(d.at("clock"), "clock"), {});
 }
 

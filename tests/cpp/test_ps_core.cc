@@ -15,6 +15,7 @@
 #include "ps/partitioner.h"
 #include "ps/row_map.h"
 #include "ps/safetensors_file.h"
+#include "ps/seq_window.h"
 #include "ps/sha256.h"
 #include "ps/update_log.h"
 
@@ -255,4 +256,29 @@ TEST(PsUpdateLog, ReplayStopsAtTornTail) {
   EXPECT_EQ(next, 8u);
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   EXPECT_LT(intact, static_cast<uint64_t>(f.tellg()));
+}
+
+TEST(PsSeqWindow, OutOfOrderRetriesAreNewDuplicatesAreNot) {
+  SeqWindow w;
+  w.insert(100);
+  w.insert(103);  // 101 and 102 are still in flight (another thread's pushes)
+  EXPECT_TRUE(w.contains(100));
+  EXPECT_FALSE(w.contains(101));
+  EXPECT_FALSE(w.contains(102));
+  EXPECT_TRUE(w.contains(103));
+  w.insert(101);
+  EXPECT_TRUE(w.contains(101));
+  EXPECT_FALSE(w.contains(102));
+  w.insert(103 + SeqWindow::kBits);  // far ahead: everything older counts as seen
+  EXPECT_TRUE(w.contains(102));
+  EXPECT_FALSE(w.contains(104 + SeqWindow::kBits));
+  SeqWindow copy;
+  copy.restore(w.high(), w.bits_hex());
+  for (uint64_t s = w.high() - 10; s <= w.high() + 1; ++s)
+    EXPECT_EQ(copy.contains(s), w.contains(s));
+  SeqWindow coarse;
+  coarse.restore(50, "");
+  EXPECT_TRUE(coarse.contains(50));
+  EXPECT_TRUE(coarse.contains(49));
+  EXPECT_FALSE(coarse.contains(51));
 }

@@ -207,3 +207,29 @@ def test_sparse_capacity_reserves_room(client):
         client.create_dense("t_cap_dense", (4,), capacity=10)
     with pytest.raises(ValueError, match="capacity must be an int >= 0"):
         client.create_sparse("t_cap_bad", 8, capacity=-1)
+
+
+def test_one_client_shared_by_threads(client):
+    import threading
+
+    client.create_dense("t_threads", (50_000,), optimizer=SGD(lr=1.0))
+    client.create_sparse("t_threads_e", 4, optimizer=SGD(lr=1.0))
+    errors = []
+
+    def pushes():
+        try:
+            for _ in range(25):
+                w = client.push_async("t_threads", np.ones(50_000, np.float32))
+                client.push_sparse("t_threads_e", np.array([1, 2]), np.ones((2, 4), np.float32))
+                w.wait()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=pushes) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    np.testing.assert_array_equal(client.pull("t_threads"), np.full(50_000, -100.0, np.float32))
+    assert client.pull_sparse("t_threads_e", np.array([2]))[0].tolist() == [-100.0] * 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,7 @@ class PSClient:
         self._cpp = _ps.Client(opts, num_shards)
         self._tables: dict[str, TableInfo] = {}
         self._inflight: list[PSWork] = []
+        self._inflight_lock = threading.Lock()
         self._reconnect(range(num_shards), time.monotonic() + connect_timeout)
 
     # ----- connection management -----
@@ -116,9 +118,12 @@ class PSClient:
                 self._reconnect(lost, deadline)
 
     def _track(self, work, keep: tuple, result=None) -> PSWork:
-        self._inflight = [w for w in self._inflight if not w.is_completed()]
+        """Holds the work (and the arrays C++ reads and writes) until it completes, even if the
+        caller drops its handle."""
         w = PSWork(self, work, keep, result)
-        self._inflight.append(w)
+        with self._inflight_lock:
+            self._inflight = [x for x in self._inflight if not x.is_completed()]
+            self._inflight.append(w)
         return w
 
     # ----- tables -----
@@ -304,10 +309,11 @@ class PSClient:
 
     def close(self) -> None:
         """Waits for in-flight requests, then closes the connections."""
-        for w in self._inflight:
+        with self._inflight_lock:
+            pending, self._inflight = self._inflight, []
+        for w in pending:
             with contextlib.suppress(Exception):  # the caller collects errors from its works
                 w.wait()
-        self._inflight = []
         self._cpp = None
 
     def __enter__(self) -> Self:
