@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 from test_ps_support import addresses, start_cluster, stop_cluster
 
 from pscore.ps import SGD, Adagrad, Adam, AdamW, PSClient, RMSprop, read_checkpoint

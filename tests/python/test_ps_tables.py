@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 from test_ps_support import addresses, start_cluster, stop_cluster
 
 import pscore
