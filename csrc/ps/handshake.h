@@ -8,9 +8,13 @@
 
 #include "common/clock.h"
 #include "common/socket.h"
-#include "ps/sha256.h"
+#include "common/hmac.h"
 
 namespace pscore::ps {
+
+using crypto::constant_time_equal;
+using crypto::Digest;
+using crypto::hmac_sha256;
 
 using Nonce = std::array<uint8_t, 16>;
 

@@ -5,7 +5,7 @@
 
 #include "ps/json.h"
 #include "ps/safetensors_file.h"
-#include "ps/sha256.h"
+#include "common/hmac.h"
 #include "ps/shard_state.h"
 
 namespace pscore::ps {
@@ -17,7 +17,7 @@ std::string layout_hex(const TableLayout& layout) {
   std::vector<uint8_t> bytes;
   ByteWriter w(&bytes);
   encode_layout(w, layout);
-  return to_hex(bytes.data(), bytes.size());
+  return crypto::hex(bytes.data(), bytes.size());
 }
 
 TableLayout layout_from_hex(const std::string& hex) {

@@ -1,6 +1,7 @@
 """pscore: distributed-training communication - collectives over TCP and shared memory,
 rendezvous stores, a parameter server and Hogwild tables."""
 
+from . import hogwild
 from .cluster import ClusterEnv, discover
 from .cluster_spec import ClusterSpec
 from .collectives import (
@@ -34,8 +35,9 @@ from .group import (
     is_initialized,
     new_group,
 )
-from . import hogwild
 from .hogwild import SharedTable
+from .ps import PSClient
+from .server import PServer
 from .store import FileStore, HashStore, PrefixStore, RedisStore, Store, TCPStore, create_store
 from .work import Work
 

@@ -16,17 +16,11 @@
 #include "ps/row_map.h"
 #include "ps/safetensors_file.h"
 #include "ps/seq_window.h"
-#include "ps/sha256.h"
 #include "ps/update_log.h"
 
 using namespace pscore::ps;
 
 namespace {
-
-std::string hex_of(const std::string& s) {
-  Digest d = sha256(s.data(), s.size());
-  return to_hex(d.data(), d.size());
-}
 
 std::string temp_dir() {
   char tmpl[] = "/tmp/pscore_ps_test_XXXXXX";
@@ -34,34 +28,6 @@ std::string temp_dir() {
 }
 
 }  // namespace
-
-TEST(PsSha256, NistVectors) {
-  EXPECT_EQ(hex_of(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(hex_of("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(hex_of("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  std::string million(1000000, 'a');
-  EXPECT_EQ(hex_of(million), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-}
-
-TEST(PsSha256, HmacRfc4231) {
-  std::string key(20, '\x0b');
-  std::string msg = "Hi There";
-  Digest d = hmac_sha256(key, msg.data(), msg.size());
-  EXPECT_EQ(to_hex(d.data(), 32),
-            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
-  std::string jefe_msg = "what do ya want for nothing?";
-  d = hmac_sha256("Jefe", jefe_msg.data(), jefe_msg.size());
-  EXPECT_EQ(to_hex(d.data(), 32),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-  std::string long_key(131, '\xaa');
-  std::string m = "Test Using Larger Than Block-Size Key - Hash Key First";
-  d = hmac_sha256(long_key, m.data(), m.size());
-  EXPECT_EQ(to_hex(d.data(), 32),
-            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
-  EXPECT_TRUE(constant_time_equal("abcd", "abcd", 4));
-  EXPECT_FALSE(constant_time_equal("abcd", "abce", 4));
-}
 
 TEST(PsJson, RoundTripAndErrors) {
   Json j = Json::parse(R"({"a": [1, -2, 9007199254740993], "b": {"c": "x\"y\n"}, "d": 1.5,

@@ -12,7 +12,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from test_ps_support import PYTHON_DIR, address_from_banner, pserver_process
+from test_ps_support import CHILD_PYTHONPATH, address_from_banner, pserver_process
 
 import pscore
 from pscore.ps import SGD, PSClient, read_checkpoint
@@ -87,7 +87,7 @@ def test_sigterm_drains_checkpoints_and_exits_zero(tmp_path):
 
 
 def test_public_bind_needs_a_token():
-    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    env = dict(os.environ, PYTHONPATH=CHILD_PYTHONPATH)
     env.pop("PSCORE_AUTH_TOKEN", None)
     r = subprocess.run(
         [sys.executable, "-m", "pscore.server", "--host", "0.0.0.0"],

@@ -14,8 +14,8 @@ import numpy as np
 
 from pscore.server import PServer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYTHON_DIR = os.path.join(ROOT, "python")
+# Children import pscore from wherever this process did (the source tree or an installed wheel).
+CHILD_PYTHONPATH = os.pathsep.join(p for p in sys.path if p)
 
 
 def start_cluster(num_shards: int, num_workers: int = 1, **kw) -> list[PServer]:
@@ -70,9 +70,7 @@ def run_workers(fn, num: int, args: tuple = (), timeout: float = 60.0) -> list:
 
 def pserver_process(*args: str, env: dict | None = None) -> subprocess.Popen:
     """Starts `python -m pscore.server ARGS` and waits for its "serving on" line."""
-    full_env = dict(
-        os.environ, PYTHONPATH=PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
-    )
+    full_env = dict(os.environ, PYTHONPATH=CHILD_PYTHONPATH)
     full_env.update(env or {})
     proc = subprocess.Popen(
         [sys.executable, "-m", "pscore.server", *args],
