@@ -53,7 +53,7 @@ void bind_transports(py::module_& m) {
              return std::make_shared<TcpTransport>(rank, size, o);
            }),
            py::arg("rank"), py::arg("size"), py::arg("host") = "127.0.0.1", py::arg("port") = 0,
-           py::arg("job_id") = "pscore", py::arg("buffer_bytes") = 4 << 20,
+           py::arg("job_id") = "pscore", py::arg("buffer_bytes") = 512 << 10,
            py::arg("auth_token") = py::none(), py::arg("insecure") = py::none())
       .def_property_readonly("port", &TcpTransport::port)
       .def("connect", &TcpTransport::connect, py::arg("hosts"), py::arg("ports"),

@@ -15,7 +15,7 @@ from .errors import TimeoutError as PscoreTimeoutError
 
 TRANSPORT_ENV = "PSCORE_TRANSPORT"  # auto (default), tcp or shm
 SOCKET_BUFFER_ENV = "PSCORE_SOCKET_BUFFER_BYTES"  # 0 leaves the kernel's autotuning on
-DEFAULT_SOCKET_BUFFER_BYTES = 4 << 20
+DEFAULT_SOCKET_BUFFER_BYTES = 512 << 10  # keeps in-flight bytes in cache; docs/collectives.md
 SHM_RING_ENV = "PSCORE_SHM_RING_BYTES"  # per peer, collective lane; a multiple of 64
 DEFAULT_SHM_RING_BYTES = 4 << 20
 

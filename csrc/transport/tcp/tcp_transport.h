@@ -17,7 +17,7 @@ namespace pscore {
 struct TcpOptions {
   std::string host = "127.0.0.1";  // address to listen on
   int port = 0;                    // 0 picks a free port
-  int buffer_bytes = 4 << 20;      // SO_SNDBUF / SO_RCVBUF
+  int buffer_bytes = 512 << 10;    // SO_SNDBUF / SO_RCVBUF (see docs/collectives.md)
   std::string job_id = "pscore";
   std::string auth_token;  // the same secret on every rank; "" = no authentication
   bool insecure = false;   // listen on an address other hosts can reach without a token
