@@ -1,12 +1,13 @@
-"""A Prometheus /metrics endpoint for a parameter-server shard (text exposition format 0.0.4),
-served from a background thread on loopback."""
+"""A Prometheus /metrics endpoint for a parameter-server shard, served by prometheus-client from
+a background thread on loopback; each scrape reads the shard's live stats."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
-from typing import Callable
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 _COUNTERS = {
     "bytes_in": "Bytes received from workers",
@@ -27,74 +28,54 @@ _GAUGES = {
 }
 
 
-def render(stats: dict) -> str:
-    """Prometheus text for one shard's stats dict (from the server's stats JSON)."""
-    shard = stats.get("shard", 0)
-    label = f'shard="{shard}"'
-    lines = [
-        "# HELP pscore_ps_requests_total Requests handled, by type",
-        "# TYPE pscore_ps_requests_total counter",
-    ]
-    for kind, n in sorted(stats.get("requests_by_type", {}).items()):
-        lines.append(f'pscore_ps_requests_total{{{label},type="{kind}"}} {n}')
-    for key, help_text in _COUNTERS.items():
-        lines += [
-            f"# HELP pscore_ps_{key}_total {help_text}",
-            f"# TYPE pscore_ps_{key}_total counter",
-            f"pscore_ps_{key}_total{{{label}}} {stats.get(key, 0)}",
-        ]
-    for key, help_text in _GAUGES.items():
-        lines += [
-            f"# HELP pscore_ps_{key} {help_text}",
-            f"# TYPE pscore_ps_{key} gauge",
-            f"pscore_ps_{key}{{{label}}} {stats.get(key, 0)}",
-        ]
-    lines += [
-        "# HELP pscore_ps_request_latency_us Request latency (receipt to reply) in us",
-        "# TYPE pscore_ps_request_latency_us summary",
-        f'pscore_ps_request_latency_us{{{label},quantile="0.5"}} {stats.get("latency_p50_us", 0)}',
-        f'pscore_ps_request_latency_us{{{label},quantile="0.99"}} {stats.get("latency_p99_us", 0)}',
-        f"pscore_ps_request_latency_us_count{{{label}}} {stats.get('latency_count', 0)}",
-    ]
-    return "\n".join(lines) + "\n"
+class ShardCollector:
+    """Turns one shard's stats dict (the server's stats JSON) into metric families."""
+
+    def __init__(self, stats_json: Callable[[], str]):
+        self._stats_json = stats_json
+
+    def collect(self) -> Iterator[Metric]:
+        stats = json.loads(self._stats_json())
+        shard = str(stats.get("shard", 0))
+        requests = CounterMetricFamily(
+            "pscore_ps_requests", "Requests handled, by type", labels=["shard", "type"]
+        )
+        for kind, n in sorted(stats.get("requests_by_type", {}).items()):
+            requests.add_metric([shard, kind], n)
+        yield requests
+        for key, help_text in _COUNTERS.items():
+            yield _labelled(CounterMetricFamily, key, help_text, shard, stats)
+        for key, help_text in _GAUGES.items():
+            yield _labelled(GaugeMetricFamily, key, help_text, shard, stats)
+        latency = Metric(
+            "pscore_ps_request_latency_us", "Request latency (receipt to reply) in us", "summary"
+        )
+        for q, key in (("0.5", "latency_p50_us"), ("0.99", "latency_p99_us")):
+            latency.add_sample(
+                "pscore_ps_request_latency_us", {"shard": shard, "quantile": q}, stats.get(key, 0)
+            )
+        latency.add_sample(
+            "pscore_ps_request_latency_us_count", {"shard": shard}, stats.get("latency_count", 0)
+        )
+        yield latency
+
+
+def _labelled(family, key: str, help_text: str, shard: str, stats: dict) -> Metric:
+    metric = family(f"pscore_ps_{key}", help_text, labels=["shard"])
+    metric.add_metric([shard], stats.get(key, 0))
+    return metric
 
 
 class MetricsServer:
-    """Serves GET /metrics on host:port (port 0 picks one) with render(stats_json())."""
+    """Serves the shard's metrics over HTTP on host:port (port 0 picks one)."""
 
     def __init__(self, stats_json: Callable[[], str], port: int, host: str = "127.0.0.1"):
-        def handler_factory(*args, **kwargs):
-            return _Handler(stats_json, *args, **kwargs)
-
-        self._httpd = http.server.ThreadingHTTPServer((host, port), handler_factory)
-        self._httpd.daemon_threads = True
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="pscore-ps-metrics", daemon=True
-        )
-        self._thread.start()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(ShardCollector(stats_json))
+        self._httpd, self._thread = start_http_server(port, addr=host, registry=registry)
+        self.port = self._httpd.server_port
 
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def __init__(self, stats_json, *args, **kwargs):
-        self._stats_json = stats_json
-        super().__init__(*args, **kwargs)
-
-    def do_GET(self):
-        if self.path.split("?")[0] != "/metrics":
-            self.send_error(404, "only /metrics is served here")
-            return
-        body = render(json.loads(self._stats_json())).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, fmt, *args):  # keep scrapes out of the server's stderr
-        pass
