@@ -4,7 +4,8 @@ a background thread on loopback; each scrape reads the shard's live stats."""
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterator
+from collections.abc import Iterator
+from typing import Callable
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
