@@ -3,7 +3,8 @@ arrays and contiguous CPU torch tensors, in place and without copies."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .errors import NetworkError
 from .errors import TimeoutError as PscoreTimeoutError

@@ -5,7 +5,7 @@ class Error(RuntimeError):
     """Base of pscore's failures (bad arguments raise ValueError / TypeError instead)."""
 
 
-class TimeoutError(Error, TimeoutError):  # noqa: A001 - deliberately shadows the builtin
+class TimeoutError(Error, TimeoutError):
     """A blocking call ran past its timeout; the message names the peer and the operation."""
 
 

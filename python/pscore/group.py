@@ -64,7 +64,7 @@ class ProcessGroup:
                 key = f"abort/{culprit.group(1)}"
                 self.store.wait([key], REPORT_WAIT_S)
                 notes.append(f"rank {culprit.group(1)} reported: {self.store.get(key).decode()}")
-        except Exception:  # noqa: BLE001 - that rank died without a word, or the store did
+        except Exception:  # noqa: BLE001, S110 - that rank died silently, or the store did
             pass
 
     def group_rank(self, global_rank: int, what: str) -> int:

@@ -23,8 +23,6 @@ DTYPE_CODES = {
     "int32": 6,
     "int64": 7,
 }
-DTYPE_SIZES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1,
-               "int32": 4, "int64": 8}
 REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
 

@@ -112,7 +112,7 @@ class PscoreProcessGroup(_TorchProcessGroup):
             list(range(world_size)),
         )
 
-    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+    def getBackendName(self) -> str:
         return BACKEND_NAME
 
     def allreduce(self, tensors, opts=None):

@@ -5,9 +5,9 @@ import time
 import numpy as np
 import pytest
 import torch
+from dist_helpers import run_ranks
 
 import pscore
-from dist_helpers import run_ranks
 
 
 def p2p(rank, world):

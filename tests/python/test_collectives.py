@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import torch
+from dist_helpers import run_ranks
 
 import pscore
-from dist_helpers import run_ranks
 
 DTYPES = [
     torch.float16,

@@ -60,7 +60,7 @@ def run(backend, world):
     ]
     for p in procs:
         p.start()
-    out = dict((r, (w, b)) for r, w, b in (queue.get(timeout=120) for _ in procs))
+    out = {r: (w, b) for r, w, b in (queue.get(timeout=120) for _ in procs)}
     for p in procs:
         p.join(10)
     for r, (w, b) in out.items():
