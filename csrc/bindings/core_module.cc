@@ -99,53 +99,74 @@ void bind_process_group(py::module_& m) {
              return std::make_shared<PG>(std::move(t), o);
            }),
            py::arg("transport"), py::arg("timeout_ms") = 30000, py::arg("spin_us") = -1,
-           py::arg("small_allreduce_bytes") = 64 << 10, py::arg("large_broadcast_bytes") = 512 << 10)
+           py::arg("small_allreduce_bytes") = 64 << 10,
+           py::arg("large_broadcast_bytes") = 512 << 10)
       .def_property_readonly("rank", &PG::rank)
       .def_property_readonly("size", &PG::size)
       .def_property_readonly("transport", &PG::transport_name)
-      .def("allreduce",
-           [=](PG& g, uintptr_t buf, size_t n, int d, int op, bool async) {
-             return g.allreduce(ptr(buf), n, dt(d), rop(op), async);
-           }, Gil())
-      .def("broadcast",
-           [=](PG& g, uintptr_t buf, size_t n, int d, int root, bool async) {
-             return g.broadcast(ptr(buf), n, dt(d), root, async);
-           }, Gil())
-      .def("reduce",
-           [=](PG& g, uintptr_t buf, size_t n, int d, int op, int root, bool async) {
-             return g.reduce(ptr(buf), n, dt(d), rop(op), root, async);
-           }, Gil())
-      .def("allgather",
-           [=](PG& g, uintptr_t in, size_t n, int d, const Ptrs& outs, bool async) {
-             return g.allgather(ptr(in), n, dt(d), ptrs(outs), async);
-           }, Gil())
-      .def("reduce_scatter",
-           [=](PG& g, const Ptrs& ins, uintptr_t out, size_t n, int d, int op, bool async) {
-             return g.reduce_scatter(const_ptrs(ins), ptr(out), n, dt(d), rop(op), async);
-           }, Gil())
-      .def("gather",
-           [=](PG& g, uintptr_t in, size_t n, int d, const Ptrs& outs, int root, bool async) {
-             return g.gather(ptr(in), n, dt(d), ptrs(outs), root, async);
-           }, Gil())
-      .def("scatter",
-           [=](PG& g, const Ptrs& ins, uintptr_t out, size_t n, int d, int root, bool async) {
-             return g.scatter(const_ptrs(ins), ptr(out), n, dt(d), root, async);
-           }, Gil())
-      .def("all_to_all",
-           [=](PG& g, const Ptrs& ins, std::vector<size_t> sc, const Ptrs& outs,
-               std::vector<size_t> rc, int d, bool async) {
-             return g.all_to_all(const_ptrs(ins), std::move(sc), ptrs(outs), std::move(rc), dt(d),
-                                 async);
-           }, Gil())
+      .def(
+          "allreduce",
+          [=](PG& g, uintptr_t buf, size_t n, int d, int op, bool async) {
+            return g.allreduce(ptr(buf), n, dt(d), rop(op), async);
+          },
+          Gil())
+      .def(
+          "broadcast",
+          [=](PG& g, uintptr_t buf, size_t n, int d, int root, bool async) {
+            return g.broadcast(ptr(buf), n, dt(d), root, async);
+          },
+          Gil())
+      .def(
+          "reduce",
+          [=](PG& g, uintptr_t buf, size_t n, int d, int op, int root, bool async) {
+            return g.reduce(ptr(buf), n, dt(d), rop(op), root, async);
+          },
+          Gil())
+      .def(
+          "allgather",
+          [=](PG& g, uintptr_t in, size_t n, int d, const Ptrs& outs, bool async) {
+            return g.allgather(ptr(in), n, dt(d), ptrs(outs), async);
+          },
+          Gil())
+      .def(
+          "reduce_scatter",
+          [=](PG& g, const Ptrs& ins, uintptr_t out, size_t n, int d, int op, bool async) {
+            return g.reduce_scatter(const_ptrs(ins), ptr(out), n, dt(d), rop(op), async);
+          },
+          Gil())
+      .def(
+          "gather",
+          [=](PG& g, uintptr_t in, size_t n, int d, const Ptrs& outs, int root, bool async) {
+            return g.gather(ptr(in), n, dt(d), ptrs(outs), root, async);
+          },
+          Gil())
+      .def(
+          "scatter",
+          [=](PG& g, const Ptrs& ins, uintptr_t out, size_t n, int d, int root, bool async) {
+            return g.scatter(const_ptrs(ins), ptr(out), n, dt(d), root, async);
+          },
+          Gil())
+      .def(
+          "all_to_all",
+          [=](PG& g, const Ptrs& ins, std::vector<size_t> sc, const Ptrs& outs,
+              std::vector<size_t> rc, int d, bool async) {
+            return g.all_to_all(const_ptrs(ins), std::move(sc), ptrs(outs), std::move(rc), dt(d),
+                                async);
+          },
+          Gil())
       .def("barrier", &PG::barrier, py::arg("async_op"), Gil())
-      .def("send",
-           [=](PG& g, uintptr_t buf, size_t n, int d, int dst, uint32_t tag, bool async) {
-             return g.send(ptr(buf), n, dt(d), dst, tag, async);
-           }, Gil())
-      .def("recv",
-           [=](PG& g, uintptr_t buf, size_t n, int d, int src, uint32_t tag, bool async) {
-             return g.recv(ptr(buf), n, dt(d), src, tag, async);
-           }, Gil())
+      .def(
+          "send",
+          [=](PG& g, uintptr_t buf, size_t n, int d, int dst, uint32_t tag, bool async) {
+            return g.send(ptr(buf), n, dt(d), dst, tag, async);
+          },
+          Gil())
+      .def(
+          "recv",
+          [=](PG& g, uintptr_t buf, size_t n, int d, int src, uint32_t tag, bool async) {
+            return g.recv(ptr(buf), n, dt(d), src, tag, async);
+          },
+          Gil())
       .def("abort", &PG::abort, Gil())
       .def("broken_reason", &PG::broken_reason);
 }

@@ -17,15 +17,16 @@ namespace pscore {
 namespace {
 
 constexpr size_t kHeaderBytes = sizeof(MessageHeader);
-constexpr int kWaitSliceMs = 50;   // wake up this often to look for dead peers
+constexpr int kWaitSliceMs = 50;  // wake up this often to look for dead peers
 constexpr int64_t kPeerCheckUs = 50000;
 const char kZeros[8] = {0};
 
 }  // namespace
 
 void Exchange::send(int peer, const void* data, size_t nbytes) {
-  Item it{peer, true, const_cast<char*>(static_cast<const char*>(data)), nbytes, ReduceOp::kSum,
-          false, MessageHeader{}};
+  Item it{peer,           true,           const_cast<char*>(static_cast<const char*>(data)),
+          nbytes,         ReduceOp::kSum, false,
+          MessageHeader{}};
   it.header.op = static_cast<uint8_t>(ctx_.kind);
   it.header.dtype = static_cast<uint8_t>(ctx_.dtype);
   it.header.seq = ctx_.seq;
@@ -36,8 +37,8 @@ void Exchange::send(int peer, const void* data, size_t nbytes) {
 }
 
 void Exchange::recv(int peer, void* dst, size_t nbytes) {
-  items_.push_back(Item{peer, false, static_cast<char*>(dst), nbytes, ReduceOp::kSum, false,
-                        MessageHeader{}});
+  items_.push_back(
+      Item{peer, false, static_cast<char*>(dst), nbytes, ReduceOp::kSum, false, MessageHeader{}});
   ++pending_;
 }
 
@@ -77,9 +78,8 @@ void Exchange::check_header(const Item& it) const {
     fail("ranks disagree on the operation: the peer sent " +
          std::string(op_kind_name(static_cast<OpKind>(h.op))) + " #" + std::to_string(h.seq));
   if (h.dtype != static_cast<uint8_t>(ctx_.dtype))
-    fail("dtype mismatch: the peer sent " +
-         std::string(dtype_name(static_cast<DType>(h.dtype))) + ", this rank has " +
-         dtype_name(ctx_.dtype));
+    fail("dtype mismatch: the peer sent " + std::string(dtype_name(static_cast<DType>(h.dtype))) +
+         ", this rank has " + dtype_name(ctx_.dtype));
   if (h.nbytes != it.nbytes)
     fail("size mismatch: the peer sent " + std::to_string(h.nbytes) + " bytes, this rank expects " +
          std::to_string(it.nbytes));

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "collectives/message.h"
 #include "common/clock.h"
 #include "common/dtype.h"
-#include "collectives/message.h"
 #include "transport/transport.h"
 
 namespace pscore {

@@ -74,8 +74,8 @@ ProcessGroup::WorkPtr ProcessGroup::submit(OpKind kind, DType dtype, bool async,
   std::lock_guard<std::mutex> lock(submit_mu_);
   OpContext ctx = context(kind, dtype);
   ctx.seq = seq_++;
-  std::string what = "rank " + std::to_string(rank()) + ": " + op_kind_name(kind) + " #" +
-                     std::to_string(ctx.seq);
+  std::string what =
+      "rank " + std::to_string(rank()) + ": " + op_kind_name(kind) + " #" + std::to_string(ctx.seq);
   return executor_->submit(
       what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
 }
@@ -93,9 +93,10 @@ ProcessGroup::WorkPtr ProcessGroup::submit_p2p(bool is_send, int peer, DType dty
     ex = lane.executor.get();
     ctx.seq = lane.seq++;
   }
-  std::string what = "rank " + std::to_string(rank()) + (is_send ? ": send to rank " : ": recv from rank ") +
-                     std::to_string(peer);
-  return ex->submit(what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
+  std::string what = "rank " + std::to_string(rank()) +
+                     (is_send ? ": send to rank " : ": recv from rank ") + std::to_string(peer);
+  return ex->submit(
+      what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
 }
 
 ProcessGroup::WorkPtr ProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op,
@@ -210,9 +211,9 @@ ProcessGroup::WorkPtr ProcessGroup::all_to_all(std::vector<const void*> inputs,
       recv_counts.size() != n)
     throw std::invalid_argument("all_to_all needs one input and one output per rank");
   if (send_counts[rank()] != recv_counts[rank()])
-    throw std::invalid_argument("all_to_all: this rank sends " + std::to_string(send_counts[rank()]) +
-                                " elements to itself but expects " +
-                                std::to_string(recv_counts[rank()]));
+    throw std::invalid_argument(
+        "all_to_all: this rank sends " + std::to_string(send_counts[rank()]) +
+        " elements to itself but expects " + std::to_string(recv_counts[rank()]));
   return submit(OpKind::kAllToAll, dtype, async, [=](const OpContext& ctx) {
     size_t esize = dtype_size(dtype);
     std::vector<const char*> ins(n);

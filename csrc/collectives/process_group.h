@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/executor.h"
 #include "collectives/exchange.h"
+#include "collectives/executor.h"
 #include "common/dtype.h"
 #include "transport/transport.h"
 
@@ -18,9 +18,9 @@ namespace pscore {
 
 struct GroupOptions {
   int64_t timeout_ms = 30000;
-  int spin_us = -1;                            // -1: spin only when ranks fit on the cores
-  size_t small_allreduce_bytes = 64 << 10;     // below: recursive doubling; above: ring
-  size_t large_broadcast_bytes = 512 << 10;    // above (and n > 3): scatter + allgather
+  int spin_us = -1;                          // -1: spin only when ranks fit on the cores
+  size_t small_allreduce_bytes = 64 << 10;   // below: recursive doubling; above: ring
+  size_t large_broadcast_bytes = 512 << 10;  // above (and n > 3): scatter + allgather
 };
 
 class ProcessGroup {
@@ -46,8 +46,8 @@ class ProcessGroup {
   // inputs[b] is this rank's contribution to block b; output gets the reduced block rank().
   WorkPtr reduce_scatter(std::vector<const void*> inputs, void* output, size_t count, DType dtype,
                          ReduceOp op, bool async);
-  WorkPtr gather(const void* input, size_t count, DType dtype, std::vector<void*> outputs,
-                 int root, bool async);
+  WorkPtr gather(const void* input, size_t count, DType dtype, std::vector<void*> outputs, int root,
+                 bool async);
   WorkPtr scatter(std::vector<const void*> inputs, void* output, size_t count, DType dtype,
                   int root, bool async);
   WorkPtr all_to_all(std::vector<const void*> inputs, std::vector<size_t> send_counts,
@@ -77,8 +77,8 @@ class ProcessGroup {
   std::shared_ptr<Transport> transport_;
   GroupOptions options_;
   int spin_us_;
-  std::mutex submit_mu_;  // keeps sequence numbers in queue order across caller threads
-  uint64_t seq_ = 0;      // collective sequence number, advanced at submission
+  std::mutex submit_mu_;       // keeps sequence numbers in queue order across caller threads
+  uint64_t seq_ = 0;           // collective sequence number, advanced at submission
   std::vector<char> scratch_;  // used only by the collective executor's running op
   std::mutex broken_mu_;
   std::string broken_;

@@ -11,7 +11,8 @@ void Work::wait(int64_t timeout_ms) {
   if (timeout_ms < 0) {
     cv_.wait(lock, [this] { return done_; });
   } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return done_; })) {
-    throw TimeoutError(what_ + ": still running after waiting " + std::to_string(timeout_ms) + " ms");
+    throw TimeoutError(what_ + ": still running after waiting " + std::to_string(timeout_ms) +
+                       " ms");
   }
   if (error_) std::rethrow_exception(error_);
 }

@@ -12,7 +12,8 @@ class Deadline {
  public:
   // timeout_ms < 0 means "never".
   explicit Deadline(int64_t timeout_ms)
-      : infinite_(timeout_ms < 0), at_(Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms)) {}
+      : infinite_(timeout_ms < 0),
+        at_(Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms)) {}
 
   static Deadline never() { return Deadline(-1); }
 
@@ -35,7 +36,8 @@ class Deadline {
 };
 
 inline int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace pscore

@@ -11,8 +11,8 @@ void validate_frame(const FrameHeader& h, uint64_t max_payload, const std::strin
     throw NetworkError(peer + ": frame version " + std::to_string(h.version) + ", expected " +
                        std::to_string(kFrameVersion));
   if (h.length > max_payload)
-    throw NetworkError(peer + ": frame length " + std::to_string(h.length) + " exceeds the cap of " +
-                       std::to_string(max_payload) + " bytes");
+    throw NetworkError(peer + ": frame length " + std::to_string(h.length) +
+                       " exceeds the cap of " + std::to_string(max_payload) + " bytes");
 }
 
 }  // namespace pscore

@@ -15,11 +15,11 @@ constexpr uint64_t kDefaultMaxPayloadBytes = 1ull << 30;
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
   uint8_t version = kFrameVersion;
-  uint8_t type = 0;    // protocol-specific message type
-  uint16_t flags = 0;  // protocol-specific
-  uint32_t tag = 0;    // protocol-specific (e.g. collective tag, table id)
-  uint64_t seq = 0;    // request / operation sequence number
-  uint64_t length = 0; // payload bytes that follow
+  uint8_t type = 0;     // protocol-specific message type
+  uint16_t flags = 0;   // protocol-specific
+  uint32_t tag = 0;     // protocol-specific (e.g. collective tag, table id)
+  uint64_t seq = 0;     // request / operation sequence number
+  uint64_t length = 0;  // payload bytes that follow
 };
 #pragma pack(pop)
 static_assert(sizeof(FrameHeader) == 28, "frame header is 28 bytes on the wire");

@@ -53,7 +53,7 @@ inline uint16_t float_to_half(float f) {
   std::memcpy(&bits, &f, 4);
   uint32_t sign = (bits >> 16) & 0x8000u;
   uint32_t absbits = bits & 0x7fffffffu;
-  if (absbits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absbits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (absbits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (absbits < 0x38800000u) {  // subnormal or zero in half
     if (absbits < 0x33000000u) return static_cast<uint16_t>(sign);

@@ -32,7 +32,8 @@ struct WrapProd {
   static T apply(T a, T b) {
     using U = std::make_unsigned_t<T>;
     if constexpr (sizeof(T) < sizeof(int)) {
-      return static_cast<T>(static_cast<unsigned>(static_cast<U>(a)) * static_cast<unsigned>(static_cast<U>(b)));
+      return static_cast<T>(static_cast<unsigned>(static_cast<U>(a)) *
+                            static_cast<unsigned>(static_cast<U>(b)));
     } else {
       return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
     }
@@ -64,21 +65,31 @@ template <template <typename> class Op>
 void dispatch_types(void* d, const void* a, const void* b, size_t n, DType t) {
   switch (t) {
     case DType::kFloat32:
-      return kernel<float, Op>(static_cast<float*>(d), static_cast<const float*>(a), static_cast<const float*>(b), n);
+      return kernel<float, Op>(static_cast<float*>(d), static_cast<const float*>(a),
+                               static_cast<const float*>(b), n);
     case DType::kFloat64:
-      return kernel<double, Op>(static_cast<double*>(d), static_cast<const double*>(a), static_cast<const double*>(b), n);
+      return kernel<double, Op>(static_cast<double*>(d), static_cast<const double*>(a),
+                                static_cast<const double*>(b), n);
     case DType::kInt8:
-      return kernel<int8_t, Op>(static_cast<int8_t*>(d), static_cast<const int8_t*>(a), static_cast<const int8_t*>(b), n);
+      return kernel<int8_t, Op>(static_cast<int8_t*>(d), static_cast<const int8_t*>(a),
+                                static_cast<const int8_t*>(b), n);
     case DType::kUInt8:
-      return kernel<uint8_t, Op>(static_cast<uint8_t*>(d), static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), n);
+      return kernel<uint8_t, Op>(static_cast<uint8_t*>(d), static_cast<const uint8_t*>(a),
+                                 static_cast<const uint8_t*>(b), n);
     case DType::kInt32:
-      return kernel<int32_t, Op>(static_cast<int32_t*>(d), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), n);
+      return kernel<int32_t, Op>(static_cast<int32_t*>(d), static_cast<const int32_t*>(a),
+                                 static_cast<const int32_t*>(b), n);
     case DType::kInt64:
-      return kernel<int64_t, Op>(static_cast<int64_t*>(d), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), n);
+      return kernel<int64_t, Op>(static_cast<int64_t*>(d), static_cast<const int64_t*>(a),
+                                 static_cast<const int64_t*>(b), n);
     case DType::kFloat16:
-      return half_kernel<half_to_float, float_to_half, Op>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n);
+      return half_kernel<half_to_float, float_to_half, Op>(static_cast<uint16_t*>(d),
+                                                           static_cast<const uint16_t*>(a),
+                                                           static_cast<const uint16_t*>(b), n);
     case DType::kBFloat16:
-      return half_kernel<bf16_to_float, float_to_bf16, Op>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n);
+      return half_kernel<bf16_to_float, float_to_bf16, Op>(static_cast<uint16_t*>(d),
+                                                           static_cast<const uint16_t*>(a),
+                                                           static_cast<const uint16_t*>(b), n);
   }
   throw std::invalid_argument("reduce: unknown dtype");
 }
@@ -87,8 +98,10 @@ void dispatch_types(void* d, const void* a, const void* b, size_t n, DType t) {
 template <typename T>
 struct SumSel {
   static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) return WrapSum<T>::apply(a, b);
-    else return static_cast<T>(a + b);
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
+      return WrapSum<T>::apply(a, b);
+    else
+      return static_cast<T>(a + b);
   }
 };
 template <typename T>
@@ -146,14 +159,22 @@ void divide_half(uint16_t* d, size_t n, size_t k) {
 void divide_by(void* dst, size_t count, DType dtype, size_t divisor) {
   if (count == 0 || divisor <= 1) return;
   switch (dtype) {
-    case DType::kFloat32: return divide_kernel(static_cast<float*>(dst), count, divisor);
-    case DType::kFloat64: return divide_kernel(static_cast<double*>(dst), count, divisor);
-    case DType::kInt8: return divide_kernel(static_cast<int8_t*>(dst), count, divisor);
-    case DType::kUInt8: return divide_kernel(static_cast<uint8_t*>(dst), count, divisor);
-    case DType::kInt32: return divide_kernel(static_cast<int32_t*>(dst), count, divisor);
-    case DType::kInt64: return divide_kernel(static_cast<int64_t*>(dst), count, divisor);
-    case DType::kFloat16: return divide_half<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), count, divisor);
-    case DType::kBFloat16: return divide_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), count, divisor);
+    case DType::kFloat32:
+      return divide_kernel(static_cast<float*>(dst), count, divisor);
+    case DType::kFloat64:
+      return divide_kernel(static_cast<double*>(dst), count, divisor);
+    case DType::kInt8:
+      return divide_kernel(static_cast<int8_t*>(dst), count, divisor);
+    case DType::kUInt8:
+      return divide_kernel(static_cast<uint8_t*>(dst), count, divisor);
+    case DType::kInt32:
+      return divide_kernel(static_cast<int32_t*>(dst), count, divisor);
+    case DType::kInt64:
+      return divide_kernel(static_cast<int64_t*>(dst), count, divisor);
+    case DType::kFloat16:
+      return divide_half<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), count, divisor);
+    case DType::kBFloat16:
+      return divide_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), count, divisor);
   }
   throw std::invalid_argument("divide_by: unknown dtype");
 }

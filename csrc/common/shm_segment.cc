@@ -46,7 +46,8 @@ ShmSegment ShmSegment::create(const std::string& name, size_t nbytes) {
     int err = errno;
     ::close(fd);
     ::shm_unlink(name.c_str());
-    throw Error(errno_message("ftruncate of shared memory " + name + " to " + std::to_string(nbytes) + " bytes", err));
+    throw Error(errno_message(
+        "ftruncate of shared memory " + name + " to " + std::to_string(nbytes) + " bytes", err));
   }
   void* p = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -68,7 +69,8 @@ ShmSegment ShmSegment::open(const std::string& name) {
     ::close(fd);
     throw NetworkError(errno_message("fstat of shared memory " + name, err));
   }
-  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p =
+      ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) throw NetworkError(errno_message("mmap of shared memory " + name, errno));
   ShmSegment seg;

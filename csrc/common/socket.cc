@@ -87,7 +87,8 @@ Socket Socket::listen(const std::string& host, int port, int backlog) {
     }
     return s;
   }
-  throw NetworkError(errno_message("cannot listen on " + host + ":" + std::to_string(port), last_err));
+  throw NetworkError(
+      errno_message("cannot listen on " + host + ":" + std::to_string(port), last_err));
 }
 
 Socket Socket::connect(const std::string& host, int port, const Deadline& deadline,
@@ -122,8 +123,7 @@ Socket Socket::connect(const std::string& host, int port, const Deadline& deadli
       }
       last_err = errno;
     }
-    if (deadline.expired())
-      throw TimeoutError(errno_message(what + ": timed out", last_err));
+    if (deadline.expired()) throw TimeoutError(errno_message(what + ": timed out", last_err));
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     delay_ms = std::min(delay_ms * 2, 100);
   }
@@ -206,7 +206,8 @@ void Socket::send_all(const void* buf, size_t n, const Deadline& deadline,
   }
 }
 
-void Socket::recv_all(void* buf, size_t n, const Deadline& deadline, const std::string& what) const {
+void Socket::recv_all(void* buf, size_t n, const Deadline& deadline,
+                      const std::string& what) const {
   auto* p = static_cast<char*>(buf);
   while (n > 0) {
     ssize_t k = ::recv(fd_, p, n, MSG_DONTWAIT);

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "common/clock.h"
-#include "common/socket.h"
 #include "common/hmac.h"
+#include "common/socket.h"
 
 namespace pscore::ps {
 

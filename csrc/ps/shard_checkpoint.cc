@@ -3,9 +3,9 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/hmac.h"
 #include "ps/json.h"
 #include "ps/safetensors_file.h"
-#include "common/hmac.h"
 #include "ps/shard_state.h"
 
 namespace pscore::ps {

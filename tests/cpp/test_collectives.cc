@@ -117,7 +117,8 @@ TEST_P(CollectivesTest, FloatAllreduceIsBitwiseEqualAcrossRanks) {
     groups_[r]->allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
     out[r] = x;
   });
-  for (int r = 1; r < n(); ++r) EXPECT_EQ(0, std::memcmp(out[0].data(), out[r].data(), out[0].size() * 4));
+  for (int r = 1; r < n(); ++r)
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[r].data(), out[0].size() * 4));
 }
 
 TEST_P(CollectivesTest, BroadcastAndReduceFromEveryRoot) {
@@ -189,15 +190,17 @@ TEST_P(CollectivesTest, SendRecvRing) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Worlds, CollectivesTest,
-    ::testing::Values(Param{1, false, 64}, Param{2, false, 64}, Param{3, false, 0},
-                      Param{4, false, 1 << 30}, Param{7, false, 64}, Param{2, true, 0},
-                      Param{3, true, 1 << 30}, Param{4, true, 64}, Param{7, true, 64}),
-    [](const ::testing::TestParamInfo<Param>& p) {
-      return std::string(p.param.shm ? "shm" : "tcp") + std::to_string(p.param.world) + "_" +
-             std::to_string(p.param.small_bytes);
-    });
+INSTANTIATE_TEST_SUITE_P(Worlds, CollectivesTest,
+                         ::testing::Values(Param{1, false, 64}, Param{2, false, 64},
+                                           Param{3, false, 0}, Param{4, false, 1 << 30},
+                                           Param{7, false, 64}, Param{2, true, 0},
+                                           Param{3, true, 1 << 30}, Param{4, true, 64},
+                                           Param{7, true, 64}),
+                         [](const ::testing::TestParamInfo<Param>& p) {
+                           return std::string(p.param.shm ? "shm" : "tcp") +
+                                  std::to_string(p.param.world) + "_" +
+                                  std::to_string(p.param.small_bytes);
+                         });
 
 TEST(CollectivesFailure, SilentPeerTimesOutWithNames) {
   GroupOptions o;
@@ -208,8 +211,9 @@ TEST(CollectivesFailure, SilentPeerTimesOutWithNames) {
     g[0]->allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
     FAIL() << "expected a timeout";
   } catch (const TimeoutError& e) {
-    EXPECT_STREQ(e.what(),
-                 "rank 0 <- rank 1: allreduce #0 timed out after 300 ms waiting for 40 bytes (0 moved)");
+    EXPECT_STREQ(
+        e.what(),
+        "rank 0 <- rank 1: allreduce #0 timed out after 300 ms waiting for 40 bytes (0 moved)");
   }
   // The group is broken from now on, and says so at once.
   EXPECT_THROW(g[0]->barrier(false), NetworkError);

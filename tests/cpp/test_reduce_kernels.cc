@@ -49,28 +49,56 @@ TEST(Reduce, EveryOpEveryType) {
     std::vector<char> x(4 * 8), y(4 * 8);
     for (int i = 0; i < 4; ++i) {
       switch (t) {
-        case DType::kFloat32: reinterpret_cast<float*>(x.data())[i] = a[i]; reinterpret_cast<float*>(y.data())[i] = b[i]; break;
-        case DType::kFloat64: reinterpret_cast<double*>(x.data())[i] = a[i]; reinterpret_cast<double*>(y.data())[i] = b[i]; break;
-        case DType::kInt64: reinterpret_cast<int64_t*>(x.data())[i] = a[i]; reinterpret_cast<int64_t*>(y.data())[i] = b[i]; break;
-        case DType::kFloat16: reinterpret_cast<uint16_t*>(x.data())[i] = float_to_half(a[i]); reinterpret_cast<uint16_t*>(y.data())[i] = float_to_half(b[i]); break;
-        case DType::kBFloat16: reinterpret_cast<uint16_t*>(x.data())[i] = float_to_bf16(a[i]); reinterpret_cast<uint16_t*>(y.data())[i] = float_to_bf16(b[i]); break;
-        default: break;
+        case DType::kFloat32:
+          reinterpret_cast<float*>(x.data())[i] = a[i];
+          reinterpret_cast<float*>(y.data())[i] = b[i];
+          break;
+        case DType::kFloat64:
+          reinterpret_cast<double*>(x.data())[i] = a[i];
+          reinterpret_cast<double*>(y.data())[i] = b[i];
+          break;
+        case DType::kInt64:
+          reinterpret_cast<int64_t*>(x.data())[i] = a[i];
+          reinterpret_cast<int64_t*>(y.data())[i] = b[i];
+          break;
+        case DType::kFloat16:
+          reinterpret_cast<uint16_t*>(x.data())[i] = float_to_half(a[i]);
+          reinterpret_cast<uint16_t*>(y.data())[i] = float_to_half(b[i]);
+          break;
+        case DType::kBFloat16:
+          reinterpret_cast<uint16_t*>(x.data())[i] = float_to_bf16(a[i]);
+          reinterpret_cast<uint16_t*>(y.data())[i] = float_to_bf16(b[i]);
+          break;
+        default:
+          break;
       }
     }
     reduce_into(x.data(), y.data(), 4, t, op);
     for (int i = 0; i < 4; ++i) {
       switch (t) {
-        case DType::kFloat32: out[i] = reinterpret_cast<float*>(x.data())[i]; break;
-        case DType::kFloat64: out[i] = reinterpret_cast<double*>(x.data())[i]; break;
-        case DType::kInt64: out[i] = reinterpret_cast<int64_t*>(x.data())[i]; break;
-        case DType::kFloat16: out[i] = half_to_float(reinterpret_cast<uint16_t*>(x.data())[i]); break;
-        case DType::kBFloat16: out[i] = bf16_to_float(reinterpret_cast<uint16_t*>(x.data())[i]); break;
-        default: break;
+        case DType::kFloat32:
+          out[i] = reinterpret_cast<float*>(x.data())[i];
+          break;
+        case DType::kFloat64:
+          out[i] = reinterpret_cast<double*>(x.data())[i];
+          break;
+        case DType::kInt64:
+          out[i] = reinterpret_cast<int64_t*>(x.data())[i];
+          break;
+        case DType::kFloat16:
+          out[i] = half_to_float(reinterpret_cast<uint16_t*>(x.data())[i]);
+          break;
+        case DType::kBFloat16:
+          out[i] = bf16_to_float(reinterpret_cast<uint16_t*>(x.data())[i]);
+          break;
+        default:
+          break;
       }
     }
     return out;
   };
-  for (DType t : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kFloat16, DType::kBFloat16}) {
+  for (DType t :
+       {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kFloat16, DType::kBFloat16}) {
     EXPECT_EQ(run(t, ReduceOp::kSum), (std::vector<double>{4, 7, -6, 14}));
     EXPECT_EQ(run(t, ReduceOp::kProd), (std::vector<double>{3, 10, 8, 49}));
     EXPECT_EQ(run(t, ReduceOp::kMin), (std::vector<double>{1, 2, -4, 7}));

@@ -32,8 +32,10 @@ struct alignas(64) RingHeader {
   alignas(64) std::atomic<uint64_t> tail;  // bytes ever consumed (consumer)
 };
 
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory rings need lock-free atomics");
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "the doorbell needs a lock-free futex word");
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "shared-memory rings need lock-free atomics");
+static_assert(std::atomic<uint32_t>::is_always_lock_free,
+              "the doorbell needs a lock-free futex word");
 
 inline size_t ring_stride(uint64_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
 
@@ -45,7 +47,8 @@ inline size_t ring_offset(const uint64_t* ring_bytes, int world, int peer, int l
 }
 
 inline size_t segment_bytes(const uint64_t* ring_bytes, int world) {
-  return ring_offset(ring_bytes, world, 0, kNumLanes - 1) + ring_stride(ring_bytes[kNumLanes - 1]) * world;
+  return ring_offset(ring_bytes, world, 0, kNumLanes - 1) +
+         ring_stride(ring_bytes[kNumLanes - 1]) * world;
 }
 
 }  // namespace pscore

@@ -67,8 +67,7 @@ void ShmTransport::connect(const std::vector<std::string>& names,
     ShmSegment seg = ShmSegment::open(names[p]);
     auto* h = static_cast<ShmHeader*>(seg.data());
     if (seg.nbytes() < sizeof(ShmHeader) || h->magic != kShmMagic || h->token != tokens[p] ||
-        h->world != size_ || h->rank != p ||
-        seg.nbytes() < segment_bytes(h->ring_bytes, size_))
+        h->world != size_ || h->rank != p || seg.nbytes() < segment_bytes(h->ring_bytes, size_))
       throw NetworkError(rank_name(p) + ": shared-memory segment " + names[p] +
                          " is not the one it published (another host or job?)");
     peers_[p] = std::move(seg);
@@ -91,7 +90,8 @@ ShmHeader* ShmTransport::peer_header(int peer) const {
 RingView ShmTransport::ring(const ShmSegment& seg, int peer, int lane) const {
   auto* h = static_cast<ShmHeader*>(seg.data());
   char* base = static_cast<char*>(seg.data()) + ring_offset(h->ring_bytes, size_, peer, lane);
-  return RingView{reinterpret_cast<RingHeader*>(base), base + sizeof(RingHeader), h->ring_bytes[lane]};
+  return RingView{reinterpret_cast<RingHeader*>(base), base + sizeof(RingHeader),
+                  h->ring_bytes[lane]};
 }
 
 Channel& ShmTransport::channel(int peer, int lane) {

@@ -51,8 +51,8 @@ class ShmTransport : public Transport {
   int size_;
   ShmOptions options_;
   ShmSegment own_;
-  std::vector<ShmSegment> peers_;  // [peer]; the own slot stays empty
-  std::vector<int> pidfds_;        // [peer]; -1 when unknown
+  std::vector<ShmSegment> peers_;                      // [peer]; the own slot stays empty
+  std::vector<int> pidfds_;                            // [peer]; -1 when unknown
   std::vector<std::unique_ptr<ShmChannel>> channels_;  // [peer * kNumLanes + lane]
 };
 
