@@ -124,16 +124,7 @@ void PsClient::submit(const std::shared_ptr<Work>& w,
   for (auto& s : subs) {
     auto& link = links_[s->shard];
     if (!link) {
-      std::string why;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        why = link_error_[s->shard];
-      }
-      fail_sub(
-          s,
-          std::make_exception_ptr(NetworkError(s->what + ": shard " + std::to_string(s->shard) +
-                                               " is not connected (" + why + ")")),
-          true);
+      fail_unconnected(s);
       continue;
     }
     link->enqueue(s);
@@ -169,6 +160,15 @@ void PsClient::fail_sub(const std::shared_ptr<SubRequest>& s, std::exception_ptr
   s->error = std::move(e);
   s->retryable_error = retryable;
   if (auto w = s->owner.lock()) w->finish_sub(*s);
+}
+
+// A request for a shard with no live link fails retryably, saying why the link went.
+void PsClient::fail_unconnected(const std::shared_ptr<SubRequest>& s) {
+  std::string why = link_error(s->shard);
+  fail_sub(s,
+           std::make_exception_ptr(NetworkError(s->what + ": shard " + std::to_string(s->shard) +
+                                                " is not connected (" + why + ")")),
+           true);
 }
 
 void PsClient::finish(const std::shared_ptr<SubRequest>& s) {
@@ -251,16 +251,7 @@ void PsClient::install_pending() {
   for (auto& s : pending) {
     auto& link = links_[s->shard];
     if (!link) {
-      std::string why;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        why = link_error_[s->shard];
-      }
-      fail_sub(
-          s,
-          std::make_exception_ptr(NetworkError(s->what + ": shard " + std::to_string(s->shard) +
-                                               " is not connected (" + why + ")")),
-          true);
+      fail_unconnected(s);
       continue;
     }
     link->enqueue(s);

@@ -100,6 +100,7 @@ class PsClient {
   void fail_link(int shard, const std::string& why, bool timed_out);
   void finish(const std::shared_ptr<SubRequest>& s);
   void fail_sub(const std::shared_ptr<SubRequest>& s, std::exception_ptr e, bool retryable);
+  void fail_unconnected(const std::shared_ptr<SubRequest>& s);
   void update_interest(ClientLink& link);
   void wake();
 
