@@ -42,6 +42,20 @@ PsClient::TableState& PsClient::table_state(const std::string& name) {
   return it->second;
 }
 
+// Records a push's status on its Work and, for sync/ssp tables, the table's progress.
+std::function<void(SubRequest&)> PsClient::push_reply_handler(const std::string& name,
+                                                              Consistency mode) {
+  return [this, name, mode](SubRequest& sub) {
+    PushReply r;
+    std::memcpy(&r, sub.reply.data(), sizeof(r));
+    if (auto o = sub.owner.lock()) o->note_push(r.status, r.progress);
+    if (mode == Consistency::kAsync) return;
+    std::lock_guard<std::mutex> lk(state_mu_);
+    TableState& st = table_state(name);
+    st.step = std::max(st.step, r.progress);
+  };
+}
+
 std::shared_ptr<Work> PsClient::run_blocking(const std::shared_ptr<Work>& w) {
   w->wait(-1);
   return w;
@@ -192,15 +206,7 @@ std::shared_ptr<Work> PsClient::dense_op(const std::string& name, uint8_t type, 
     }
     if (pushes) {
       s->reply_prefix_bytes = sizeof(PushReply);
-      s->on_reply = [this, name, mode](SubRequest& sub) {
-        PushReply r;
-        std::memcpy(&r, sub.reply.data(), sizeof(r));
-        if (auto o = sub.owner.lock()) o->note_push(r.status, r.progress);
-        if (mode == Consistency::kAsync) return;
-        std::lock_guard<std::mutex> lk(state_mu_);
-        TableState& st = table_state(name);
-        st.step = std::max(st.step, r.progress);
-      };
+      s->on_reply = push_reply_handler(name, mode);
     }
     w->subs.push_back(s);
   }

@@ -92,15 +92,7 @@ std::shared_ptr<Work> PsClient::sparse_push_op(const std::string& name, const in
       else
         s->scatter = row_segments(reinterpret_cast<uint8_t*>(out), (*rows)[shard], row_bytes);
     }
-    s->on_reply = [this, name, mode](SubRequest& sub) {
-      PushReply r;
-      std::memcpy(&r, sub.reply.data(), sizeof(r));
-      if (auto o = sub.owner.lock()) o->note_push(r.status, r.progress);
-      if (mode == Consistency::kAsync) return;
-      std::lock_guard<std::mutex> lk(state_mu_);
-      TableState& st = table_state(name);
-      st.step = std::max(st.step, r.progress);
-    };
+    s->on_reply = push_reply_handler(name, mode);
     w->subs.push_back(s);
   }
   submit(w, w->subs);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -82,6 +83,7 @@ class PsClient {
     int64_t step = 0;
   };
   TableState& table_state(const std::string& name);  // caller holds state_mu_
+  std::function<void(SubRequest&)> push_reply_handler(const std::string& name, Consistency mode);
   TableLayout layout_of(const std::string& name);
   std::shared_ptr<SubRequest> make_sub(int shard, uint8_t type, uint32_t tag, std::string what);
   std::shared_ptr<Work> dense_op(const std::string& name, uint8_t type, const float* grad,
