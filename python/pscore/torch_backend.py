@@ -4,13 +4,16 @@ torch) registers "pscore", and unmodified code - DDP included - runs on pscore's
     dist.init_process_group("pscore", ...)
     model = torch.nn.parallel.DistributedDataParallel(model)
 
-Operations run synchronously on the calling thread and return completed Work objects, so DDP's
-gradient hooks see finished futures (no overlap of communication with backward yet).
+allreduce (DDP's gradient buckets) runs asynchronously: it returns at once and a completer
+thread resolves the Work's future when pscore finishes, so backward keeps computing while
+buckets are reduced. The other operations run synchronously and return completed Work objects.
 """
 
 from __future__ import annotations
 
 import datetime
+import queue
+import threading
 
 import torch
 import torch.distributed as dist
@@ -60,6 +63,71 @@ class _DoneWork(_TorchWork):
         return self._future
 
 
+class _AsyncWork(_TorchWork):
+    """An operation still running in pscore; its future resolves on the completer thread."""
+
+    def __init__(self):
+        super().__init__()
+        self._future = torch.futures.Future()
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        self._future.wait()  # raises the operation's error
+        return True
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:  # noqa: BLE001 - a failed operation is simply not a success
+            return False
+        return True
+
+    def get_future(self):
+        return self._future
+
+
+class _AllOf:
+    """Waits for several pscore works, first error wins."""
+
+    def __init__(self, works):
+        self._works = works
+
+    def wait(self) -> None:
+        for w in self._works:
+            w.wait()
+
+
+class _Completer:
+    """One thread per group that waits for pscore's works in submission order (the order they
+    complete in) and resolves their torch futures."""
+
+    def __init__(self):
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(
+            target=self._run, name="pscore-torch-completer", daemon=True
+        )
+        self._thread.start()
+
+    def track(self, work, result) -> _AsyncWork:
+        torch_work = _AsyncWork()
+        self._queue.put((work, result, torch_work))
+        return torch_work
+
+    def _run(self) -> None:
+        while True:
+            work, result, torch_work = self._queue.get()
+            try:
+                work.wait()
+            except Exception as e:  # noqa: BLE001 - handed to whoever waits on the future
+                torch_work.get_future().set_exception(e)
+            else:
+                torch_work.get_future().set_result(result)
+
+
 class TorchStore(Store):
     """A pscore Store over a torch.distributed Store (TCPStore, FileStore, PrefixStore...).
     torch's own errors (e.g. its timeouts, which subclass RuntimeError) pass through."""
@@ -103,6 +171,7 @@ class PscoreProcessGroup(_TorchProcessGroup):
 
     def __init__(self, store, rank: int, world_size: int, timeout: datetime.timedelta):
         super().__init__(rank, world_size)
+        self._completer = _Completer()
         self._group = build_group(
             TorchStore(store),
             rank,
@@ -117,9 +186,8 @@ class PscoreProcessGroup(_TorchProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         op = _op_name(opts.reduceOp) if opts is not None else "sum"
-        for t in tensors:
-            c.all_reduce(t, op=op, group=self._group)
-        return _DoneWork(tensors)
+        works = [c.all_reduce(t, op=op, group=self._group, async_op=True) for t in tensors]
+        return self._completer.track(_AllOf(works), tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)

@@ -78,3 +78,38 @@ def test_ddp_matches_gloo(world):
         assert torch.allclose(
             torch.from_numpy(ours[r][0]), torch.from_numpy(gloo[r][0]), rtol=1e-5, atol=1e-6
         )
+
+
+def silent_peer(rank, world, port, queue):
+    try:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        import datetime
+
+        dist.init_process_group(
+            "pscore", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=2)
+        )
+        if rank == 1:
+            import time
+
+            time.sleep(4)  # alive but silent
+            queue.put((rank, "slept", None))
+            return
+        try:
+            dist.all_reduce(torch.ones(4))
+            queue.put((rank, "no error", None))
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            queue.put((rank, f"{type(e).__name__}: {e}", None))
+    except BaseException as e:  # noqa: BLE001
+        queue.put((rank, repr(e), None))
+
+
+def test_failure_reaches_the_torch_caller():
+    queue = _ctx.Queue()
+    port = free_port()
+    procs = [_ctx.Process(target=silent_peer, args=(r, 2, port, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    out = dict(queue.get(timeout=60)[:2] for _ in procs)
+    for p in procs:
+        p.join(10)
+    assert "rank 0 <- rank 1: allreduce #" in out[0] and "timed out after 2000 ms" in out[0], out
