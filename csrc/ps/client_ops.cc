@@ -61,6 +61,19 @@ std::shared_ptr<Work> PsClient::run_blocking(const std::shared_ptr<Work>& w) {
   return w;
 }
 
+// One request to shard 0, which keeps the table catalog; blocks and returns the reply body.
+std::string PsClient::ask_catalog(MsgType type, std::vector<uint8_t> body,
+                                  const std::string& what) {
+  auto w = std::make_shared<Work>(what);
+  auto s = make_sub(0, uint8_t(type), 0, w->what());
+  s->prefix = bytes_of(body);
+  s->variable_reply = true;
+  w->subs = {s};
+  submit(w, w->subs);
+  run_blocking(w);
+  return w->replies().at(0);
+}
+
 TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int64_t init_numel) {
   if (init && (spec.kind != TableKind::kDense || init_numel != spec.numel()))
     throw std::invalid_argument("table " + quoted(spec.name) + ": initial value has " +
@@ -69,14 +82,8 @@ TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int
   std::vector<uint8_t> body;
   ByteWriter bw(&body);
   encode_spec(bw, spec);
-  auto w = std::make_shared<Work>("create_table " + quoted(spec.name));
-  auto s = make_sub(0, uint8_t(MsgType::kCreateTable), 0, w->what());
-  s->prefix = bytes_of(body);
-  s->variable_reply = true;
-  w->subs = {s};
-  submit(w, w->subs);
-  run_blocking(w);
-  std::string reply = w->replies().at(0);
+  std::string reply =
+      ask_catalog(MsgType::kCreateTable, std::move(body), "create_table " + quoted(spec.name));
   ByteReader r(reinterpret_cast<const uint8_t*>(reply.data()), reply.size(), "create_table");
   r.get<uint8_t>();
   TableLayout layout = decode_layout(r);
@@ -122,14 +129,8 @@ TableLayout PsClient::lookup_table(const std::string& name) {
   std::vector<uint8_t> body;
   ByteWriter bw(&body);
   bw.put_string(name);
-  auto w = std::make_shared<Work>("lookup_table " + quoted(name));
-  auto s = make_sub(0, uint8_t(MsgType::kLookupTable), 0, w->what());
-  s->prefix = bytes_of(body);
-  s->variable_reply = true;
-  w->subs = {s};
-  submit(w, w->subs);
-  run_blocking(w);
-  std::string reply = w->replies().at(0);
+  std::string reply =
+      ask_catalog(MsgType::kLookupTable, std::move(body), "lookup_table " + quoted(name));
   ByteReader r(reinterpret_cast<const uint8_t*>(reply.data()), reply.size(), "lookup_table");
   TableLayout layout = decode_layout(r);
   std::lock_guard<std::mutex> lk(state_mu_);

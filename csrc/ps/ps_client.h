@@ -17,6 +17,7 @@
 
 #include "ps/client_link.h"
 #include "ps/client_work.h"
+#include "ps/ps_protocol.h"
 #include "ps/table_spec.h"
 
 namespace pscore::ps {
@@ -83,6 +84,7 @@ class PsClient {
     int64_t step = 0;
   };
   TableState& table_state(const std::string& name);  // caller holds state_mu_
+  std::string ask_catalog(MsgType type, std::vector<uint8_t> body, const std::string& what);
   std::function<void(SubRequest&)> push_reply_handler(const std::string& name, Consistency mode);
   TableLayout layout_of(const std::string& name);
   std::shared_ptr<SubRequest> make_sub(int shard, uint8_t type, uint32_t tag, std::string what);

@@ -202,6 +202,16 @@ void ServerTable::close_round(ReplyOutbox& out) {
     out.emplace_back(std::move(w.reply), push_reply(PushStatus::kApplied, cons_.round(), w.values));
 }
 
+// A sync push for a round that has closed (a backup worker's straggler) is acknowledged as
+// dropped, and its sequence number remembered so a retry is not applied later.
+bool ServerTable::drop_if_late(const PushHeader& h, ReplyValues& want, ReplyFn& reply,
+                               ReplyOutbox& out) {
+  if (!cons_.is_late(h.step)) return false;
+  cons_.mark_seq(h.worker, h.seq);
+  out.emplace_back(std::move(reply), push_reply(PushStatus::kDropped, cons_.round(), want));
+  return true;
+}
+
 void ServerTable::push_dense(const PushHeader& h, const float* grad, bool want_values,
                              ReplyFn reply, ReplyOutbox& out) {
   validate_worker(h.worker);
@@ -210,11 +220,7 @@ void ServerTable::push_dense(const PushHeader& h, const float* grad, bool want_v
   if (handle_repeat(h, want, reply, out)) return;
   const Consistency mode = spec().consistency.mode;
   if (mode == Consistency::kSync) {
-    if (cons_.is_late(h.step)) {
-      cons_.mark_seq(h.worker, h.seq);
-      out.emplace_back(std::move(reply), push_reply(PushStatus::kDropped, cons_.round(), want));
-      return;
-    }
+    if (drop_if_late(h, want, reply, out)) return;
     if (cons_.contributors() == 0)
       acc_.assign(grad, grad + part_.numel);
     else
@@ -253,11 +259,7 @@ void ServerTable::push_sparse(const PushHeader& h, int64_t n, const int64_t* ids
   if (handle_repeat(h, want, reply, out)) return;
   const Consistency mode = spec().consistency.mode;
   if (mode == Consistency::kSync) {
-    if (cons_.is_late(h.step)) {
-      cons_.mark_seq(h.worker, h.seq);
-      out.emplace_back(std::move(reply), push_reply(PushStatus::kDropped, cons_.round(), want));
-      return;
-    }
+    if (drop_if_late(h, want, reply, out)) return;
     sparse_acc_.add(n, ids, grads);
     cons_.add_contribution(Waiter{h.worker, h.seq, std::move(want), std::move(reply)});
     if (cons_.round_ready()) close_round(out);

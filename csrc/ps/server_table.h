@@ -66,6 +66,7 @@ class ServerTable {
   ByteBuffer push_reply(PushStatus status, int64_t progress, const ReplyValues& want);
   int64_t progress_for(int worker) const;
   bool handle_repeat(const PushHeader& h, ReplyValues& want, ReplyFn& reply, ReplyOutbox& out);
+  bool drop_if_late(const PushHeader& h, ReplyValues& want, ReplyFn& reply, ReplyOutbox& out);
   void finish_push(const PushHeader& h, ReplyValues want, ReplyFn reply, ReplyOutbox& out);
   void close_round(ReplyOutbox& out);
   void release_ssp(ReplyOutbox& out);
