@@ -182,11 +182,6 @@ void Socket::set_buffer_bytes(int nbytes) const {
   ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &nbytes, sizeof(nbytes));
 }
 
-void Socket::set_keepalive() const {
-  int one = 1;
-  ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-}
-
 void Socket::send_all(const void* buf, size_t n, const Deadline& deadline,
                       const std::string& what) const {
   auto* p = static_cast<const char*>(buf);

@@ -41,7 +41,6 @@ class Socket {
   void set_nonblocking(bool on) const;
   void set_nodelay() const;
   void set_buffer_bytes(int nbytes) const;
-  void set_keepalive() const;
 
   // Writes/reads exactly n bytes or throws (TimeoutError past the deadline, NetworkError when the
   // peer closes or errors). Works on blocking and non-blocking sockets.

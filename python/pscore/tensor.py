@@ -50,23 +50,43 @@ def is_torch_tensor(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+# dtype object -> pscore name; a dict lookup instead of building the name on every call.
+_NUMPY_NAMES = {np.dtype(name): name for name in DTYPE_CODES if name != "bfloat16"}
+_TORCH_NAMES: dict = {}
+
+
+def _torch_name(dtype) -> str | None:
+    if not _TORCH_NAMES:
+        torch = _torch()
+        _TORCH_NAMES.update({getattr(torch, name): name for name in DTYPE_CODES})
+    return _TORCH_NAMES.get(dtype)
+
+
 def dtype_name(x: Any) -> str:
     """pscore's name for x's element type; TypeError for one pscore does not carry."""
+    if isinstance(x, np.ndarray):
+        name = _NUMPY_NAMES.get(x.dtype)
+        if name is None:
+            _unsupported(x.dtype.name, x.dtype.isnative)
+        return name
     if is_torch_tensor(x):
-        name = str(x.dtype).replace("torch.", "")
-    elif isinstance(x, np.ndarray):
-        name = x.dtype.name
-    else:
-        raise TypeError(f"expected a numpy array or a torch tensor, got {type(x).__name__}")
-    if name not in DTYPE_CODES:
-        raise TypeError(f"dtype {name} is not supported; use one of {sorted(DTYPE_CODES)}")
-    return name
+        name = _torch_name(x.dtype)
+        if name is None:
+            _unsupported(str(x.dtype).replace("torch.", ""), True)
+        return name
+    raise TypeError(f"expected a numpy array or a torch tensor, got {type(x).__name__}")
+
+
+def _unsupported(name: str, native: bool) -> None:
+    if not native:
+        raise TypeError(f"dtype {name} is not in this machine's byte order; use .astype(native)")
+    raise TypeError(f"dtype {name} is not supported; use one of {sorted(DTYPE_CODES)}")
 
 
 def as_buffer(x: Any, *, writable: bool = True, what: str = "tensor") -> Buffer:
     """Views x without copying. Raises TypeError / ValueError for what cannot be viewed in place."""
     dtype = dtype_name(x)
-    if is_torch_tensor(x):
+    if not isinstance(x, np.ndarray):  # a torch tensor
         if x.device.type != "cpu":
             raise ValueError(f"{what} is on {x.device}; this backend takes CPU tensors")
         if not x.is_contiguous():
@@ -79,11 +99,3 @@ def as_buffer(x: Any, *, writable: bool = True, what: str = "tensor") -> Buffer:
     if writable and not x.flags.writeable:
         raise ValueError(f"{what} is read-only; the operation writes its result in place")
     return Buffer(x.ctypes.data if x.size else 0, x.nbytes, dtype, x.size, x)
-
-
-def empty_like(x: Any, numel: int | None = None) -> Any:
-    """A new contiguous array/tensor of x's kind and dtype with numel elements (default: x's)."""
-    if is_torch_tensor(x):
-        torch = _torch()
-        return torch.empty(x.numel() if numel is None else numel, dtype=x.dtype)
-    return np.empty(x.size if numel is None else numel, dtype=x.dtype)
