@@ -118,15 +118,14 @@ bool Exchange::step_recv(Item& it, Channel& ch) {
     char scratch[8];
     Sink sink;
     sink.direct = scratch;
-    k = ch.read_some(kHeaderBytes + it.nbytes + padding_for(it.nbytes) - it.done, 1, sink);
+    k = ch.read_some(it.total() - it.done, 1, sink);
   }
   it.done += k;
   return k > 0;
 }
 
 bool Exchange::step(Item& it) {
-  size_t total = kHeaderBytes + it.nbytes + padding_for(it.nbytes);
-  if (it.done == total) return false;
+  if (it.finished()) return false;
   Channel& ch = transport_.channel(it.peer, ctx_.lane);
   bool progressed;
   try {
@@ -136,7 +135,7 @@ bool Exchange::step(Item& it) {
     if (msg.rfind(describe(it), 0) == 0) throw;  // already names this operation
     throw NetworkError(describe(it) + ": " + msg);
   }
-  if (it.done == total) --pending_;
+  if (it.finished()) --pending_;
   return progressed;
 }
 
@@ -154,8 +153,7 @@ void Exchange::fail_timeout() {
   // Name the first unfinished receive (what this rank waits for), else the first send.
   const Item* worst = nullptr;
   for (const auto& it : items_) {
-    size_t total = kHeaderBytes + it.nbytes + padding_for(it.nbytes);
-    if (it.done == total) continue;
+    if (it.finished()) continue;
     if (!worst || (!it.is_send && worst->is_send)) worst = &it;
   }
   size_t moved = worst->done > kHeaderBytes ? worst->done - kHeaderBytes : 0;
@@ -189,8 +187,7 @@ void Exchange::run() {
     if (!progressed && pending_ > 0) {
       waits.clear();
       for (const auto& it : items_)
-        if (it.done < kHeaderBytes + it.nbytes + padding_for(it.nbytes))
-          waits.push_back(WaitItem{it.peer, ctx_.lane, it.is_send});
+        if (!it.finished()) waits.push_back(WaitItem{it.peer, ctx_.lane, it.is_send});
       int slice = ctx_.deadline.infinite() ? kWaitSliceMs
                                            : std::min(kWaitSliceMs, ctx_.deadline.remaining_ms());
       transport_.wait(waits, slice, token);

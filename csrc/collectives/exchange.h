@@ -48,6 +48,9 @@ class Exchange {
     bool reduce;
     MessageHeader header;  // outgoing, or the one received
     size_t done = 0;       // bytes of header + payload + padding moved so far
+    // Bytes this item moves in all: header, payload and padding to 8.
+    size_t total() const { return sizeof(MessageHeader) + nbytes + padding_for(nbytes); }
+    bool finished() const { return done == total(); }
   };
 
   bool step(Item& it);
