@@ -1,9 +1,13 @@
-"""Shared fixtures: a real redis-server for the RedisStore tests."""
+"""Shared fixtures: a real redis-server for the RedisStore tests, and reaping of the processes a
+test leaves behind (a hung rank must fail its test, not keep CI waiting on its output pipe)."""
 
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -71,3 +75,41 @@ def redis_server(tmp_path_factory) -> RedisServer:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(autouse=True)
+def reap_forked_ranks():
+    """Kills the multiprocessing children a test leaves running, so that one hung rank cannot
+    outlive its test."""
+    yield
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(5)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Last resort: no process started by the tests survives the session."""
+    for pid in _descendants(os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

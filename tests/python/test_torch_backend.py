@@ -1,9 +1,8 @@
 """pscore as a torch.distributed backend: unmodified DDP code trains to the same weights as on
 gloo, and the torch.distributed collectives dispatch to pscore."""
 
+import datetime
 import multiprocessing as mp
-import os
-import socket
 
 import pytest
 import torch
@@ -14,16 +13,43 @@ import pscore.torch_backend  # noqa: F401 - registers "pscore"
 _ctx = mp.get_context("fork")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def parent_store():
+    """A torch TCPStore served by the test process on a port the kernel picked, so no rank
+    races another process for a port probed earlier."""
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+
+def init(backend, rank, world, port, timeout_s):
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+
+
+def run_ranks(target, world, *args, timeout_s):
+    """Runs target(rank, world, *args, port, queue) in forked ranks; returns {rank: reply}.
+    Ranks still running when the replies are in, or the time is up, are killed."""
+    store = parent_store()
+    queue = _ctx.Queue()
+    procs = [
+        _ctx.Process(target=target, args=(r, world, *args, store.port, queue)) for r in range(world)
+    ]
+    try:
+        for p in procs:
+            p.start()
+        replies = [queue.get(timeout=timeout_s) for _ in procs]
+        for p in procs:
+            p.join(10)
+        return {reply[0]: reply[1:] for reply in replies}
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 def ddp_train(rank, world, backend, port, queue):
     try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group(backend, rank=rank, world_size=world)
+        init(backend, rank, world, port, timeout_s=60)
         torch.manual_seed(rank)  # different starting weights: DDP syncs rank 0's
         model = torch.nn.parallel.DistributedDataParallel(
             torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)),
@@ -53,16 +79,7 @@ def ddp_train(rank, world, backend, port, queue):
 
 
 def run(backend, world):
-    queue = _ctx.Queue()
-    port = free_port()
-    procs = [
-        _ctx.Process(target=ddp_train, args=(r, world, backend, port, queue)) for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    out = {r: (w, b) for r, w, b in (queue.get(timeout=120) for _ in procs)}
-    for p in procs:
-        p.join(10)
+    out = run_ranks(ddp_train, world, backend, timeout_s=120)
     for r, (w, b) in out.items():
         assert b is not None, f"rank {r}: {w}"
     return out
@@ -82,12 +99,7 @@ def test_ddp_matches_gloo(world):
 
 def silent_peer(rank, world, port, queue):
     try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        import datetime
-
-        dist.init_process_group(
-            "pscore", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=2)
-        )
+        init("pscore", rank, world, port, timeout_s=2)
         if rank == 1:
             import time
 
@@ -104,12 +116,5 @@ def silent_peer(rank, world, port, queue):
 
 
 def test_failure_reaches_the_torch_caller():
-    queue = _ctx.Queue()
-    port = free_port()
-    procs = [_ctx.Process(target=silent_peer, args=(r, 2, port, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    out = dict(queue.get(timeout=60)[:2] for _ in procs)
-    for p in procs:
-        p.join(10)
+    out = {r: reply[0] for r, reply in run_ranks(silent_peer, 2, timeout_s=60).items()}
     assert "rank 0 <- rank 1: allreduce #" in out[0] and "timed out after 2000 ms" in out[0], out
