@@ -50,6 +50,9 @@ inline LockWord& stripe_for(const LockStripes& l, uint64_t row) {
 template <typename T, typename Id, typename Fn>
 void for_sparse_rows(const KernelCall& k, const Id* ids, Fn fn) {
   const T* grads = static_cast<const T*>(k.grads);
+  for (uint64_t i = 0; i < kPrefetchAhead && i < k.num_ids; ++i) {  // fill the pipeline
+    prefetch_row<T>(k, static_cast<uint64_t>(ids[i]));
+  }
   for (uint64_t i = 0; i < k.num_ids; ++i) {
     if (i + kPrefetchAhead < k.num_ids) {
       prefetch_row<T>(k, static_cast<uint64_t>(ids[i + kPrefetchAhead]));

@@ -8,8 +8,9 @@ Sparse: batches of --batch random ids (of --rows rows, --dim wide); torch SGD is
 emb.index_add_(0, ids, -lr * g) and torch Adagrad the index_add_ / index_select / sqrt sequence.
 Dense: one --dense-element vector, torch's add_ (SGD) and addcmul_/addcdiv_ (Adagrad). Each
 worker runs --seconds after a barrier; rows/s is the sum over workers. Timings are medians of
---repeat runs; the ratio columns compare with torch at the same process count and with
-1 process of the same implementation.
+--repeat runs, with process counts and tasks interleaved in each. The ratio columns compare
+with torch at the same process count and with 1 process of the same implementation; the latter
+is the median of the ratios of runs made back to back. Each worker is pinned to its own core.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ def _parse(argv):
         help="pre-generated batches each worker cycles through (1024 x 256 ids touch ~64 MB of "
         "rows, more than the caches hold, as random ids of a big table do)",
     )
+    p.add_argument(
+        "--grad-pool",
+        type=int,
+        default=4,
+        help="distinct gradient batches a worker cycles through (4 x 64 KB stay in L2, as a "
+        "gradient fresh from backward does; a large pool streams gradients from memory too)",
+    )
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads/worker")
     p.add_argument(
@@ -73,15 +81,17 @@ _cache: dict = {}
 
 
 def _batches(args, rank, kind):
-    """This worker's pool of (ids, grads) batches, made once; torch gets views of the arrays."""
+    """This worker's pool of (ids, grads) batches, made once; torch gets views of the arrays.
+    Every batch has its own random ids; the gradients cycle through a few arrays."""
     if "numpy" not in _cache:
         rng = np.random.default_rng(1000 + rank)
+        grads = [
+            rng.standard_normal((args.batch, args.dim), dtype=np.float32)
+            for _ in range(min(args.grad_pool, args.pool))
+        ]
         _cache["numpy"] = [
-            (
-                rng.integers(0, args.rows, args.batch, dtype=np.int64),
-                rng.standard_normal((args.batch, args.dim), dtype=np.float32),
-            )
-            for _ in range(args.pool)
+            (rng.integers(0, args.rows, args.batch, dtype=np.int64), grads[k % len(grads)])
+            for k in range(args.pool)
         ]
     if kind == "torch" and "torch" not in _cache:
         import torch
@@ -129,12 +139,14 @@ def _step_fn(impl, op, tables, args, rank):
     return (lambda k: t.adagrad(*pool[k % n_pool], LR, EPS, locked=locked)), args.batch
 
 
-def _worker(rank, tables, args, barrier, conn):
+def _worker(rank, tables, args, barriers, conn):
     import torch
 
     from pscore import hogwild
 
     torch.set_num_threads(args.torch_threads)
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[rank % len(cpus)]})  # one core per worker, as for every impl
     if args.isa:
         hogwild.set_kernel_isa(args.isa)
     for key, x in tables.items():  # fault torch's shared pages in (pscore maps with MAP_POPULATE)
@@ -144,12 +156,12 @@ def _worker(rank, tables, args, barrier, conn):
         task = conn.recv()
         if task is None:
             break
-        impl, op = task
+        impl, op, n = task
         step, rows = _step_fn(impl, op, tables, args, rank)
         for k in range(20):  # warm up: page tables, caches, lazy inits
             step(k)
         lat = []
-        barrier.wait()
+        barriers[n].wait()
         start = time.perf_counter()
         stop, k = start + args.seconds, 0
         while True:
@@ -187,42 +199,51 @@ def _make_tables(args, impls):
     return tables
 
 
-def _measure(n, tables, args, tasks):
+def _measure(tables, args, tasks):
+    """Runs every (process count, task) pair --repeat times, interleaved, so that load from
+    elsewhere hits 1 and N processes alike; returns {process count: {task: figures}}."""
     import torch.multiprocessing as tmp  # noqa: F401 - registers tensor sharing for spawn
 
     ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(n)
+    barriers = {n: ctx.Barrier(n) for n in args.procs}
     conns, procs = [], []
-    for r in range(n):
+    for r in range(max(args.procs)):
         a, b = ctx.Pipe()
-        p = ctx.Process(target=_worker, args=(r, tables, args, barrier, b), daemon=True)
+        p = ctx.Process(target=_worker, args=(r, tables, args, barriers, b), daemon=True)
         p.start()
         conns.append(a)
         procs.append(p)
-    runs: dict = {task: [] for task in tasks}
+    runs: dict = {(n, task): [] for n in args.procs for task in tasks}
     try:
-        for _ in range(args.repeat):  # interleaved, so load from elsewhere hits every task alike
+        for _ in range(args.repeat):
             for task in tasks:
-                for c in conns:
-                    c.send(task)
-                res = [c.recv() for c in conns]
-                rows = sum(r[0] for r in res)
-                secs = max(r[1] for r in res)
-                runs[task].append((rows / secs, statistics.median(r[2] for r in res)))
-        out = {}
-        for task, rs in runs.items():
-            rates = sorted(r[0] for r in rs)
-            out[task] = {
-                "rows_per_s": statistics.median(rates),
-                "p50_us": statistics.median(r[1] for r in rs) * 1e6,
-                "runs_rows_per_s": rates,
-            }
+                for n in args.procs:
+                    for c in conns[:n]:
+                        c.send((*task, n))
+                    res = [c.recv() for c in conns[:n]]
+                    rows = sum(r[0] for r in res)
+                    secs = max(r[1] for r in res)
+                    runs[(n, task)].append((rows / secs, statistics.median(r[2] for r in res)))
     finally:
         for c in conns:
             c.send(None)
         for p in procs:
             p.join(30)
+    out: dict = {n: {} for n in args.procs}
+    for (n, task), rs in runs.items():
+        rates = [r[0] for r in rs]  # in run order: rates[i] of every pair ran side by side
+        out[n][task] = {
+            "rows_per_s": statistics.median(rates),
+            "p50_us": statistics.median(r[1] for r in rs) * 1e6,
+            "runs_rows_per_s": rates,
+        }
     return out
+
+
+def _paired_ratio(m, base):
+    """Median over repeats of rate / base rate, each pair measured back to back: slow drifts in
+    the machine's load cancel, where a ratio of medians would mix different moments."""
+    return statistics.median(a / b for a, b in zip(m["runs_rows_per_s"], base["runs_rows_per_s"]))
 
 
 def _print(results, args, impls):
@@ -260,7 +281,7 @@ def main(argv: list[str]) -> int:
     load_before = os.getloadavg()[0]
     tables = _make_tables(args, impls)
     try:
-        by_n = {n: _measure(n, tables, args, tasks) for n in args.procs}
+        by_n = _measure(tables, args, tasks)
     finally:
         for k in ("p_emb", "p_vec"):
             tables[k].close()
@@ -286,7 +307,7 @@ def main(argv: list[str]) -> int:
                 if impl != "torch-mp" and "torch-mp" in impls:
                     r["vs_torch"] = m["rows_per_s"] / by_n[n][("torch-mp", op)]["rows_per_s"]
                 if n != 1 and 1 in by_n:
-                    r["vs_1proc"] = m["rows_per_s"] / by_n[1][(impl, op)]["rows_per_s"]
+                    r["vs_1proc"] = _paired_ratio(m, by_n[1][(impl, op)])
                 results.append(r)
     load_after = os.getloadavg()[0]
     _print(results, args, impls)
