@@ -41,12 +41,14 @@ void bind_transports(py::module_& m) {
   py::class_<TcpTransport, Transport, std::shared_ptr<TcpTransport>>(m, "TcpTransport")
       .def(py::init([](int rank, int size, const std::string& host, int port,
                        const std::string& job_id, int buffer_bytes,
-                       std::optional<std::string> auth_token, std::optional<bool> insecure) {
+                       std::optional<std::string> auth_token, std::optional<bool> insecure,
+                       int epoll_min_fds) {
              TcpOptions o;
              o.host = host;
              o.port = port;
              o.job_id = job_id;
              o.buffer_bytes = buffer_bytes;
+             o.epoll_min_fds = epoll_min_fds;
              // None: PSCORE_AUTH_TOKEN / PSCORE_AUTH_TOKEN_FILE and PSCORE_INSECURE decide.
              o.auth_token = auth_token ? *auth_token : auth::token_from_env();
              o.insecure = insecure ? *insecure : auth::insecure_from_env();
@@ -54,7 +56,8 @@ void bind_transports(py::module_& m) {
            }),
            py::arg("rank"), py::arg("size"), py::arg("host") = "127.0.0.1", py::arg("port") = 0,
            py::arg("job_id") = "pscore", py::arg("buffer_bytes") = 512 << 10,
-           py::arg("auth_token") = py::none(), py::arg("insecure") = py::none())
+           py::arg("auth_token") = py::none(), py::arg("insecure") = py::none(),
+           py::arg("epoll_min_fds") = TcpOptions{}.epoll_min_fds)
       .def_property_readonly("port", &TcpTransport::port)
       .def("connect", &TcpTransport::connect, py::arg("hosts"), py::arg("ports"),
            py::arg("timeout_ms"), Gil());

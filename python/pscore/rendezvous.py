@@ -16,6 +16,7 @@ from .errors import TimeoutError as PscoreTimeoutError
 TRANSPORT_ENV = "PSCORE_TRANSPORT"  # auto (default), tcp or shm
 SOCKET_BUFFER_ENV = "PSCORE_SOCKET_BUFFER_BYTES"  # 0 leaves the kernel's autotuning on
 DEFAULT_SOCKET_BUFFER_BYTES = 512 << 10  # keeps in-flight bytes in cache; docs/collectives.md
+EPOLL_MIN_FDS_ENV = "PSCORE_EPOLL_MIN_FDS"  # wait sets this large use epoll, smaller ones poll
 SHM_RING_ENV = "PSCORE_SHM_RING_BYTES"  # per peer, collective lane; a multiple of 64
 DEFAULT_SHM_RING_BYTES = 4 << 20
 
@@ -88,7 +89,10 @@ def _try_shm(store, rank, world, job_id, timeout):
 def _tcp(store, rank, world, job_id, timeout, master_addr):
     host = advertised_host(master_addr)
     buffer_bytes = int(os.environ.get(SOCKET_BUFFER_ENV, DEFAULT_SOCKET_BUFFER_BYTES))
-    t = _C.TcpTransport(rank, world, host=host, port=0, job_id=job_id, buffer_bytes=buffer_bytes)
+    options = {"buffer_bytes": buffer_bytes}
+    if EPOLL_MIN_FDS_ENV in os.environ:
+        options["epoll_min_fds"] = int(os.environ[EPOLL_MIN_FDS_ENV])
+    t = _C.TcpTransport(rank, world, host=host, port=0, job_id=job_id, **options)
     entries = _gather(store, "tcp", rank, world, f"{host}:{t.port}", timeout)
     hosts = [e.rsplit(":", 1)[0] for e in entries]
     ports = [int(e.rsplit(":", 1)[1]) for e in entries]

@@ -35,11 +35,17 @@ def killed_mid_allreduce(rank, world):
     return "no error"
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", "tcp", "tcp-epoll"])
 def test_rank_killed_mid_allreduce(transport):
     world = 3
+    env = {"PSCORE_EPOLL_MIN_FDS": "1"} if transport == "tcp-epoll" else None
     results = run_ranks(
-        killed_mid_allreduce, world, transport=transport, timeout=TIMEOUT, expect_dead=[world - 1]
+        killed_mid_allreduce,
+        world,
+        transport=transport.split("-")[0],
+        timeout=TIMEOUT,
+        env=env,
+        expect_dead=[world - 1],
     )
     for rank in range(world - 1):
         kind, msg, elapsed = results[rank]

@@ -361,12 +361,27 @@ Channel& TcpTransport::channel(int peer, int lane) {
   return *c;
 }
 
+bool TcpTransport::wait_in_epoll(int lane, const std::vector<pollfd>& fds, int timeout_ms) {
+  LaneWaiter& w = waiters_.at(static_cast<size_t>(lane));
+  std::unique_lock<std::mutex> lock(w.mu, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  if (!w.set) w.set = std::make_unique<EpollSet>();
+  w.set->wait(fds, timeout_ms);
+  return true;
+}
+
 void TcpTransport::wait(const std::vector<WaitItem>& items, int timeout_ms, uint32_t) {
   std::vector<pollfd> fds;
   fds.reserve(items.size());
+  bool one_lane = true;
   for (const auto& it : items) {
     auto& c = static_cast<TcpChannel&>(channel(it.peer, it.lane));
     fds.push_back(it.want_write ? pollfd{c.tx_fd(), POLLOUT, 0} : pollfd{c.rx_fd(), POLLIN, 0});
+    one_lane = one_lane && it.lane == items.front().lane;
+  }
+  if (one_lane && !items.empty() && static_cast<int>(fds.size()) >= options_.epoll_min_fds &&
+      wait_in_epoll(items.front().lane, fds, timeout_ms)) {
+    return;
   }
   int rc = ::poll(fds.data(), fds.size(), timeout_ms);
   if (rc < 0 && errno != EINTR) throw NetworkError(errno_message("poll", errno));

@@ -1,14 +1,18 @@
 // Full-mesh TCP transport: one listening socket per rank, one connection per peer and lane,
 // a handshake that checks the job id and ranks (and, with a token, a mutual HMAC
-// challenge-response, common/auth.h), and poll() to sleep until a socket is ready.
+// challenge-response, common/auth.h). It sleeps until a socket is ready with poll() for small
+// wait sets and an epoll set per lane for large ones (epoll_set.h).
 #pragma once
 
+#include <array>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/auth.h"
 #include "common/socket.h"
+#include "transport/tcp/epoll_set.h"
 #include "transport/tcp/tcp_channel.h"
 #include "transport/transport.h"
 
@@ -21,6 +25,9 @@ struct TcpOptions {
   std::string job_id = "pscore";
   std::string auth_token;  // the same secret on every rank; "" = no authentication
   bool insecure = false;   // listen on an address other hosts can reach without a token
+  // Wait sets of at least this many sockets sleep in epoll_wait, smaller ones in poll(), which
+  // costs less when only a few sockets take part (docs/collectives.md).
+  int epoll_min_fds = 8;
 };
 
 class TcpTransport : public Transport {
@@ -65,6 +72,8 @@ class TcpTransport : public Transport {
                   std::vector<Socket>& pending_acks, const Deadline& deadline);
   void install(int peer, int stream, Socket s);
   void build_channels();
+  // Sleeps in the lane's epoll set; false when another thread is using it.
+  bool wait_in_epoll(int lane, const std::vector<pollfd>& fds, int timeout_ms);
 
   int rank_;
   int size_;
@@ -75,6 +84,11 @@ class TcpTransport : public Transport {
   static constexpr int kNumStreams = 2 * kNumLanes;  // one connection per lane and direction
   std::vector<Socket> sockets_;  // [peer * kNumStreams + stream] while the mesh forms
   std::vector<std::unique_ptr<TcpChannel>> channels_;  // [peer * kNumLanes + lane]
+  struct LaneWaiter {
+    std::mutex mu;
+    std::unique_ptr<EpollSet> set;  // made on first use
+  };
+  std::array<LaneWaiter, kNumLanes> waiters_;
 };
 
 }  // namespace pscore
