@@ -84,7 +84,8 @@ void bind_work(py::module_& m) {
       .def("wait", &Work::wait, py::arg("timeout_ms") = -1, Gil())
       .def("is_completed", &Work::is_completed)
       .def("failed", &Work::failed)
-      .def("exception_message", &Work::exception_message);
+      .def("exception_message", &Work::exception_message)
+      .def_property_readonly("source", &Work::source);
 }
 
 void bind_process_group(py::module_& m) {
@@ -168,6 +169,12 @@ void bind_process_group(py::module_& m) {
           "recv",
           [=](PG& g, uintptr_t buf, size_t n, int d, int src, uint32_t tag, bool async) {
             return g.recv(ptr(buf), n, dt(d), src, tag, async);
+          },
+          Gil())
+      .def(
+          "recv_any",
+          [=](PG& g, uintptr_t buf, size_t n, int d, uint32_t tag, bool async) {
+            return g.recv_any(ptr(buf), n, dt(d), tag, async);
           },
           Gil())
       .def("abort", &PG::abort, Gil())

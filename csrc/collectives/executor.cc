@@ -20,10 +20,19 @@ void Executor::run(Task& t) {
   }
 }
 
+bool Executor::idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.empty() && !busy_;
+}
+
 std::shared_ptr<Work> Executor::submit(const std::string& what, std::function<void()> fn,
                                        bool async) {
-  Task task{std::move(fn), std::make_shared<Work>(what)};
-  std::shared_ptr<Work> work = task.work;
+  return submit(std::make_shared<Work>(what), std::move(fn), async);
+}
+
+std::shared_ptr<Work> Executor::submit(std::shared_ptr<Work> work, std::function<void()> fn,
+                                       bool async) {
+  Task task{std::move(fn), work};
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!async && queue_.empty() && !busy_) {  // fast path: run inline, in order

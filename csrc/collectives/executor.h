@@ -23,6 +23,10 @@ class Executor {
   // Runs fn after everything submitted before it. Blocks until done unless async; failures are
   // stored in the returned Work (and rethrown here when not async).
   std::shared_ptr<Work> submit(const std::string& what, std::function<void()> fn, bool async);
+  // The same, for a Work the caller made (so that fn can refer to it).
+  std::shared_ptr<Work> submit(std::shared_ptr<Work> work, std::function<void()> fn, bool async);
+  // Nothing queued or running.
+  bool idle();
 
  private:
   struct Task {

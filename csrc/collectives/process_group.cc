@@ -1,17 +1,22 @@
 #include "collectives/process_group.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
 
 #include "collectives/algorithms.h"
+#include "collectives/message.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/reduce.h"
 
 namespace pscore {
 namespace {
 constexpr int kDefaultSpinUs = 50;
-}
+constexpr int64_t kAnySourceSliceMs = 50;          // a receive from any source sleeps this long
+constexpr int64_t kAnySourcePeerCheckUs = 100000;  // and looks for dead peers this often
+}  // namespace
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions options)
     : transport_(std::move(transport)), options_(options) {
@@ -23,7 +28,8 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions op
 }
 
 ProcessGroup::~ProcessGroup() {
-  executor_.reset();  // drain queued collectives before the transport goes
+  executor_.reset();    // drain queued collectives before the transport goes
+  any_source_.reset();  // its receives wait on the lanes' executors
   for (auto* lanes : {&send_lanes_, &recv_lanes_})
     for (auto& l : *lanes) l.executor.reset();
 }
@@ -51,14 +57,14 @@ char* ProcessGroup::scratch(size_t nbytes) {
 
 // Runs one operation; a network failure or timeout breaks the group (streams are out of step)
 // and tells the peers, so they fail fast instead of waiting out their own timeouts.
+void ProcessGroup::throw_if_broken(const std::string& what) {
+  std::lock_guard<std::mutex> lock(broken_mu_);
+  if (!broken_.empty()) throw NetworkError(what + ": the group is broken: " + broken_);
+}
+
 void ProcessGroup::run_guarded(const OpContext& base,
                                const std::function<void(const OpContext&)>& fn) {
-  {
-    std::lock_guard<std::mutex> lock(broken_mu_);
-    if (!broken_.empty())
-      throw NetworkError(std::string(op_kind_name(base.kind)) + " #" + std::to_string(base.seq) +
-                         ": the group is broken: " + broken_);
-  }
+  throw_if_broken(std::string(op_kind_name(base.kind)) + " #" + std::to_string(base.seq));
   OpContext ctx = base;
   ctx.deadline = Deadline(options_.timeout_ms);
   try {
@@ -80,23 +86,31 @@ ProcessGroup::WorkPtr ProcessGroup::submit(OpKind kind, DType dtype, bool async,
       what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
 }
 
+Executor& ProcessGroup::reserve_p2p(bool is_send, int peer, DType dtype, uint32_t tag,
+                                    OpContext& ctx) {
+  ctx = context(OpKind::kSend, dtype, kP2PLane);
+  ctx.tag = tag;
+  P2PLane& lane = (is_send ? send_lanes_ : recv_lanes_)[peer];
+  if (!lane.executor) lane.executor = std::make_unique<Executor>();
+  ctx.seq = lane.seq++;
+  return *lane.executor;
+}
+
 ProcessGroup::WorkPtr ProcessGroup::submit_p2p(bool is_send, int peer, DType dtype, uint32_t tag,
                                                bool async,
                                                std::function<void(const OpContext&)> fn) {
+  OpContext ctx;
   Executor* ex;
-  OpContext ctx = context(OpKind::kSend, dtype, kP2PLane);
-  ctx.tag = tag;
   {
     std::lock_guard<std::mutex> lock(p2p_mu_);
-    P2PLane& lane = (is_send ? send_lanes_ : recv_lanes_)[peer];
-    if (!lane.executor) lane.executor = std::make_unique<Executor>();
-    ex = lane.executor.get();
-    ctx.seq = lane.seq++;
+    ex = &reserve_p2p(is_send, peer, dtype, tag, ctx);
   }
   std::string what = "rank " + std::to_string(rank()) +
                      (is_send ? ": send to rank " : ": recv from rank ") + std::to_string(peer);
-  return ex->submit(
+  WorkPtr work = ex->submit(
       what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
+  work->set_source(peer);
+  return work;
 }
 
 ProcessGroup::WorkPtr ProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op,
@@ -252,11 +266,99 @@ ProcessGroup::WorkPtr ProcessGroup::recv(void* buf, size_t count, DType dtype, i
                                          uint32_t tag, bool async) {
   check_rank(src, "recv source");
   if (src == rank()) throw std::invalid_argument("recv: a rank cannot receive from itself");
-  return submit_p2p(false, src, dtype, tag, async, [=](const OpContext& ctx) {
+  return submit_p2p(false, src, dtype, tag, async, recv_body(src, buf, count, dtype));
+}
+
+std::function<void(const OpContext&)> ProcessGroup::recv_body(int src, void* buf, size_t count,
+                                                              DType dtype) {
+  return [=](const OpContext& ctx) {
     Exchange x(*transport_, ctx);
     x.recv(src, buf, count * dtype_size(dtype));
     x.run();
-  });
+  };
+}
+
+ProcessGroup::WorkPtr ProcessGroup::recv_any(void* buf, size_t count, DType dtype, uint32_t tag,
+                                             bool async) {
+  if (size() < 2) throw std::invalid_argument("recv: a group of one rank has no peer to hear from");
+  Executor* ex;
+  {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    if (!any_source_) any_source_ = std::make_unique<Executor>();
+    ex = any_source_.get();
+  }
+  auto work = std::make_shared<Work>("rank " + std::to_string(rank()) + ": recv from any source");
+  Work* outer = work.get();  // the task holds the Work, so it outlives the task
+  return ex->submit(
+      work, [=] { run_recv_any(*outer, buf, count, dtype, tag); }, async);
+}
+
+ProcessGroup::WorkPtr ProcessGroup::claim_arrived(void* buf, size_t count, DType dtype,
+                                                  uint32_t tag, int& peer,
+                                                  std::vector<WaitItem>& watch) {
+  watch.clear();
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  for (int k = 0; k < size(); ++k) {
+    const int p = (next_any_ + k) % size();
+    if (p == rank()) continue;
+    Executor* lane = recv_lanes_[p].executor.get();
+    if (lane && !lane->idle()) continue;  // its next message belongs to a queued receive
+    MessageHeader h;
+    if (transport_->channel(p, kP2PLane).peek(&h, sizeof h) < sizeof h) {
+      watch.push_back(WaitItem{p, kP2PLane, false});
+      continue;
+    }
+    if (h.tag != tag) continue;  // the next message is for a receive with another tag
+    OpContext ctx;
+    Executor& ex = reserve_p2p(false, p, dtype, tag, ctx);
+    next_any_ = (p + 1) % size();
+    peer = p;
+    auto fn = recv_body(p, buf, count, dtype);
+    return ex.submit(
+        "rank " + std::to_string(rank()) + ": recv from rank " + std::to_string(p),
+        [this, ctx, fn] { run_guarded(ctx, fn); }, true);
+  }
+  return nullptr;
+}
+
+// Looks at every peer's next point-to-point message and receives the first with the wanted
+// tag through that peer's own lane; sleeps on the peers whose next header has not arrived
+// (the others are looked at again after each slice).
+void ProcessGroup::run_recv_any(Work& outer, void* buf, size_t count, DType dtype, uint32_t tag) {
+  throw_if_broken("recv from any source");
+  const Deadline deadline(options_.timeout_ms);
+  std::vector<WaitItem> watch;
+  int64_t last_check = now_us();
+  for (;;) {
+    int peer = -1;
+    WorkPtr inner = claim_arrived(buf, count, dtype, tag, peer, watch);
+    if (!inner) {
+      const uint32_t token = transport_->begin_wait();
+      inner = claim_arrived(buf, count, dtype, tag, peer, watch);  // a peer may have sent since
+      if (!inner) {
+        const int slice = static_cast<int>(
+            deadline.infinite() ? kAnySourceSliceMs
+                                : std::min<int64_t>(kAnySourceSliceMs, deadline.remaining_ms()));
+        transport_->wait(watch, slice, token);
+      }
+      transport_->end_wait();
+    }
+    if (inner) {
+      outer.set_source(peer);
+      inner->wait();
+      return;
+    }
+    if (now_us() - last_check >= kAnySourcePeerCheckUs) {
+      last_check = now_us();
+      for (int p = 0; p < size(); ++p)
+        if (p != rank()) transport_->check_peer(p);
+    }
+    if (deadline.expired()) {
+      throw TimeoutError("rank " + std::to_string(rank()) + ": recv from any source (tag " +
+                         std::to_string(tag) + ") timed out after " +
+                         std::to_string(options_.timeout_ms) + " ms: no peer sent a message");
+    }
+  }
 }
 
 void ProcessGroup::abort(const std::string& reason) {

@@ -56,6 +56,11 @@ class ProcessGroup {
   WorkPtr barrier(bool async);
   WorkPtr send(const void* buf, size_t count, DType dtype, int dst, uint32_t tag, bool async);
   WorkPtr recv(void* buf, size_t count, DType dtype, int src, uint32_t tag, bool async);
+  // Receives the next point-to-point message of whichever peer sends first (torch's recv with
+  // src=None); work->source() names the sender once it completes. A peer is chosen only when
+  // no receive from it is queued, so receives from a named source keep their order. Timing out
+  // with no message consumed leaves the group usable.
+  WorkPtr recv_any(void* buf, size_t count, DType dtype, uint32_t tag, bool async);
 
   // Marks the group broken and tells the peers; later calls fail at once with the reason.
   void abort(const std::string& reason);
@@ -70,6 +75,16 @@ class ProcessGroup {
   WorkPtr submit(OpKind kind, DType dtype, bool async, std::function<void(const OpContext&)> fn);
   WorkPtr submit_p2p(bool is_send, int peer, DType dtype, uint32_t tag, bool async,
                      std::function<void(const OpContext&)> fn);
+  // With p2p_mu_ held: the lane's executor (made on first use) and the op's context.
+  Executor& reserve_p2p(bool is_send, int peer, DType dtype, uint32_t tag, OpContext& ctx);
+  WorkPtr submit_recv(int src, void* buf, size_t count, DType dtype, uint32_t tag, bool async);
+  // Queues the receive of the message with `tag` that an otherwise idle peer has begun to
+  // send; nullptr when there is none, with `watch` set to the peers worth sleeping on.
+  WorkPtr claim_arrived(void* buf, size_t count, DType dtype, uint32_t tag, int& peer,
+                        std::vector<WaitItem>& watch);
+  void run_recv_any(Work& outer, void* buf, size_t count, DType dtype, uint32_t tag);
+  void throw_if_broken(const std::string& what);
+  std::function<void(const OpContext&)> recv_body(int src, void* buf, size_t count, DType dtype);
   void run_guarded(const OpContext& ctx, const std::function<void(const OpContext&)>& fn);
   void check_rank(int r, const char* what) const;
   char* scratch(size_t nbytes);
@@ -85,7 +100,9 @@ class ProcessGroup {
   std::mutex p2p_mu_;
   std::vector<P2PLane> send_lanes_;
   std::vector<P2PLane> recv_lanes_;
-  std::unique_ptr<Executor> executor_;  // declared last: destroyed (drained) first
+  std::unique_ptr<Executor> any_source_;  // runs receives from any source, one at a time
+  int next_any_ = 0;                      // the peer claim_arrived looks at first (fairness)
+  std::unique_ptr<Executor> executor_;    // declared last: destroyed (drained) first
 };
 
 }  // namespace pscore

@@ -22,6 +22,9 @@ class Channel {
   // Hands at most `max` arrived bytes to the sink, always a multiple of `granule` (a power of two
   // <= 8 that divides max); returns how many. Throws NetworkError when the peer is gone.
   virtual size_t read_some(size_t max, size_t granule, const Sink& sink) = 0;
+  // Copies up to n arrived bytes to dst without consuming them; returns how many. Throws
+  // NetworkError when the peer is gone and nothing more will arrive.
+  virtual size_t peek(void* dst, size_t n) = 0;
 };
 
 }  // namespace pscore

@@ -335,26 +335,30 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
     return _finish(g, lambda: g.native.send(b.ptr, b.numel, b.dtype_code, peer, tag, True), True, b)
 
 
-def irecv(tensor, src: int, group=None, tag: int = 0) -> Work:
+def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
+    """Receives into `tensor` from `src`, or with src=None from whichever rank sends first;
+    the returned Work's source_rank() names the sender."""
     g = resolve(group)
     if g is None:
         raise ValueError("irecv: this rank is not in the group")
-    if src is None:
-        raise ValueError(
-            "irecv: pscore needs an explicit src (receive from any source is not supported)"
-        )
     b = as_buffer(tensor)
-    peer = g.group_rank(src, "src")
-    return _finish(g, lambda: g.native.recv(b.ptr, b.numel, b.dtype_code, peer, tag, True), True, b)
+    if src is None:
+        call = lambda: g.native.recv_any(b.ptr, b.numel, b.dtype_code, tag, True)
+    else:
+        peer = g.group_rank(src, "src")
+        call = lambda: g.native.recv(b.ptr, b.numel, b.dtype_code, peer, tag, True)
+    return _finish(g, call, True, b)
 
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
     isend(tensor, dst, group, tag).wait()
 
 
-def recv(tensor, src: int, group=None, tag: int = 0) -> int:
-    irecv(tensor, src, group, tag).wait()
-    return src
+def recv(tensor, src: int | None = None, group=None, tag: int = 0) -> int:
+    """Blocks until `tensor` holds a message from `src` (None: any rank); returns the sender."""
+    work = irecv(tensor, src, group, tag)
+    work.wait()
+    return work.source_rank()
 
 
 def get_rank(group=None) -> int:

@@ -45,10 +45,16 @@ def _op_name(op) -> str:
 class _DoneWork(_TorchWork):
     """A finished operation; its future already holds the result tensors."""
 
-    def __init__(self, result):
+    def __init__(self, result, source: int = -1):
         super().__init__()
         self._future = torch.futures.Future()
         self._future.set_result(result)
+        self._source = source
+
+    def source_rank(self) -> int:
+        return self._source
+
+    _source_rank = source_rank  # what torch.distributed.recv(src=None) asks
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         return True
@@ -256,7 +262,11 @@ class PscoreProcessGroup(_TorchProcessGroup):
     def recv(self, tensors, src: int, tag: int):
         for t in tensors:
             c.recv(t, src, group=self._group, tag=tag)
-        return _DoneWork(tensors)
+        return _DoneWork(tensors, src)
+
+    def recv_anysource(self, tensors, tag: int):
+        (t,) = tensors
+        return _DoneWork(tensors, c.recv(t, None, group=self._group, tag=tag))
 
 
 def _create(store, rank: int, world_size: int, timeout: datetime.timedelta):

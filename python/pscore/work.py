@@ -51,6 +51,14 @@ class Work:
         self.wait()
         return self._result() if self._result else None
 
+    def source_rank(self) -> int:
+        """The global rank a receive got its message from (for src=None, known once it is done);
+        -1 for other operations."""
+        local = self._handle.source if self._handle is not None else -1
+        if local < 0 or self._group is None:
+            return local
+        return self._group.ranks[local]
+
 
 class CompletedWork(Work):
     """A Work for operations that finished at once (world of one, non-members)."""

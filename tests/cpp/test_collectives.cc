@@ -193,6 +193,38 @@ TEST_P(CollectivesTest, SendRecvRing) {
   });
 }
 
+// Every other rank sends rank 0 three numbered messages, then one with tag 5; rank 0 takes the
+// untagged ones from any source, then the tagged ones: senders keep their order, and a peer
+// whose next message has another tag is passed over.
+TEST_P(CollectivesTest, RecvFromAnySource) {
+  if (n() < 2) GTEST_SKIP() << "needs a peer";
+  in_threads(n(), [&](int r) {
+    if (r > 0) {
+      for (int64_t i = 0; i < 3; ++i) {
+        std::vector<int64_t> m(4, 100 * r + i);
+        groups_[r]->send(m.data(), m.size(), DType::kInt64, 0, 0, false);
+      }
+      int64_t last = -r;
+      groups_[r]->send(&last, 1, DType::kInt64, 0, 5, false);
+      return;
+    }
+    std::vector<int64_t> next(n(), 0);
+    for (int k = 0; k < 3 * (n() - 1); ++k) {
+      std::vector<int64_t> m(4, -1);
+      auto w = groups_[0]->recv_any(m.data(), m.size(), DType::kInt64, 0, false);
+      const int src = w->source();
+      ASSERT_GT(src, 0);
+      ASSERT_EQ(m[3], 100 * src + next[src]++);
+    }
+    for (int k = 1; k < n(); ++k) {
+      int64_t last = 0;
+      auto w = groups_[0]->recv_any(&last, 1, DType::kInt64, 5, true);
+      w->wait();
+      ASSERT_EQ(last, -w->source());
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, CollectivesTest,
                          ::testing::Values(Param{1, false, 64}, Param{2, false, 64},
                                            Param{3, false, 0}, Param{4, false, 1 << 30},

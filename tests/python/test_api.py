@@ -1,5 +1,6 @@
 """The torch.distributed-style API: p2p, async work, groups, numpy and torch inputs, bad input."""
 
+import os
 import time
 
 import numpy as np
@@ -41,6 +42,79 @@ def p2p(rank, world):
 
 def test_point_to_point():
     assert all(run_ranks(p2p, 3).values())
+
+
+def from_any_source(rank, world):
+    """Ranks 1.. send 3 numbered messages each, staggered; rank 0 takes them as they come, with
+    src=None, then once more from a named source; a sender's messages keep their order."""
+    if rank > 0:
+        time.sleep(0.05 * (world - rank))  # the highest rank sends first
+        for i in range(3):
+            pscore.send(np.full(5, 100 * rank + i, np.int64), 0)
+        pscore.send(np.full(5, -rank, np.int64), 0, tag=9)
+        return None
+    seen = {r: [] for r in range(1, world)}
+    buf = np.empty(5, np.int64)
+    for _ in range(3 * (world - 1)):
+        src = pscore.recv(buf, None)
+        assert (buf == buf[0]).all() and buf[0] // 100 == src, (src, buf)
+        seen[src].append(int(buf[0]) % 100)
+    tagged = np.empty(5, np.int64)
+    work = pscore.irecv(tagged, None, tag=9)  # skips no one: every sender's next has tag 9
+    work.wait(timeout=30)
+    first = work.source_rank()
+    assert first in seen and (tagged == -first).all()
+    for r in range(1, world):
+        if r != first:
+            assert pscore.recv(buf, r, tag=9) == r and (buf == -r).all()
+    return seen
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_receive_from_any_source(transport):
+    seen = run_ranks(from_any_source, 4, transport=transport)[0]
+    assert seen == {r: [0, 1, 2] for r in range(1, 4)}, seen
+
+
+def any_source_times_out(rank, world):
+    buf = np.zeros(4, np.float32)
+    if rank == 0:
+        start = time.monotonic()
+        with pytest.raises(
+            pscore.TimeoutError, match=r"recv from any source \(tag 0\) timed out after 3000 ms"
+        ):
+            pscore.recv(buf, None)
+        assert time.monotonic() - start < 5
+    else:
+        time.sleep(3.5)  # sends nothing within rank 0's timeout
+    x = np.ones(4, np.float32)
+    pscore.all_reduce(x)  # nothing was consumed: the group still works
+    return float(x[0])
+
+
+def test_receive_from_any_source_times_out_and_leaves_the_group_usable():
+    assert run_ranks(any_source_times_out, 2, timeout=3) == {0: 2.0, 1: 2.0}
+
+
+def any_source_peer_dies(rank, world):
+    if rank == 1:
+        time.sleep(0.3)
+        os._exit(3)  # dies without sending
+    if rank == 2:
+        time.sleep(1.5)
+        return None
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match="rank 1") as info:
+        pscore.recv(np.zeros(4, np.float32), None)
+    return str(info.value), time.monotonic() - start
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_receive_from_any_source_names_a_peer_that_died(transport):
+    msg, elapsed = run_ranks(
+        any_source_peer_dies, 3, transport=transport, timeout=6, expect_dead=[1]
+    )[0]
+    assert elapsed < 6, msg
 
 
 def tag_mismatch(rank, world):

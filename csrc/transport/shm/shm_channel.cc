@@ -47,6 +47,17 @@ size_t ShmChannel::write_some(const void* a, size_t na, const void* b, size_t nb
   return ka + kb;
 }
 
+size_t ShmChannel::peek(void* dst, size_t n) {
+  const uint64_t tail = in_.header->tail.load(std::memory_order_relaxed);
+  const uint64_t head = in_.header->head.load(std::memory_order_acquire);
+  const size_t k = std::min<uint64_t>(head - tail, n);
+  const size_t at = tail % in_.capacity;
+  const size_t first = std::min<size_t>(k, in_.capacity - at);
+  std::memcpy(dst, in_.data + at, first);
+  if (k > first) std::memcpy(static_cast<char*>(dst) + first, in_.data, k - first);
+  return k;
+}
+
 size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
   uint64_t tail = in_.header->tail.load(std::memory_order_relaxed);
   uint64_t head = in_.header->head.load(std::memory_order_acquire);

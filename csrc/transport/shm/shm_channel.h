@@ -21,6 +21,7 @@ class ShmChannel : public Channel {
   ShmChannel(RingView out, RingView in, ShmHeader* peer_header);
   size_t write_some(const void* a, size_t na, const void* b, size_t nb) override;
   size_t read_some(size_t max, size_t granule, const Sink& sink) override;
+  size_t peek(void* dst, size_t n) override;
 
  private:
   void ring_peer();

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -44,6 +45,22 @@ size_t TcpChannel::write_some(const void* a, size_t na, const void* b, size_t nb
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     throw_io(peer_name_, "send", errno);
+  }
+}
+
+size_t TcpChannel::peek(void* dst, size_t n) {
+  if (carried_ > 0) {  // only mid-message; MSG_PEEK cannot look past the staged bytes
+    const size_t k = std::min(n, carried_);
+    std::memcpy(dst, staging_.data(), k);
+    return k;
+  }
+  for (;;) {
+    ssize_t k = ::recv(rx_.fd(), dst, n, MSG_PEEK | MSG_DONTWAIT);
+    if (k > 0) return static_cast<size_t>(k);
+    if (k == 0) throw_io(peer_name_, "recv", 0);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    throw_io(peer_name_, "recv", errno);
   }
 }
 

@@ -15,6 +15,7 @@ class TcpChannel : public Channel {
   TcpChannel(Socket tx, Socket rx, std::string peer_name);
   size_t write_some(const void* a, size_t na, const void* b, size_t nb) override;
   size_t read_some(size_t max, size_t granule, const Sink& sink) override;
+  size_t peek(void* dst, size_t n) override;
   int tx_fd() const { return tx_.fd(); }
   int rx_fd() const { return rx_.fd(); }
   void shutdown();
