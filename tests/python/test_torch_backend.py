@@ -3,6 +3,8 @@ gloo, and the torch.distributed collectives dispatch to pscore."""
 
 import datetime
 import multiprocessing as mp
+import os
+import time
 
 import pytest
 import torch
@@ -11,12 +13,10 @@ import torch.distributed as dist
 import pscore.torch_backend  # noqa: F401 - registers "pscore"
 
 _ctx = mp.get_context("fork")
-
-
-def parent_store():
-    """A torch TCPStore served by the test process on a port the kernel picked, so no rank
-    races another process for a port probed earlier."""
-    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+# Objects a rank must not free: torch 2.13 can deadlock when a DDP reducer holding a gloo group
+# is freed (its destructor joins gloo's worker thread while holding the GIL, and the worker
+# needs the GIL to free a tensor). Ranks leave with os._exit, so nothing here is ever freed.
+_KEEP_ALIVE = []
 
 
 def init(backend, rank, world, port, timeout_s):
@@ -25,13 +25,27 @@ def init(backend, rank, world, port, timeout_s):
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
+def _rank_main(target, rank, args, queue):
+    """Runs one rank and sends back ("ok", reply) or ("error", repr); leaves with os._exit once
+    the reply is flushed (see _KEEP_ALIVE)."""
+    try:
+        queue.put((rank, "ok", target(rank, *args)))
+    except BaseException as e:  # noqa: BLE001 - reported to the test
+        queue.put((rank, "error", repr(e)))
+    queue.close()
+    queue.join_thread()
+    os._exit(0)
+
+
 def run_ranks(target, world, *args, timeout_s):
-    """Runs target(rank, world, *args, port, queue) in forked ranks; returns {rank: reply}.
-    Ranks still running when the replies are in, or the time is up, are killed."""
-    store = parent_store()
+    """Runs target(rank, world, *args, port) in forked ranks, with a torch TCPStore served here
+    on a port the kernel picked; returns {rank: reply}. Ranks still running when the replies
+    are in or the time is up are killed."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     queue = _ctx.Queue()
     procs = [
-        _ctx.Process(target=target, args=(r, world, *args, store.port, queue)) for r in range(world)
+        _ctx.Process(target=_rank_main, args=(target, r, (world, *args, store.port), queue))
+        for r in range(world)
     ]
     try:
         for p in procs:
@@ -39,56 +53,48 @@ def run_ranks(target, world, *args, timeout_s):
         replies = [queue.get(timeout=timeout_s) for _ in procs]
         for p in procs:
             p.join(10)
-        return {reply[0]: reply[1:] for reply in replies}
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
                 p.join()
+    errors = {r: v for r, status, v in replies if status != "ok"}
+    assert not errors, errors
+    return {r: v for r, _, v in replies}
 
 
-def ddp_train(rank, world, backend, port, queue):
-    try:
-        init(backend, rank, world, port, timeout_s=60)
-        torch.manual_seed(rank)  # different starting weights: DDP syncs rank 0's
-        model = torch.nn.parallel.DistributedDataParallel(
-            torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)),
-            bucket_cap_mb=0.001,  # several buckets
-        )
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        g = torch.Generator().manual_seed(100 + rank)
-        for _ in range(10):
-            x = torch.randn(16, 20, generator=g)
-            loss = model(x).pow(2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        t = torch.arange(6, dtype=torch.float32) + rank
-        outs = [torch.empty(6) for _ in range(world)]
-        dist.all_gather(outs, t)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        assert torch.equal(t, torch.arange(6, dtype=torch.float32) + world - 1)
-        assert all(
-            torch.equal(o, torch.arange(6, dtype=torch.float32) + r) for r, o in enumerate(outs)
-        )
-        queue.put((rank, flat.numpy().copy(), dist.get_backend()))
-        dist.destroy_process_group()
-    except BaseException as e:  # noqa: BLE001
-        queue.put((rank, repr(e), None))
-
-
-def run(backend, world):
-    out = run_ranks(ddp_train, world, backend, timeout_s=120)
-    for r, (w, b) in out.items():
-        assert b is not None, f"rank {r}: {w}"
-    return out
+def ddp_train(rank, world, backend, port):
+    init(backend, rank, world, port, timeout_s=60)
+    torch.manual_seed(rank)  # different starting weights: DDP syncs rank 0's
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)),
+        bucket_cap_mb=0.001,  # several buckets
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(100 + rank)
+    for _ in range(10):
+        x = torch.randn(16, 20, generator=g)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    t = torch.arange(6, dtype=torch.float32) + rank
+    outs = [torch.empty(6) for _ in range(world)]
+    dist.all_gather(outs, t)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert torch.equal(t, torch.arange(6, dtype=torch.float32) + world - 1)
+    assert all(torch.equal(o, torch.arange(6, dtype=torch.float32) + r) for r, o in enumerate(outs))
+    reply = (flat.numpy().copy(), dist.get_backend())
+    dist.destroy_process_group()
+    _KEEP_ALIVE.append(model)
+    return reply
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_ddp_matches_gloo(world):
-    ours = run("pscore", world)
-    gloo = run("gloo", world)
+    ours = run_ranks(ddp_train, world, "pscore", timeout_s=120)
+    gloo = run_ranks(ddp_train, world, "gloo", timeout_s=120)
     assert {b for _, b in ours.values()} == {"pscore"}
     for r in range(world):
         assert (ours[r][0] == ours[0][0]).all(), "pscore ranks diverged"
@@ -97,24 +103,38 @@ def test_ddp_matches_gloo(world):
         )
 
 
-def silent_peer(rank, world, port, queue):
+def silent_peer(rank, world, port):
+    init("pscore", rank, world, port, timeout_s=2)
+    if rank == 1:
+        time.sleep(4)  # alive but silent
+        return "slept"
     try:
-        init("pscore", rank, world, port, timeout_s=2)
-        if rank == 1:
-            import time
-
-            time.sleep(4)  # alive but silent
-            queue.put((rank, "slept", None))
-            return
-        try:
-            dist.all_reduce(torch.ones(4))
-            queue.put((rank, "no error", None))
-        except Exception as e:  # noqa: BLE001 - reported to the test
-            queue.put((rank, f"{type(e).__name__}: {e}", None))
-    except BaseException as e:  # noqa: BLE001
-        queue.put((rank, repr(e), None))
+        dist.all_reduce(torch.ones(4))
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return f"{type(e).__name__}: {e}"
+    return "no error"
 
 
 def test_failure_reaches_the_torch_caller():
-    out = {r: reply[0] for r, reply in run_ranks(silent_peer, 2, timeout_s=60).items()}
+    out = run_ranks(silent_peer, 2, timeout_s=60)
     assert "rank 0 <- rank 1: allreduce #" in out[0] and "timed out after 2000 ms" in out[0], out
+
+
+def any_source(rank, world, port):
+    init("pscore", rank, world, port, timeout_s=30)
+    t = torch.full((3,), float(rank))
+    senders = None
+    if rank == 0:
+        senders = []
+        for _ in range(world - 1):
+            senders.append(dist.recv(t))  # src=None: whichever rank sends first
+            assert torch.equal(t, torch.full((3,), float(senders[-1])))
+    else:
+        dist.send(t, 0)
+    dist.destroy_process_group()
+    return senders
+
+
+def test_recv_from_any_source_returns_the_sender():
+    out = run_ranks(any_source, 3, timeout_s=60)
+    assert sorted(out[0]) == [1, 2], out
