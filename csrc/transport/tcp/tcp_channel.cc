@@ -17,6 +17,19 @@ constexpr size_t kStagingBytes = 1 << 20;
   if (err == 0) throw NetworkError("connection closed by " + peer + " (peer exited or died)");
   throw NetworkError(errno_message(std::string(op) + " to/from " + peer, err));
 }
+
+// recv() without blocking: the bytes received (0 when none have arrived); throws when the peer
+// closed the connection or it failed.
+size_t recv_available(int fd, void* dst, size_t n, int flags, const std::string& peer) {
+  for (;;) {
+    ssize_t k = ::recv(fd, dst, n, flags | MSG_DONTWAIT);
+    if (k > 0) return static_cast<size_t>(k);
+    if (k == 0) throw_io(peer, "recv", 0);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    throw_io(peer, "recv", errno);
+  }
+}
 }  // namespace
 
 TcpChannel::TcpChannel(Socket tx, Socket rx, std::string peer_name)
@@ -54,40 +67,17 @@ size_t TcpChannel::peek(void* dst, size_t n) {
     std::memcpy(dst, staging_.data(), k);
     return k;
   }
-  for (;;) {
-    ssize_t k = ::recv(rx_.fd(), dst, n, MSG_PEEK | MSG_DONTWAIT);
-    if (k > 0) return static_cast<size_t>(k);
-    if (k == 0) throw_io(peer_name_, "recv", 0);
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    throw_io(peer_name_, "recv", errno);
-  }
+  return recv_available(rx_.fd(), dst, n, MSG_PEEK, peer_name_);
 }
 
 size_t TcpChannel::read_some(size_t max, size_t granule, const Sink& sink) {
   if (max == 0) return 0;
-  if (sink.direct) {  // straight into the destination
-    for (;;) {
-      ssize_t k = ::recv(rx_.fd(), sink.direct, max, MSG_DONTWAIT);
-      if (k > 0) return static_cast<size_t>(k);
-      if (k == 0) throw_io(peer_name_, "recv", 0);
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-      throw_io(peer_name_, "recv", errno);
-    }
-  }
+  if (sink.direct) return recv_available(rx_.fd(), sink.direct, max, 0, peer_name_);
   // Consumers take whole elements: stage, hand over the aligned part, carry the remainder.
   size_t want = std::min(max, staging_.size()) - carried_;
-  ssize_t k;
-  for (;;) {
-    k = ::recv(rx_.fd(), staging_.data() + carried_, want, MSG_DONTWAIT);
-    if (k > 0) break;
-    if (k == 0) throw_io(peer_name_, "recv", 0);
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    throw_io(peer_name_, "recv", errno);
-  }
-  size_t have = carried_ + static_cast<size_t>(k);
+  const size_t k = recv_available(rx_.fd(), staging_.data() + carried_, want, 0, peer_name_);
+  if (k == 0) return 0;
+  size_t have = carried_ + k;
   size_t aligned = have & ~(granule - 1);
   if (aligned) sink.consume(staging_.data(), aligned);
   carried_ = have - aligned;
