@@ -131,7 +131,7 @@ void bind_server(py::module_& m) {
       .def(
           "save", [](PsServer& s, const std::string& dir) { s.shard().save(dir); }, Release())
       .def(
-          "load", [](PsServer& s, const std::string& dir) { s.shard().load(dir); }, Release());
+          "load", [](PsServer& s, const std::string& dir) { s.load(dir); }, Release());
 }
 
 void bind_client(py::module_& m) {

@@ -97,12 +97,15 @@ std::vector<Waiter> ConsistencyState::release_ready() {
 
 void ConsistencyState::set_done(int worker) { done_[worker] = 1; }
 
-void ConsistencyState::abandon_waiters() {
+std::vector<Waiter> ConsistencyState::abandon_waiters() {
+  std::vector<Waiter> parked = std::move(round_waiters_);
+  for (Waiter& w : ssp_waiters_) parked.push_back(std::move(w));
   round_waiters_.clear();
   ssp_waiters_.clear();
   std::fill(contributed_.begin(), contributed_.end(), 0);
   std::fill(pending_seq_.begin(), pending_seq_.end(), 0);
   num_contributors_ = 0;
+  return parked;
 }
 
 void ConsistencyState::restore(int64_t round, const std::vector<uint64_t>& high_seqs,

@@ -75,8 +75,8 @@ class ConsistencyState {
   void set_done(int worker);
   bool done(int worker) const { return done_[worker] != 0; }
   int active_workers() const;
-  // Drops every parked reply without sending it (shutdown, checkpoint load).
-  void abandon_waiters();
+  // Resets the open round and hands back every parked reply (shutdown, checkpoint load).
+  std::vector<Waiter> abandon_waiters();
 
   // Restores state recorded by a checkpoint: per worker the highest sequence number applied and
   // its window (hex; empty: everything up to the highest counts as applied).

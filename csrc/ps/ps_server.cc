@@ -367,6 +367,12 @@ bool PsServer::idle() {
   return true;
 }
 
+void PsServer::load(const std::string& dir) {
+  ReplyOutbox parked;
+  shard_->load(dir, parked);
+  RequestHandler::send_all(parked);
+}
+
 void PsServer::stop(int drain_timeout_ms) {
   std::lock_guard<std::mutex> lk(stop_mu_);
   if (!running_) return;
@@ -374,7 +380,8 @@ void PsServer::stop(int drain_timeout_ms) {
   wake();
   Deadline deadline(drain_timeout_ms);
   while (!deadline.expired() && !idle()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  for (auto& t : shard_->tables()) t->abandon_waiters();
+  ReplyOutbox unsent;  // the connections close next: parked pushes get no reply
+  for (auto& t : shard_->tables()) t->abandon_waiters(unsent);
   loop_stop_ = true;
   wake();
   if (loop_.joinable()) loop_.join();

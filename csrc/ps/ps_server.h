@@ -67,6 +67,9 @@ class PsServer {
   bool running() const { return running_; }
   std::string stats_json() const;
   ShardState& shard() { return *shard_; }
+  // Loads a checkpoint into this shard (as a load request does); parked pushes are answered as
+  // dropped.
+  void load(const std::string& dir);
 
  private:
   void run_loop();

@@ -243,9 +243,12 @@ void RequestHandler::dispatch(const std::shared_ptr<ServerConnection>& conn, InF
     case MsgType::kSave:
       shard_.save(r.get_string(4096));
       return reply(conn, f, ByteBuffer());
-    case MsgType::kLoad:
-      shard_.load(r.get_string(4096));
+    case MsgType::kLoad: {
+      ReplyOutbox parked;
+      shard_.load(r.get_string(4096), parked);
+      send_all(parked);
       return reply(conn, f, ByteBuffer());
+    }
     default:
       throw std::invalid_argument(std::string("unexpected request type ") +
                                   std::to_string(f.header.type) + " (" +

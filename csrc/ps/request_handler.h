@@ -19,6 +19,8 @@ class RequestHandler {
   void handle(const std::shared_ptr<ServerConnection>& conn, InFrame&& frame);
   // Produces the kStats reply (the server's counters as JSON).
   std::function<std::string()> stats_json;
+  // Sends the replies that table operations produced, and empties `out`.
+  static void send_all(ReplyOutbox& out);
 
  private:
   void dispatch(const std::shared_ptr<ServerConnection>& conn, InFrame& f);
@@ -26,7 +28,6 @@ class RequestHandler {
   void push_sparse(const std::shared_ptr<ServerConnection>& conn, InFrame& f, bool want_rows);
   ReplyFn reply_fn(const std::shared_ptr<ServerConnection>& conn, const InFrame& f);
   void reply(const std::shared_ptr<ServerConnection>& conn, const InFrame& f, ByteBuffer&& body);
-  void send_all(ReplyOutbox& out);
   ShardState& shard_;
   ServerStats& stats_;
 };

@@ -343,9 +343,10 @@ int64_t ServerTable::step_for(int worker) {
   return 0;
 }
 
-void ServerTable::abandon_waiters() {
+void ServerTable::abandon_waiters(ReplyOutbox& out) {
   std::lock_guard<std::mutex> lk(mu_);
-  cons_.abandon_waiters();
+  for (Waiter& w : cons_.abandon_waiters())
+    out.emplace_back(std::move(w.reply), push_reply(PushStatus::kDropped, cons_.round(), w.values));
   sparse_acc_.clear();
 }
 

@@ -45,7 +45,9 @@ class ServerTable {
   void assign_dense(const float* values);
   // Marks a worker finished: sync rounds stop waiting for it, ssp ignores its clock.
   void worker_done(int worker, ReplyOutbox& out);
-  void abandon_waiters();
+  // Resets the open round; each parked push is answered as dropped (its update is not in the
+  // table any more, e.g. after a checkpoint load) through `out`.
+  void abandon_waiters(ReplyOutbox& out);
   // The step a (re)joining worker pushes next: the open sync round, its ssp clock, or 0.
   int64_t step_for(int worker);
   void set_log(UpdateLog* log) { log_ = log; }

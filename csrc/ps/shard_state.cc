@@ -58,7 +58,10 @@ uint64_t ShardState::recover() {
   make_directories(opts_.recover_dir);
   std::string snap = snapshot_path(opts_.recover_dir);
   std::string wal = snap.substr(0, snap.size() - std::string(".safetensors").size()) + ".wal";
-  if (file_exists(snap)) load_locked(snap);
+  if (file_exists(snap)) {
+    ReplyOutbox none;  // recovery runs before any worker connects
+    load_locked(snap, none);
+  }
   uint64_t replayed = 0, intact = 0;
   uint64_t next = UpdateLog::replay(
       wal, snapshot_wal_index_,
@@ -267,14 +270,14 @@ void ShardState::snapshot_locked(const std::string& dir) {
   }
 }
 
-void ShardState::load(const std::string& dir) {
+void ShardState::load(const std::string& dir, ReplyOutbox& parked) {
   std::unique_lock<std::shared_mutex> gate(gate_);
-  load_locked(snapshot_path(dir));
+  load_locked(snapshot_path(dir), parked);
   if (log_) snapshot_locked(opts_.recover_dir);
 }
 
-void ShardState::load_locked(const std::string& path) {
-  for (auto& t : tables()) t->abandon_waiters();
+void ShardState::load_locked(const std::string& path, ReplyOutbox& parked) {
+  for (auto& t : tables()) t->abandon_waiters(parked);
   ShardCheckpoint::read(*this, path);
 }
 

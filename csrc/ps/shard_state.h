@@ -61,8 +61,9 @@ class ShardState {
   // Writes <dir>/shard-i-of-n.safetensors (tables, optimizer state, consistency state, catalog,
   // global step) atomically. Truncates the log when dir is the recover dir.
   void save(const std::string& dir);
-  // Replaces every table with those in <dir>/shard-i-of-n.safetensors.
-  void load(const std::string& dir);
+  // Replaces every table with those in <dir>/shard-i-of-n.safetensors. Pushes parked in an
+  // open sync round or behind the ssp bound are answered as dropped, through `parked`.
+  void load(const std::string& dir, ReplyOutbox& parked);
 
   // Held shared by every table operation.
   std::shared_mutex& apply_gate() { return gate_; }
@@ -77,7 +78,7 @@ class ShardState {
   void add_part_locked(const TableLayout& layout, const float* init, int64_t init_numel);
   void catalog_add_locked(const TableLayout& layout);
   void snapshot_locked(const std::string& dir);
-  void load_locked(const std::string& path);
+  void load_locked(const std::string& path, ReplyOutbox& parked);
 
   ShardOptions opts_;
   std::shared_mutex gate_;

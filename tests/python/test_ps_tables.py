@@ -234,3 +234,17 @@ def test_one_client_shared_by_threads(client):
     assert not errors
     np.testing.assert_array_equal(client.pull("t_threads"), np.full(50_000, -100.0, np.float32))
     assert client.pull_sparse("t_threads_e", np.array([2]))[0].tolist() == [-100.0] * 4
+
+
+def test_load_answers_pushes_parked_in_a_sync_round(client, servers, tmp_path):
+    client.create_dense("t_sync_load", (4,), consistency="sync", optimizer=SGD(lr=1.0))
+    client.save(str(tmp_path))
+    work = client.push_async("t_sync_load", np.ones(4, np.float32))  # waits for worker 1
+    with pytest.raises(pscore.TimeoutError):
+        work.wait(timeout=0.2)
+    other = PSClient(addresses(servers), worker_id=1)
+    other.load(str(tmp_path))  # the open round is gone: the parked push is told so
+    assert work.wait(timeout=10) is None
+    assert work.status() == {"applied": 0, "duplicate": 0, "dropped": 1}
+    np.testing.assert_array_equal(client.pull("t_sync_load"), np.zeros(4, np.float32))
+    other.close()
