@@ -4,9 +4,9 @@ torch) registers "pscore", and unmodified code - DDP included - runs on pscore's
     dist.init_process_group("pscore", ...)
     model = torch.nn.parallel.DistributedDataParallel(model)
 
-allreduce (DDP's gradient buckets) runs asynchronously: it returns at once and a completer
-thread resolves the Work's future when pscore finishes, so backward keeps computing while
-buckets are reduced. The other operations run synchronously and return completed Work objects.
+Every operation runs asynchronously: it returns at once, `wait()` waits on pscore directly, and
+a completer thread resolves the Work's future when pscore finishes, so DDP's backward keeps
+computing while gradient buckets are reduced. recv from any source runs synchronously.
 """
 
 from __future__ import annotations
@@ -70,24 +70,35 @@ class _DoneWork(_TorchWork):
 
 
 class _AsyncWork(_TorchWork):
-    """An operation still running in pscore; its future resolves on the completer thread."""
+    """An operation still running in pscore; its future resolves on the completer thread, and
+    wait() waits on pscore's works directly (no hand-off through that thread)."""
 
-    def __init__(self):
+    def __init__(self, works):
         super().__init__()
+        self._works = works
         self._future = torch.futures.Future()
+        self._source = -1
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
-        self._future.wait()  # raises the operation's error
+        self._works.wait()  # raises the operation's error
         return True
 
     def is_completed(self) -> bool:
-        return self._future.done()
+        return self._works.is_completed()
+
+    def set_source(self, rank: int) -> None:
+        self._source = rank
+
+    def source_rank(self) -> int:
+        return self._source
+
+    _source_rank = source_rank
 
     def is_success(self) -> bool:
-        if not self._future.done():
+        if not self.is_completed():
             return False
         try:
-            self._future.value()
+            self._works.wait()
         except Exception:  # noqa: BLE001 - a failed operation is simply not a success
             return False
         return True
@@ -106,6 +117,9 @@ class _AllOf:
         for w in self._works:
             w.wait()
 
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
 
 class _Completer:
     """One thread per group that waits for pscore's works in submission order (the order they
@@ -119,7 +133,7 @@ class _Completer:
         self._thread.start()
 
     def track(self, work, result) -> _AsyncWork:
-        torch_work = _AsyncWork()
+        torch_work = _AsyncWork(work)
         self._queue.put((work, result, torch_work))
         return torch_work
 
@@ -190,79 +204,104 @@ class PscoreProcessGroup(_TorchProcessGroup):
     def getBackendName(self) -> str:
         return BACKEND_NAME
 
+    def _track(self, works, result) -> _AsyncWork:
+        return self._completer.track(_AllOf(works), result)
+
     def allreduce(self, tensors, opts=None):
         op = _op_name(opts.reduceOp) if opts is not None else "sum"
-        works = [c.all_reduce(t, op=op, group=self._group, async_op=True) for t in tensors]
-        return self._completer.track(_AllOf(works), tensors)
+        g = self._group
+        return self._track(
+            [c.all_reduce(t, op=op, group=g, async_op=True) for t in tensors], tensors
+        )
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors, opts):
-        for t in tensors:
-            c.broadcast(t, src=opts.rootRank, group=self._group)
-        return _DoneWork(tensors)
+        root, g = opts.rootRank, self._group
+        return self._track(
+            [c.broadcast(t, src=root, group=g, async_op=True) for t in tensors], tensors
+        )
 
     def reduce(self, tensors, opts):
-        for t in tensors:
-            c.reduce(t, dst=opts.rootRank, op=_op_name(opts.reduceOp), group=self._group)
-        return _DoneWork(tensors)
+        root, op, g = opts.rootRank, _op_name(opts.reduceOp), self._group
+        works = [c.reduce(t, dst=root, op=op, group=g, async_op=True) for t in tensors]
+        return self._track(works, tensors)
 
     def allgather(self, output_lists, inputs, opts=None):
-        for outs, t in zip(output_lists, inputs):
-            c.all_gather(outs, t, group=self._group)
-        return _DoneWork(output_lists)
+        g = self._group
+        works = [c.all_gather(o, t, group=g, async_op=True) for o, t in zip(output_lists, inputs)]
+        return self._track(works, output_lists)
 
-    def _allgather_base(self, output, input, opts=None):
-        c.all_gather_into_tensor(output, input, group=self._group)
-        return _DoneWork([output])
+    def all_gather_single(self, output, input, opts=None):
+        work = c.all_gather_into_tensor(output, input, group=self._group, async_op=True)
+        return self._track([work], [output])
+
+    _allgather_base = all_gather_single  # the name torch used before 2.13
 
     def reduce_scatter(self, outputs, input_lists, opts):
-        for out, ins in zip(outputs, input_lists):
-            c.reduce_scatter(out, ins, op=_op_name(opts.reduceOp), group=self._group)
-        return _DoneWork(outputs)
+        op, g = _op_name(opts.reduceOp), self._group
+        works = [
+            c.reduce_scatter(o, ins, op=op, group=g, async_op=True)
+            for o, ins in zip(outputs, input_lists)
+        ]
+        return self._track(works, outputs)
 
-    def _reduce_scatter_base(self, output, input, opts):
-        c.reduce_scatter_tensor(output, input, op=_op_name(opts.reduceOp), group=self._group)
-        return _DoneWork([output])
+    def reduce_scatter_single(self, output, input, opts):
+        op = _op_name(opts.reduceOp)
+        work = c.reduce_scatter_tensor(output, input, op=op, group=self._group, async_op=True)
+        return self._track([work], [output])
+
+    _reduce_scatter_base = reduce_scatter_single  # the name torch used before 2.13
 
     def gather(self, output_lists, inputs, opts):
-        root = opts.rootRank
-        for i, t in enumerate(inputs):
-            outs = output_lists[i] if self.rank() == root else None
-            c.gather(t, outs, dst=root, group=self._group)
-        return _DoneWork(output_lists)
+        root, g = opts.rootRank, self._group
+        mine = self.rank() == root
+        works = [
+            c.gather(t, output_lists[i] if mine else None, dst=root, group=g, async_op=True)
+            for i, t in enumerate(inputs)
+        ]
+        return self._track(works, output_lists)
 
     def scatter(self, outputs, input_lists, opts):
-        root = opts.rootRank
-        for i, t in enumerate(outputs):
-            ins = input_lists[i] if self.rank() == root else None
-            c.scatter(t, ins, src=root, group=self._group)
-        return _DoneWork(outputs)
+        root, g = opts.rootRank, self._group
+        mine = self.rank() == root
+        works = [
+            c.scatter(t, input_lists[i] if mine else None, src=root, group=g, async_op=True)
+            for i, t in enumerate(outputs)
+        ]
+        return self._track(works, outputs)
 
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        c.all_to_all_single(
-            output, input, output_split_sizes or None, input_split_sizes or None, group=self._group
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        work = c.all_to_all_single(
+            output,
+            input,
+            output_split_sizes or None,
+            input_split_sizes or None,
+            group=self._group,
+            async_op=True,
         )
-        return _DoneWork([output])
+        return self._track([work], [output])
+
+    alltoall_base = all_to_all_single  # the name torch used before 2.13
 
     def alltoall(self, outputs, inputs, opts=None):
-        c.all_to_all(outputs, inputs, group=self._group)
-        return _DoneWork(outputs)
+        return self._track(
+            [c.all_to_all(outputs, inputs, group=self._group, async_op=True)], outputs
+        )
 
     def barrier(self, opts=None):
-        c.barrier(group=self._group)
-        return _DoneWork([])
+        return self._track([c.barrier(group=self._group, async_op=True)], [])
 
     def send(self, tensors, dst: int, tag: int):
-        for t in tensors:
-            c.send(t, dst, group=self._group, tag=tag)
-        return _DoneWork(tensors)
+        g = self._group
+        return self._track([c.isend(t, dst, group=g, tag=tag) for t in tensors], tensors)
 
     def recv(self, tensors, src: int, tag: int):
-        for t in tensors:
-            c.recv(t, src, group=self._group, tag=tag)
-        return _DoneWork(tensors, src)
+        g = self._group
+        work = self._track([c.irecv(t, src, group=g, tag=tag) for t in tensors], tensors)
+        work.set_source(src)
+        return work
 
     def recv_anysource(self, tensors, tag: int):
         (t,) = tensors

@@ -138,3 +138,39 @@ def any_source(rank, world, port):
 def test_recv_from_any_source_returns_the_sender():
     out = run_ranks(any_source, 3, timeout_s=60)
     assert sorted(out[0]) == [1, 2], out
+
+
+def async_ops(rank, world, port):
+    """Several operations in flight at once through torch.distributed's async_op=True."""
+    init("pscore", rank, world, port, timeout_s=30)
+    b = torch.full((5,), float(rank))
+    gathered = torch.empty(world * 3)
+    scattered = torch.empty(2)
+    swapped = torch.empty(world)
+    got = torch.empty(4, dtype=torch.int64)
+    works = [
+        dist.broadcast(b, src=1, async_op=True),
+        dist.all_gather_into_tensor(gathered, torch.full((3,), float(rank)), async_op=True),
+        dist.reduce_scatter_tensor(scattered, torch.arange(world * 2.0), async_op=True),
+        dist.all_to_all_single(swapped, torch.full((world,), float(rank)), async_op=True),
+        dist.isend(torch.full((4,), rank, dtype=torch.int64), (rank + 1) % world),
+        dist.irecv(got, (rank - 1) % world),
+        dist.barrier(async_op=True),
+    ]
+    for w in works:
+        w.wait()
+    assert torch.equal(b, torch.full((5,), 1.0))
+    assert torch.equal(gathered, torch.arange(world).repeat_interleave(3).float())
+    assert torch.equal(scattered, torch.arange(rank * 2.0, rank * 2.0 + 2) * world)
+    assert torch.equal(swapped, torch.arange(world).float())
+    assert torch.equal(got, torch.full((4,), (rank - 1) % world, dtype=torch.int64))
+    assert works[5].source_rank() == (rank - 1) % world
+    assert all(w.is_completed() and w.is_success() for w in works)
+    for w in works:
+        w.get_future().wait()  # resolved by the completer thread
+    dist.destroy_process_group()
+    return True
+
+
+def test_operations_run_asynchronously_through_the_backend():
+    assert all(run_ranks(async_ops, 3, timeout_s=60).values())
