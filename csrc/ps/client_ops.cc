@@ -74,27 +74,17 @@ std::string PsClient::ask_catalog(MsgType type, std::vector<uint8_t> body,
   return w->replies().at(0);
 }
 
-TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int64_t init_numel) {
-  if (init && (spec.kind != TableKind::kDense || init_numel != spec.numel()))
-    throw std::invalid_argument("table " + quoted(spec.name) + ": initial value has " +
-                                std::to_string(init_numel) + " elements, the table " +
-                                std::to_string(spec.numel()));
-  std::vector<uint8_t> body;
-  ByteWriter bw(&body);
-  encode_spec(bw, spec);
-  std::string reply =
-      ask_catalog(MsgType::kCreateTable, std::move(body), "create_table " + quoted(spec.name));
-  ByteReader r(reinterpret_cast<const uint8_t*>(reply.data()), reply.size(), "create_table");
-  r.get<uint8_t>();
-  TableLayout layout = decode_layout(r);
-
+// Asks every shard holding a part of the table to create it (with its share of `init`, if
+// any) or join it; returns where this worker stands in it (the open sync round or its ssp clock).
+int64_t PsClient::join_parts(const TableLayout& layout, const float* init,
+                             const std::string& what) {
   std::vector<int> shards;
   if (layout.spec.kind == TableKind::kDense) {
     for (const DensePart& p : layout.parts) shards.push_back(p.shard);
   } else {
     for (int i = 0; i < num_shards_; ++i) shards.push_back(i);
   }
-  auto parts = std::make_shared<Work>("create_table " + quoted(spec.name));
+  auto parts = std::make_shared<Work>(what);
   for (int shard : shards) {
     auto ps = make_sub(shard, uint8_t(MsgType::kCreatePart), layout.id, parts->what());
     std::vector<uint8_t> pb;
@@ -118,6 +108,24 @@ TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int
     pr.get<uint8_t>();
     step = std::max(step, pr.get<int64_t>());
   }
+  return step;
+}
+
+TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int64_t init_numel) {
+  if (init && (spec.kind != TableKind::kDense || init_numel != spec.numel()))
+    throw std::invalid_argument("table " + quoted(spec.name) + ": initial value has " +
+                                std::to_string(init_numel) + " elements, the table " +
+                                std::to_string(spec.numel()));
+  std::vector<uint8_t> body;
+  ByteWriter bw(&body);
+  encode_spec(bw, spec);
+  std::string reply =
+      ask_catalog(MsgType::kCreateTable, std::move(body), "create_table " + quoted(spec.name));
+  ByteReader r(reinterpret_cast<const uint8_t*>(reply.data()), reply.size(), "create_table");
+  r.get<uint8_t>();
+  TableLayout layout = decode_layout(r);
+
+  const int64_t step = join_parts(layout, init, "create_table " + quoted(spec.name));
   std::lock_guard<std::mutex> lk(state_mu_);
   TableState& st = tables_[layout.spec.name];
   st.layout = layout;
@@ -133,12 +141,15 @@ TableLayout PsClient::lookup_table(const std::string& name) {
       ask_catalog(MsgType::kLookupTable, std::move(body), "lookup_table " + quoted(name));
   ByteReader r(reinterpret_cast<const uint8_t*>(reply.data()), reply.size(), "lookup_table");
   TableLayout layout = decode_layout(r);
+  // A sync or ssp table: learn the open round (or this worker's clock) as create does, so the
+  // first push is not dropped as late.
+  const int64_t step = layout.spec.consistency.mode == Consistency::kAsync
+                           ? 0
+                           : join_parts(layout, nullptr, "lookup_table " + quoted(name));
   std::lock_guard<std::mutex> lk(state_mu_);
-  if (!tables_.count(name)) {
-    TableState st;
-    st.layout = layout;
-    tables_[name] = st;
-  }
+  TableState& st = tables_[name];
+  st.layout = layout;
+  st.step = std::max(st.step, step);
   return layout;
 }
 

@@ -248,3 +248,19 @@ def test_load_answers_pushes_parked_in_a_sync_round(client, servers, tmp_path):
     assert work.status() == {"applied": 0, "duplicate": 0, "dropped": 1}
     np.testing.assert_array_equal(client.pull("t_sync_load"), np.zeros(4, np.float32))
     other.close()
+
+
+def test_a_worker_that_looks_a_sync_table_up_joins_the_open_round(client, servers):
+    # One backup worker: rounds close with the first of the two workers' pushes.
+    name = "t_sync_join"
+    client.create_dense(name, (3,), consistency="sync", backup_workers=1, optimizer=SGD(lr=1.0))
+    for _ in range(3):
+        client.push(name, np.ones(3, np.float32))
+    newcomer = PSClient(addresses(servers), worker_id=1)
+    assert newcomer.lookup_table(name).consistency == "sync"
+    assert newcomer.table_step(name) == 3  # the open round, learnt at lookup
+    work = newcomer.push_async(name, np.ones(3, np.float32))
+    assert work.wait(timeout=30) is None
+    assert work.status() == {"applied": 1, "duplicate": 0, "dropped": 0}
+    np.testing.assert_array_equal(newcomer.pull(name), np.full(3, -4.0, np.float32))
+    newcomer.close()
