@@ -12,7 +12,9 @@ import torch.distributed as dist
 
 import pscore.torch_backend  # noqa: F401 - registers "pscore"
 
-_ctx = mp.get_context("fork")
+# Ranks are spawned, not forked: the test process serves a torch TCPStore (a libuv thread), and
+# a child forked while that thread holds a lock can hang in its first c10d call.
+_ctx = mp.get_context("spawn")
 # Objects a rank must not free: torch 2.13 can deadlock when a DDP reducer holding a gloo group
 # is freed (its destructor joins gloo's worker thread while holding the GIL, and the worker
 # needs the GIL to free a tensor). Ranks leave with os._exit, so nothing here is ever freed.
@@ -38,7 +40,7 @@ def _rank_main(target, rank, args, queue):
 
 
 def run_ranks(target, world, *args, timeout_s):
-    """Runs target(rank, world, *args, port) in forked ranks, with a torch TCPStore served here
+    """Runs target(rank, world, *args, port) in spawned ranks, with a torch TCPStore served here
     on a port the kernel picked; returns {rank: reply}. Ranks still running when the replies
     are in or the time is up are killed."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
