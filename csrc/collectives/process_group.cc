@@ -86,29 +86,43 @@ ProcessGroup::WorkPtr ProcessGroup::submit(OpKind kind, DType dtype, bool async,
       what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
 }
 
-Executor& ProcessGroup::reserve_p2p(bool is_send, int peer, DType dtype, uint32_t tag,
-                                    OpContext& ctx) {
-  ctx = context(OpKind::kSend, dtype, kP2PLane);
-  ctx.tag = tag;
+Executor& ProcessGroup::p2p_executor(bool is_send, int peer) {
   P2PLane& lane = (is_send ? send_lanes_ : recv_lanes_)[peer];
   if (!lane.executor) lane.executor = std::make_unique<Executor>();
-  ctx.seq = lane.seq++;
   return *lane.executor;
+}
+
+// The sequence number is taken when the task starts: a lane's executor runs its tasks one at a
+// time, so the numbers follow the order the messages travel in, whichever threads submitted
+// them and in whatever order their submissions reached the executor.
+std::function<void()> ProcessGroup::p2p_task(bool is_send, int peer, DType dtype, uint32_t tag,
+                                             std::function<void(const OpContext&)> fn) {
+  return [this, is_send, peer, dtype, tag, fn = std::move(fn)] {
+    OpContext ctx = context(OpKind::kSend, dtype, kP2PLane);
+    ctx.tag = tag;
+    {
+      std::lock_guard<std::mutex> lock(p2p_mu_);
+      ctx.seq = (is_send ? send_lanes_ : recv_lanes_)[peer].seq++;
+    }
+    run_guarded(ctx, fn);
+  };
+}
+
+std::string ProcessGroup::p2p_what(bool is_send, int peer) const {
+  return "rank " + std::to_string(rank()) + (is_send ? ": send to rank " : ": recv from rank ") +
+         std::to_string(peer);
 }
 
 ProcessGroup::WorkPtr ProcessGroup::submit_p2p(bool is_send, int peer, DType dtype, uint32_t tag,
                                                bool async,
                                                std::function<void(const OpContext&)> fn) {
-  OpContext ctx;
   Executor* ex;
   {
     std::lock_guard<std::mutex> lock(p2p_mu_);
-    ex = &reserve_p2p(is_send, peer, dtype, tag, ctx);
+    ex = &p2p_executor(is_send, peer);
   }
-  std::string what = "rank " + std::to_string(rank()) +
-                     (is_send ? ": send to rank " : ": recv from rank ") + std::to_string(peer);
-  WorkPtr work = ex->submit(
-      what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
+  WorkPtr work = ex->submit(p2p_what(is_send, peer),
+                            p2p_task(is_send, peer, dtype, tag, std::move(fn)), async);
   work->set_source(peer);
   return work;
 }
@@ -309,14 +323,10 @@ ProcessGroup::WorkPtr ProcessGroup::claim_arrived(void* buf, size_t count, DType
       continue;
     }
     if (h.tag != tag) continue;  // the next message is for a receive with another tag
-    OpContext ctx;
-    Executor& ex = reserve_p2p(false, p, dtype, tag, ctx);
     next_any_ = (p + 1) % size();
     peer = p;
-    auto fn = recv_body(p, buf, count, dtype);
-    return ex.submit(
-        "rank " + std::to_string(rank()) + ": recv from rank " + std::to_string(p),
-        [this, ctx, fn] { run_guarded(ctx, fn); }, true);
+    return p2p_executor(false, p).submit(
+        p2p_what(false, p), p2p_task(false, p, dtype, tag, recv_body(p, buf, count, dtype)), true);
   }
   return nullptr;
 }

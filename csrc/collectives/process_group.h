@@ -75,8 +75,11 @@ class ProcessGroup {
   WorkPtr submit(OpKind kind, DType dtype, bool async, std::function<void(const OpContext&)> fn);
   WorkPtr submit_p2p(bool is_send, int peer, DType dtype, uint32_t tag, bool async,
                      std::function<void(const OpContext&)> fn);
-  // With p2p_mu_ held: the lane's executor (made on first use) and the op's context.
-  Executor& reserve_p2p(bool is_send, int peer, DType dtype, uint32_t tag, OpContext& ctx);
+  // With p2p_mu_ held: the lane's executor, made on first use.
+  Executor& p2p_executor(bool is_send, int peer);
+  std::function<void()> p2p_task(bool is_send, int peer, DType dtype, uint32_t tag,
+                                 std::function<void(const OpContext&)> fn);
+  std::string p2p_what(bool is_send, int peer) const;
   WorkPtr submit_recv(int src, void* buf, size_t count, DType dtype, uint32_t tag, bool async);
   // Queues the receive of the message with `tag` that an otherwise idle peer has begun to
   // send; nullptr when there is none, with `watch` set to the peers worth sleeping on.
