@@ -50,6 +50,7 @@ void bind_specs(py::module_& m) {
           [](TableSpec& s, bool v) { s.kind = v ? TableKind::kSparse : TableKind::kDense; })
       .def_readwrite("shape", &TableSpec::shape)
       .def_readwrite("capacity", &TableSpec::capacity)
+      .def_readwrite("max_rows_per_shard", &TableSpec::max_rows_per_shard)
       .def_property(
           "init_kind", [](const TableSpec& s) { return static_cast<int>(s.init.kind); },
           [](TableSpec& s, int k) { s.init.kind = static_cast<InitKind>(k); })

@@ -33,7 +33,7 @@ ServerTable::ServerTable(const TableLayout& layout, int shard, int num_shards, i
       cons_(layout.spec.consistency, num_workers) {
   const TableSpec& s = layout_.spec;
   if (s.kind == TableKind::kSparse) {
-    sparse_ = std::make_unique<SparseStore>(s.dim(), s.optimizer, s.init);
+    sparse_ = std::make_unique<SparseStore>(s.dim(), s.optimizer, s.init, s.max_rows_per_shard);
     if (s.capacity > 0 && shard >= 0) {  // this shard's share, with room for uneven hashing
       int64_t shards = std::max<int64_t>(1, num_shards);
       sparse_->reserve(s.capacity / shards + s.capacity / shards / 16 + 1024);
@@ -260,11 +260,14 @@ void ServerTable::push_sparse(const PushHeader& h, int64_t n, const int64_t* ids
   const Consistency mode = spec().consistency.mode;
   if (mode == Consistency::kSync) {
     if (drop_if_late(h, want, reply, out)) return;
+    make_rows(n, ids, true);  // now, so the round's rows count against the limit before it closes
     sparse_acc_.add(n, ids, grads);
     cons_.add_contribution(Waiter{h.worker, h.seq, std::move(want), std::move(reply)});
     if (cons_.round_ready()) close_round(out);
     return;
   }
+  // Before the update is logged: a push that does not fit changes nothing.
+  make_rows(n, ids, false);
   if (mode == Consistency::kSsp) cons_.advance_clock(h.worker, h.step + 1);
   if (stateless_sgd(spec().optimizer)) {  // sequential updates equal the summed one
     log_apply(LogKind::kApplySparse, {{h.worker, h.seq}}, cons_.round(), n, ids, grads, n * dim);
@@ -296,10 +299,23 @@ void ServerTable::pull_dense(float* out) {
   std::memcpy(out, values_.data(), values_.size() * sizeof(float));
 }
 
+void ServerTable::make_rows(int64_t n, const int64_t* ids, bool create) {
+  try {
+    if (create) {
+      rows_.resize(static_cast<size_t>(n));
+      sparse_->find_or_create_batch(ids, n, rows_.data());
+    } else {
+      sparse_->check_room(ids, n);
+    }
+  } catch (const TableFull& e) {
+    throw std::invalid_argument("sparse table '" + spec().name + "' on shard " +
+                                std::to_string(shard_) + ": " + e.what() + "; nothing was written");
+  }
+}
+
 void ServerTable::copy_rows(int64_t n, const int64_t* ids, float* out) {
   const int64_t dim = sparse_->dim();
-  rows_.resize(static_cast<size_t>(n));
-  sparse_->find_or_create_batch(ids, n, rows_.data());
+  make_rows(n, ids, true);
   constexpr int64_t kAhead = 4;
   for (int64_t i = 0; i < n; ++i) {
     if (i + kAhead < n) sparse_->prefetch(rows_[i + kAhead]);

@@ -73,6 +73,10 @@ class ServerTable {
   void close_round(ReplyOutbox& out);
   void release_ssp(ReplyOutbox& out);
   void copy_rows(int64_t n, const int64_t* ids, float* out);  // creates missing rows
+  // With create, rows_ = the rows of ids, created when missing; without, only checks that they
+  // would fit. Throws std::invalid_argument naming the table when they would pass its
+  // max_rows_per_shard (nothing created).
+  void make_rows(int64_t n, const int64_t* ids, bool create);
   void apply_dense(const float* grad);
   // apply_dense, copying each updated slice to out while it is still in cache (push_pull).
   void apply_dense_into(const float* grad, float* out);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <unordered_set>
 
 #include "ps/initializer.h"
 #include "ps/optimizer.h"
@@ -43,8 +45,10 @@ size_t SparseStore::chunk_bytes() const {
 
 void SparseStore::ChunkDeleter::operator()(float* p) const { ::munmap(p, bytes); }
 
-SparseStore::SparseStore(int64_t dim, const OptimizerSpec& opt, const InitializerSpec& init)
+SparseStore::SparseStore(int64_t dim, const OptimizerSpec& opt, const InitializerSpec& init,
+                         int64_t max_rows)
     : dim_(dim),
+      max_rows_(max_rows > 0 ? max_rows : int64_t{0xffffffff}),
       slots_(opt.num_slots()),
       row_floats_(dim * (1 + opt.num_slots())),
       opt_(opt),
@@ -53,8 +57,22 @@ SparseStore::SparseStore(int64_t dim, const OptimizerSpec& opt, const Initialize
   rows_per_chunk_ = std::max<int64_t>(1024, static_cast<int64_t>(kChunkBytes / row_bytes));
 }
 
+void SparseStore::check_room(const int64_t* ids, int64_t n) const {
+  const int64_t have = num_rows();
+  if (have + n <= max_rows_) return;  // even if every id is new
+  std::unordered_set<int64_t> fresh;
+  for (int64_t i = 0; i < n; ++i)
+    if (map_.find(ids[i]) < 0) fresh.insert(ids[i]);
+  const int64_t need = have + static_cast<int64_t>(fresh.size());
+  if (need > max_rows_) {
+    throw TableFull("it holds " + std::to_string(have) + " rows, and " +
+                    std::to_string(fresh.size()) + " new ids would make " + std::to_string(need) +
+                    ", past max_rows_per_shard=" + std::to_string(max_rows_));
+  }
+}
+
 uint32_t SparseStore::append_row(int64_t id) {
-  if (ids_.size() >= 0xffffffffull) throw std::length_error("sparse table shard is full");
+  if (ids_.size() >= 0xffffffffull) throw TableFull("the shard holds 2^32 - 1 rows");
   uint32_t row = static_cast<uint32_t>(ids_.size());
   if (row / rows_per_chunk_ >= static_cast<int64_t>(chunks_.size())) {
     const size_t bytes = chunk_bytes();
@@ -66,6 +84,7 @@ uint32_t SparseStore::append_row(int64_t id) {
 }
 
 uint32_t SparseStore::find_or_create(int64_t id) {
+  check_room(&id, 1);
   bool inserted = false;
   uint32_t row = map_.find_or_insert(id, static_cast<uint32_t>(ids_.size()), &inserted);
   if (!inserted) return row;
@@ -76,6 +95,7 @@ uint32_t SparseStore::find_or_create(int64_t id) {
 }
 
 void SparseStore::find_or_create_batch(const int64_t* ids, int64_t n, uint32_t* rows) {
+  check_room(ids, n);
   uint32_t next = static_cast<uint32_t>(ids_.size());
   new_rows_.clear();
   map_.find_or_insert_batch(ids, n, rows, next, new_rows_);

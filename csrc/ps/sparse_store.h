@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "ps/row_map.h"
@@ -14,13 +15,21 @@
 
 namespace pscore::ps {
 
+// Creating the rows a request needs would pass the table's row limit.
+struct TableFull : std::length_error {
+  using std::length_error::length_error;
+};
+
 class SparseStore {
  public:
-  SparseStore(int64_t dim, const OptimizerSpec& opt, const InitializerSpec& init);
+  // max_rows: the most rows it may hold (0: 2^32 - 1, the range of a row index).
+  SparseStore(int64_t dim, const OptimizerSpec& opt, const InitializerSpec& init,
+              int64_t max_rows = 0);
 
   // The row index of `id`, creating and initialising the row when absent.
   uint32_t find_or_create(int64_t id);
-  // rows[i] = the row of ids[i], creating and initialising absent rows.
+  // rows[i] = the row of ids[i], creating and initialising absent rows. Throws TableFull, with
+  // nothing created, when they would not fit.
   void find_or_create_batch(const int64_t* ids, int64_t n, uint32_t* rows);
   // Hints the cache to fetch the start of a row.
   void prefetch(uint32_t row) {
@@ -28,6 +37,8 @@ class SparseStore {
     __builtin_prefetch(p);
     __builtin_prefetch(p + 16);
   }
+  // Throws TableFull unless the distinct absent ids among ids[0, n) fit under the row limit.
+  void check_room(const int64_t* ids, int64_t n) const;
   // The row index of `id`, or -1.
   int64_t find(int64_t id) const { return map_.find(id); }
 
@@ -61,6 +72,7 @@ class SparseStore {
   uint32_t append_row(int64_t id);
 
   int64_t dim_;
+  int64_t max_rows_;
   int slots_;
   int64_t row_floats_;
   OptimizerSpec opt_;

@@ -76,6 +76,10 @@ void TableSpec::validate(int num_workers) const {
     require(n <= kMaxNumel, name, "too many elements");
   }
   require(capacity >= 0 && capacity <= kMaxNumel, name, "bad capacity " + std::to_string(capacity));
+  require(max_rows_per_shard >= 0 && max_rows_per_shard < (int64_t{1} << 32), name,
+          "max_rows_per_shard must lie in [0, 2^32), got " + std::to_string(max_rows_per_shard));
+  require(max_rows_per_shard == 0 || kind == TableKind::kSparse, name,
+          "max_rows_per_shard applies to sparse tables");
   if (kind == TableKind::kSparse)
     require(shape.size() == 1 && shape[0] > 0 && shape[0] <= (1 << 20), name,
             "a sparse table needs a row width (dim) between 1 and 1048576");
@@ -160,6 +164,7 @@ void encode_spec(ByteWriter& w, const TableSpec& s) {
   w.put<int32_t>(s.consistency.staleness);
   w.put<int32_t>(s.consistency.backup_workers);
   w.put<int64_t>(s.capacity);
+  w.put<int64_t>(s.max_rows_per_shard);
 }
 
 TableSpec decode_spec(ByteReader& r) {
@@ -187,6 +192,7 @@ TableSpec decode_spec(ByteReader& r) {
   s.consistency.staleness = r.get<int32_t>();
   s.consistency.backup_workers = r.get<int32_t>();
   s.capacity = r.get<int64_t>();
+  s.max_rows_per_shard = r.get<int64_t>();
   return s;
 }
 

@@ -56,6 +56,7 @@ struct TableSpec {
   TableKind kind = TableKind::kDense;
   std::vector<int64_t> shape;  // dense: the full tensor's shape; sparse: {dim}
   int64_t capacity = 0;        // sparse: rows to make room for up front (over all shards); 0: grow
+  int64_t max_rows_per_shard = 0;  // sparse: the most rows one shard holds; 0: no limit
   InitializerSpec init;
   OptimizerSpec optimizer;
   ConsistencySpec consistency;

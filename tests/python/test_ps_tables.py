@@ -264,3 +264,34 @@ def test_a_worker_that_looks_a_sync_table_up_joins_the_open_round(client, server
     assert work.status() == {"applied": 1, "duplicate": 0, "dropped": 0}
     np.testing.assert_array_equal(newcomer.pull(name), np.full(3, -4.0, np.float32))
     newcomer.close()
+
+
+def test_sparse_row_limit_fails_clearly_and_creates_nothing(client):
+    client.create_sparse("t_rowcap", 2, max_rows_per_shard=4, optimizer=SGD(lr=1.0))
+    rows_before = sum(s["sparse_rows"] for s in client.stats())
+    many = np.arange(1000, 1100, dtype=np.int64)  # 100 ids over 3 shards of at most 4 rows
+    with pytest.raises(ValueError, match=r"t_rowcap' on shard \d: .*past max_rows_per_shard=4"):
+        client.pull_sparse("t_rowcap", many)
+    with pytest.raises(ValueError, match="nothing was written"):
+        client.push_sparse("t_rowcap", many, np.ones((100, 2), np.float32))
+    assert sum(s["sparse_rows"] for s in client.stats()) == rows_before
+    few = np.array([7], dtype=np.int64)  # one row fits anywhere
+    client.push_sparse("t_rowcap", few, np.ones((1, 2), np.float32))
+    np.testing.assert_array_equal(client.pull_sparse("t_rowcap", few), np.full((1, 2), -1.0))
+    assert sum(s["sparse_rows"] for s in client.stats()) == rows_before + 1
+    with pytest.raises(ValueError, match="applies to sparse tables"):
+        client.create_dense("t_rowcap_dense", (4,), max_rows_per_shard=3)
+
+
+def test_sparse_row_limit_counts_the_rows_of_an_open_sync_round(client, servers):
+    name = "t_rowcap_sync"
+    client.create_sparse(name, 2, max_rows_per_shard=4, consistency="sync", optimizer=SGD(lr=1.0))
+    ids = np.array([1, 2, 3], dtype=np.int64)
+    work = client.push_sparse_async(name, ids, np.ones((3, 2), np.float32))  # waits for worker 1
+    other = PSClient(addresses(servers), worker_id=1)
+    with pytest.raises(ValueError, match="past max_rows_per_shard=4"):
+        other.push_sparse(name, np.arange(500, 600, dtype=np.int64), np.ones((100, 2), np.float32))
+    other.push_sparse(name, ids, np.ones((3, 2), np.float32))  # closes the round
+    assert work.wait(timeout=30) is None
+    np.testing.assert_array_equal(client.pull_sparse(name, ids), np.full((3, 2), -1.0))
+    other.close()

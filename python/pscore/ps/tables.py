@@ -66,13 +66,16 @@ def build_spec(
     clip_norm: float | None = None,
     clip_value: float | None = None,
     capacity: int = 0,
+    max_rows_per_shard: int = 0,
 ):
     """A _ps.TableSpec. initializer: "zeros", "uniform" (low, high), "normal" (mean, std) or
     "constant" (value), seeded by `seed`; optimizer: pscore.ps.SGD/Adagrad/Adam/AdamW/RMSprop
     (default SGD()); consistency: "async", "sync" (with backup_workers) or "ssp" (with
     staleness); clip_norm / clip_value: gradient clipping of every push; capacity (sparse):
     rows to make room for up front over all shards (memory allocated and faulted in at
-    creation, as a preallocated tensor would be), so that creating rows costs no allocation."""
+    creation, as a preallocated tensor would be), so that creating rows costs no allocation;
+    max_rows_per_shard (sparse): the most rows one shard holds (0: no limit); a pull or push
+    that would create more fails with ValueError and creates nothing."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"table name must be a non-empty str, got {name!r}")
     if initializer not in INITIALIZERS:
@@ -93,4 +96,10 @@ def build_spec(
     if capacity and not sparse:
         raise ValueError("capacity applies to sparse tables")
     spec.capacity = capacity
+    limit = max_rows_per_shard
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"max_rows_per_shard must be an int >= 0, got {limit!r}")
+    if max_rows_per_shard and not sparse:
+        raise ValueError("max_rows_per_shard applies to sparse tables")
+    spec.max_rows_per_shard = max_rows_per_shard
     return spec
