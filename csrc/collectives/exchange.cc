@@ -182,17 +182,18 @@ void Exchange::run() {
       continue;
     }
     // Announce the sleep, look once more (a peer may have signalled in between), then block.
-    uint32_t token = transport_.begin_wait();
-    for (auto& it : items_) progressed |= step(it);
-    if (!progressed && pending_ > 0) {
-      waits.clear();
-      for (const auto& it : items_)
-        if (!it.finished()) waits.push_back(WaitItem{it.peer, ctx_.lane, it.is_send});
-      int slice = ctx_.deadline.infinite() ? kWaitSliceMs
-                                           : std::min(kWaitSliceMs, ctx_.deadline.remaining_ms());
-      transport_.wait(waits, slice, token);
+    {
+      SleepTurn turn(transport_);
+      for (auto& it : items_) progressed |= step(it);
+      if (!progressed && pending_ > 0) {
+        waits.clear();
+        for (const auto& it : items_)
+          if (!it.finished()) waits.push_back(WaitItem{it.peer, ctx_.lane, it.is_send});
+        turn.wait(waits, ctx_.deadline.infinite()
+                             ? kWaitSliceMs
+                             : std::min(kWaitSliceMs, ctx_.deadline.remaining_ms()));
+      }
     }
-    transport_.end_wait();
     if (progressed) {
       idle_since = now_us();
       continue;

@@ -341,17 +341,16 @@ void ProcessGroup::run_recv_any(Work& outer, void* buf, size_t count, DType dtyp
   int64_t last_check = now_us();
   for (;;) {
     int peer = -1;
-    WorkPtr inner = claim_arrived(buf, count, dtype, tag, peer, watch);
-    if (!inner) {
-      const uint32_t token = transport_->begin_wait();
-      inner = claim_arrived(buf, count, dtype, tag, peer, watch);  // a peer may have sent since
+    WorkPtr inner;
+    {
+      SleepTurn turn(*transport_);  // first, so a message that arrives after the look wakes it
+      inner = claim_arrived(buf, count, dtype, tag, peer, watch);
       if (!inner) {
-        const int slice = static_cast<int>(
-            deadline.infinite() ? kAnySourceSliceMs
-                                : std::min<int64_t>(kAnySourceSliceMs, deadline.remaining_ms()));
-        transport_->wait(watch, slice, token);
+        turn.wait(watch, static_cast<int>(
+                             deadline.infinite()
+                                 ? kAnySourceSliceMs
+                                 : std::min<int64_t>(kAnySourceSliceMs, deadline.remaining_ms())));
       }
-      transport_->end_wait();
     }
     if (inner) {
       outer.set_source(peer);

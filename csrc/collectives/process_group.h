@@ -80,7 +80,6 @@ class ProcessGroup {
   std::function<void()> p2p_task(bool is_send, int peer, DType dtype, uint32_t tag,
                                  std::function<void(const OpContext&)> fn);
   std::string p2p_what(bool is_send, int peer) const;
-  WorkPtr submit_recv(int src, void* buf, size_t count, DType dtype, uint32_t tag, bool async);
   // Queues the receive of the message with `tag` that an otherwise idle peer has begun to
   // send; nullptr when there is none, with `watch` set to the peers worth sleeping on.
   WorkPtr claim_arrived(void* buf, size_t count, DType dtype, uint32_t tag, int& peer,

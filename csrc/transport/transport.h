@@ -41,4 +41,21 @@ class Transport {
   virtual void abort(const std::string& reason) = 0;
 };
 
+// One turn of the sleeping protocol: announces the sleeper on construction and withdraws it on
+// destruction, also when the re-check in between throws.
+class SleepTurn {
+ public:
+  explicit SleepTurn(Transport& t) : t_(t), token_(t.begin_wait()) {}
+  ~SleepTurn() { t_.end_wait(); }
+  SleepTurn(const SleepTurn&) = delete;
+  SleepTurn& operator=(const SleepTurn&) = delete;
+  void wait(const std::vector<WaitItem>& items, int timeout_ms) {
+    t_.wait(items, timeout_ms, token_);
+  }
+
+ private:
+  Transport& t_;
+  uint32_t token_;
+};
+
 }  // namespace pscore

@@ -1,6 +1,6 @@
 // Sleeps until one of a caller's sockets is ready, through an epoll instance whose interest list
 // follows the caller's wait sets. A socket is added or changed when a wait asks for it, and
-// removed only when it reports readiness no wait asked for, so an exchange that waits on the
+// disarmed only when it reports readiness no wait asked for, so an exchange that waits on the
 // same sockets again and again costs one epoll_wait per sleep and no epoll_ctl. Not
 // thread-safe: one waiter at a time.
 #pragma once
