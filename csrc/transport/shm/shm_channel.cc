@@ -47,25 +47,14 @@ size_t ShmChannel::write_some(const void* a, size_t na, const void* b, size_t nb
   return ka + kb;
 }
 
-size_t ShmChannel::peek(void* dst, size_t n) {
+// Hands the sink up to max arrived bytes (a multiple of granule) without consuming them.
+size_t ShmChannel::pass_on(size_t max, size_t granule, const Sink& sink) const {
   const uint64_t tail = in_.header->tail.load(std::memory_order_relaxed);
   const uint64_t head = in_.header->head.load(std::memory_order_acquire);
-  const size_t k = std::min<uint64_t>(head - tail, n);
+  const size_t k = std::min<uint64_t>(head - tail, max) & ~(granule - 1);
+  if (k == 0) return 0;
   const size_t at = tail % in_.capacity;
   const size_t first = std::min<size_t>(k, in_.capacity - at);
-  std::memcpy(dst, in_.data + at, first);
-  if (k > first) std::memcpy(static_cast<char*>(dst) + first, in_.data, k - first);
-  return k;
-}
-
-size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
-  uint64_t tail = in_.header->tail.load(std::memory_order_relaxed);
-  uint64_t head = in_.header->head.load(std::memory_order_acquire);
-  size_t k = std::min<uint64_t>(head - tail, max);
-  k &= ~(granule - 1);
-  if (k == 0) return 0;
-  size_t at = tail % in_.capacity;
-  size_t first = std::min<size_t>(k, in_.capacity - at);
   if (sink.direct) {
     std::memcpy(sink.direct, in_.data + at, first);
     if (k > first) std::memcpy(static_cast<char*>(sink.direct) + first, in_.data, k - first);
@@ -73,7 +62,21 @@ size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
     sink.consume(in_.data + at, first);
     if (k > first) sink.consume(in_.data, k - first);
   }
-  in_.header->tail.store(tail + k, std::memory_order_release);
+  return k;
+}
+
+size_t ShmChannel::peek(void* dst, size_t n) {
+  Sink sink;
+  sink.direct = dst;
+  return pass_on(n, 1, sink);
+}
+
+size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
+  const size_t k = pass_on(max, granule, sink);
+  if (k == 0) return 0;
+  // This rank is the ring's only consumer, so no other writer races the store.
+  in_.header->tail.store(in_.header->tail.load(std::memory_order_relaxed) + k,
+                         std::memory_order_release);
   ring_peer();
   return k;
 }

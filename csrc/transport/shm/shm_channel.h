@@ -24,6 +24,7 @@ class ShmChannel : public Channel {
   size_t peek(void* dst, size_t n) override;
 
  private:
+  size_t pass_on(size_t max, size_t granule, const Sink& sink) const;
   void ring_peer();
   RingView out_;
   RingView in_;
