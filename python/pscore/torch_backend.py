@@ -6,7 +6,7 @@ torch) registers "pscore", and unmodified code - DDP included - runs on pscore's
 
 Every operation runs asynchronously: it returns at once, `wait()` waits on pscore directly, and
 a completer thread resolves the Work's future when pscore finishes, so DDP's backward keeps
-computing while gradient buckets are reduced. recv from any source runs synchronously.
+computing while gradient buckets are reduced.
 """
 
 from __future__ import annotations
@@ -42,33 +42,6 @@ def _op_name(op) -> str:
     raise ValueError(f"pscore backend: reduce op {op} is not supported")
 
 
-class _DoneWork(_TorchWork):
-    """A finished operation; its future already holds the result tensors."""
-
-    def __init__(self, result, source: int = -1):
-        super().__init__()
-        self._future = torch.futures.Future()
-        self._future.set_result(result)
-        self._source = source
-
-    def source_rank(self) -> int:
-        return self._source
-
-    _source_rank = source_rank  # what torch.distributed.recv(src=None) asks
-
-    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
-        return True
-
-    def is_completed(self) -> bool:
-        return True
-
-    def is_success(self) -> bool:
-        return True
-
-    def get_future(self):
-        return self._future
-
-
 class _AsyncWork(_TorchWork):
     """An operation still running in pscore; its future resolves on the completer thread, and
     wait() waits on pscore's works directly (no hand-off through that thread)."""
@@ -77,7 +50,6 @@ class _AsyncWork(_TorchWork):
         super().__init__()
         self._works = works
         self._future = torch.futures.Future()
-        self._source = -1
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         self._works.wait()  # raises the operation's error
@@ -86,13 +58,11 @@ class _AsyncWork(_TorchWork):
     def is_completed(self) -> bool:
         return self._works.is_completed()
 
-    def set_source(self, rank: int) -> None:
-        self._source = rank
-
     def source_rank(self) -> int:
-        return self._source
+        """The sender of a receive (known once it is done), -1 for other operations."""
+        return self._works.source_rank()
 
-    _source_rank = source_rank
+    _source_rank = source_rank  # what torch.distributed.recv(src=None) asks
 
     def is_success(self) -> bool:
         if not self.is_completed():
@@ -119,6 +89,9 @@ class _AllOf:
 
     def is_completed(self) -> bool:
         return all(w.is_completed() for w in self._works)
+
+    def source_rank(self) -> int:
+        return self._works[0].source_rank() if self._works else -1
 
 
 class _Completer:
@@ -254,22 +227,20 @@ class PscoreProcessGroup(_TorchProcessGroup):
 
     _reduce_scatter_base = reduce_scatter_single  # the name torch used before 2.13
 
+    def _at_root(self, lists, root: int) -> list:
+        """The root's tensor lists; None for each on the other ranks."""
+        return lists if self.rank() == root else [None] * len(lists)
+
     def gather(self, output_lists, inputs, opts):
         root, g = opts.rootRank, self._group
-        mine = self.rank() == root
-        works = [
-            c.gather(t, output_lists[i] if mine else None, dst=root, group=g, async_op=True)
-            for i, t in enumerate(inputs)
-        ]
+        outs = self._at_root(output_lists, root)
+        works = [c.gather(t, o, dst=root, group=g, async_op=True) for t, o in zip(inputs, outs)]
         return self._track(works, output_lists)
 
     def scatter(self, outputs, input_lists, opts):
         root, g = opts.rootRank, self._group
-        mine = self.rank() == root
-        works = [
-            c.scatter(t, input_lists[i] if mine else None, src=root, group=g, async_op=True)
-            for i, t in enumerate(outputs)
-        ]
+        ins = self._at_root(input_lists, root)
+        works = [c.scatter(t, i, src=root, group=g, async_op=True) for t, i in zip(outputs, ins)]
         return self._track(works, outputs)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
@@ -299,13 +270,10 @@ class PscoreProcessGroup(_TorchProcessGroup):
 
     def recv(self, tensors, src: int, tag: int):
         g = self._group
-        work = self._track([c.irecv(t, src, group=g, tag=tag) for t in tensors], tensors)
-        work.set_source(src)
-        return work
+        return self._track([c.irecv(t, src, group=g, tag=tag) for t in tensors], tensors)
 
     def recv_anysource(self, tensors, tag: int):
-        (t,) = tensors
-        return _DoneWork(tensors, c.recv(t, None, group=self._group, tag=tag))
+        return self.recv(tensors, None, tag)
 
 
 def _create(store, rank: int, world_size: int, timeout: datetime.timedelta):
