@@ -287,8 +287,12 @@ def test_sparse_row_limit_counts_the_rows_of_an_open_sync_round(client, servers)
     name = "t_rowcap_sync"
     client.create_sparse(name, 2, max_rows_per_shard=4, consistency="sync", optimizer=SGD(lr=1.0))
     ids = np.array([1, 2, 3], dtype=np.int64)
+    rows_before = sum(s["sparse_rows"] for s in client.stats())
     work = client.push_sparse_async(name, ids, np.ones((3, 2), np.float32))  # waits for worker 1
     other = PSClient(addresses(servers), worker_id=1)
+    # The parked push's rows exist already (and so count against the limit) with the round open.
+    assert sum(s["sparse_rows"] for s in other.stats()) == rows_before + 3
+    assert not work.is_completed()
     with pytest.raises(ValueError, match="past max_rows_per_shard=4"):
         other.push_sparse(name, np.arange(500, 600, dtype=np.int64), np.ones((100, 2), np.float32))
     other.push_sparse(name, ids, np.ones((3, 2), np.float32))  # closes the round

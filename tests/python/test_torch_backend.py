@@ -13,7 +13,8 @@ import torch.distributed as dist
 import pscore.torch_backend  # noqa: F401 - registers "pscore"
 
 # Ranks are spawned, not forked: the test process serves a torch TCPStore (a libuv thread), and
-# a child forked while that thread holds a lock can hang in its first c10d call.
+# a forked rank once hung early in CI, likely on state inherited from that thread; spawned ranks
+# start clean.
 _ctx = mp.get_context("spawn")
 # Objects a rank must not free: torch 2.13 can deadlock when a DDP reducer holding a gloo group
 # is freed (its destructor joins gloo's worker thread while holding the GIL, and the worker
