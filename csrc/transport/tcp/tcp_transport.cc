@@ -373,13 +373,13 @@ bool TcpTransport::wait_in_epoll(int lane, const std::vector<pollfd>& fds, int t
 void TcpTransport::wait(const std::vector<WaitItem>& items, int timeout_ms, uint32_t) {
   std::vector<pollfd> fds;
   fds.reserve(items.size());
-  bool one_lane = true;
   for (const auto& it : items) {
     auto& c = static_cast<TcpChannel&>(channel(it.peer, it.lane));
     fds.push_back(it.want_write ? pollfd{c.tx_fd(), POLLOUT, 0} : pollfd{c.rx_fd(), POLLIN, 0});
-    one_lane = one_lane && it.lane == items.front().lane;
   }
-  if (one_lane && !items.empty() && static_cast<int>(fds.size()) >= options_.epoll_min_fds &&
+  // The lane's set serves one waiter at a time (a wait's items come from one lane's exchange;
+  // were they mixed, the set would simply follow them).
+  if (!items.empty() && static_cast<int>(fds.size()) >= options_.epoll_min_fds &&
       wait_in_epoll(items.front().lane, fds, timeout_ms)) {
     return;
   }
