@@ -1,8 +1,8 @@
-// The CUDA entry points of a build made without a CUDA compiler: they report why they cannot run.
+// The kernel side of a build made without a CUDA compiler: it reports that none is there.
 #ifndef PSCORE_WITH_CUDA
 
 #include "common/error.h"
-#include "hogwild/cuda/cuda_updates.h"
+#include "hogwild/cuda/launch.h"
 
 namespace pscore::hogwild::cuda {
 
@@ -10,10 +10,8 @@ bool built() { return false; }
 
 int device_count() { return 0; }
 
-void sparse_update(const SparseUpdate&) {
-  throw Error(
-      "pscore was built without CUDA (CMake found no CUDA compiler), so the GPU Hogwild kernels "
-      "are not available; rebuild with nvcc on PATH or use the CPU SharedTable");
+void launch_sparse_update(const SparseUpdate&, const Coeffs&) {
+  throw Error("pscore was built without CUDA: no GPU Hogwild kernels");
 }
 
 }  // namespace pscore::hogwild::cuda

@@ -1,23 +1,22 @@
-// GPU versions of the sparse Hogwild updates for float32 tables. One thread per (id, column):
-// consecutive threads walk a row, so loads and stores coalesce. Rows that repeat in a batch are
-// combined with atomicAdd, the GPU form of Hogwild's unlocked writes: SGD and the Adagrad
-// accumulator sum exactly; Adam's moments move by atomic deltas from the value each thread read.
-// Ids are checked on the device first; a bad id stops every update kernel before it writes.
+// GPU sparse Hogwild updates for float32 tables. Ids are checked first by their own kernel; a
+// bad id stops every update thread before it writes. The update kernel gives each batch entry a
+// group of lanes (sparse_update_body.h) that walks its row, so loads and stores coalesce and no
+// thread divides a flat index. Colliding rows combine through atomicAdd.
 #include <cuda_runtime.h>
 
 #include <climits>
-#include <cmath>
 #include <stdexcept>
 #include <string>
 
-#include "common/dtype.h"
 #include "common/error.h"
-#include "hogwild/cuda/cuda_updates.h"
+#include "hogwild/cuda/launch.h"
+#include "hogwild/cuda/sparse_update_body.h"
 
 namespace pscore::hogwild::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr unsigned kThreads = 256;
+constexpr unsigned kMaxBlocks = 65535u * 8;
 constexpr unsigned long long kNoBadId = ULLONG_MAX;
 
 void check(cudaError_t err, const char* what) {
@@ -26,71 +25,35 @@ void check(cudaError_t err, const char* what) {
   }
 }
 
+struct AtomicAdd {
+  __device__ float operator()(float* p, float v) const { return atomicAdd(p, v); }
+};
+
 // Records the smallest index whose id is outside [0, rows).
 template <typename Id>
 __global__ void find_bad_id(const Id* ids, uint64_t n, uint64_t rows, unsigned long long* bad) {
   for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n;
        i += uint64_t{gridDim.x} * blockDim.x) {
-    const Id id = ids[i];
-    if (id < 0 || static_cast<uint64_t>(id) >= rows) atomicMin(bad, i);
+    if (id_out_of_range(ids[i], rows)) atomicMin(bad, i);
   }
 }
 
-struct Coeffs {
-  float lr, eps, beta1, beta2, step_size, inv_sqrt_bc2;
-};
-
-template <typename Id>
-__global__ void update_rows(UpdateKind kind, float* __restrict__ w, float* __restrict__ s0,
-                            float* __restrict__ s1, uint64_t dim, const Id* __restrict__ ids,
-                            uint64_t n, const float* __restrict__ grads, Coeffs c,
+template <UpdateKind K, typename Id>
+__global__ void update_rows(DeviceTable t, const Id* __restrict__ ids, uint64_t n,
+                            const float* __restrict__ grads, Coeffs c, unsigned width,
                             const unsigned long long* bad) {
   if (*bad != kNoBadId) return;
-  const uint64_t total = n * dim;
-  for (uint64_t e = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; e < total;
-       e += uint64_t{gridDim.x} * blockDim.x) {
-    const uint64_t i = e / dim;
-    const uint64_t k = static_cast<uint64_t>(ids[i]) * dim + (e - i * dim);
-    const float g = grads[e];
-    if (kind == UpdateKind::kSgd) {
-      atomicAdd(w + k, -c.lr * g);
-    } else if (kind == UpdateKind::kAdagrad) {
-      const float a = atomicAdd(s0 + k, g * g) + g * g;
-      atomicAdd(w + k, -c.lr * g / (sqrtf(a) + c.eps));
-    } else {
-      const float dm = (1.f - c.beta1) * (g - s0[k]);
-      const float m = atomicAdd(s0 + k, dm) + dm;
-      const float dv = (1.f - c.beta2) * (g * g - s1[k]);
-      const float v = atomicAdd(s1 + k, dv) + dv;
-      atomicAdd(w + k, -c.step_size * m / (sqrtf(v) * c.inv_sqrt_bc2 + c.eps));
-    }
+  const uint64_t thread = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x;
+  const uint64_t groups = uint64_t{gridDim.x} * blockDim.x / width;
+  const unsigned lane = threadIdx.x % width;
+  for (uint64_t i = thread / width; i < n; i += groups) {
+    update_entry<K>(t, ids, grads, i, lane, width, c, AtomicAdd{});
   }
 }
 
-unsigned int blocks_for(uint64_t work) {
-  const uint64_t b = (work + kThreads - 1) / kThreads;
-  return static_cast<unsigned int>(b < 65535 * 8 ? (b == 0 ? 1 : b) : 65535 * 8);
-}
-
-Coeffs coeffs_of(const SparseUpdate& u) {
-  const auto& k = u.coeffs;
-  const size_t need = u.kind == UpdateKind::kSgd ? 1 : u.kind == UpdateKind::kAdagrad ? 2 : 5;
-  if (k.size() != need) {
-    throw std::invalid_argument("hogwild cuda: expected " + std::to_string(need) +
-                                " coefficients, got " + std::to_string(k.size()));
-  }
-  Coeffs c{};
-  c.lr = static_cast<float>(k[0]);
-  if (u.kind == UpdateKind::kAdagrad) c.eps = static_cast<float>(k[1]);
-  if (u.kind == UpdateKind::kAdam) {
-    c.beta1 = static_cast<float>(k[1]);
-    c.beta2 = static_cast<float>(k[2]);
-    c.eps = static_cast<float>(k[3]);
-    if (k[4] < 1) throw std::invalid_argument("hogwild cuda: adam step must be >= 1");
-    c.step_size = static_cast<float>(k[0] / (1.0 - std::pow(k[1], k[4])));
-    c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(k[2], k[4])));
-  }
-  return c;
+unsigned blocks_for(uint64_t threads) {
+  const uint64_t b = (threads + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b == 0 ? 1 : b < kMaxBlocks ? b : kMaxBlocks);
 }
 
 // One scratch word per thread and device for the bad-id index (calls synchronise before return).
@@ -103,6 +66,15 @@ unsigned long long* scratch_word() {
   return words[dev];
 }
 
+template <UpdateKind K, typename Id>
+void launch_update(const SparseUpdate& u, const Coeffs& c, const unsigned long long* bad,
+                   cudaStream_t stream) {
+  const DeviceTable t{u.table, u.state0, u.state1, u.rows, u.dim};
+  const unsigned width = lanes_per_entry(u.dim);
+  update_rows<K, Id><<<blocks_for(u.num_ids * width), kThreads, 0, stream>>>(
+      t, static_cast<const Id*>(u.ids), u.num_ids, u.grads, c, width, bad);
+}
+
 template <typename Id>
 void run(const SparseUpdate& u, const Coeffs& c) {
   auto stream = static_cast<cudaStream_t>(u.stream);
@@ -110,8 +82,13 @@ void run(const SparseUpdate& u, const Coeffs& c) {
   unsigned long long* bad = scratch_word();
   check(cudaMemsetAsync(bad, 0xff, sizeof(*bad), stream), "cudaMemsetAsync");
   find_bad_id<Id><<<blocks_for(u.num_ids), kThreads, 0, stream>>>(ids, u.num_ids, u.rows, bad);
-  update_rows<Id><<<blocks_for(u.num_ids * u.dim), kThreads, 0, stream>>>(
-      u.kind, u.table, u.state0, u.state1, u.dim, ids, u.num_ids, u.grads, c, bad);
+  if (u.kind == UpdateKind::kSgd) {
+    launch_update<UpdateKind::kSgd, Id>(u, c, bad, stream);
+  } else if (u.kind == UpdateKind::kAdagrad) {
+    launch_update<UpdateKind::kAdagrad, Id>(u, c, bad, stream);
+  } else {
+    launch_update<UpdateKind::kAdam, Id>(u, c, bad, stream);
+  }
   check(cudaGetLastError(), "kernel launch");
   unsigned long long first_bad = kNoBadId;
   check(cudaMemcpyAsync(&first_bad, bad, sizeof(first_bad), cudaMemcpyDeviceToHost, stream),
@@ -138,26 +115,11 @@ int device_count() {
   return n;
 }
 
-void sparse_update(const SparseUpdate& u) {
-  if (!u.table || u.rows == 0 || u.dim == 0) {
-    throw std::invalid_argument("hogwild cuda: empty or null table");
-  }
-  if (u.kind != UpdateKind::kSgd && !u.state0) {
-    throw std::invalid_argument("hogwild cuda: this optimizer needs its state tensor(s)");
-  }
-  if (u.kind == UpdateKind::kAdam && !u.state1) {
-    throw std::invalid_argument("hogwild cuda: adam needs exp_avg and exp_avg_sq");
-  }
-  const Coeffs c = coeffs_of(u);
-  if (u.num_ids == 0) return;
-  if (!u.ids || !u.grads) throw std::invalid_argument("hogwild cuda: null ids or grads");
+void launch_sparse_update(const SparseUpdate& u, const Coeffs& c) {
   if (u.ids_dtype == DType::kInt64) {
     run<int64_t>(u, c);
-  } else if (u.ids_dtype == DType::kInt32) {
-    run<int32_t>(u, c);
   } else {
-    throw std::invalid_argument(std::string("hogwild cuda: ids are ") + dtype_name(u.ids_dtype) +
-                                "; pass int32 or int64");
+    run<int32_t>(u, c);
   }
 }
 

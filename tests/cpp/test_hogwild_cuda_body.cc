@@ -1,0 +1,187 @@
+// The GPU sparse updates' arithmetic and indexing (sparse_update_body.h), run on the host with a
+// serial add in place of atomicAdd and every lane of a group visited in turn: checked against
+// torch.optim's formulas applied per occurrence, with rows that repeat in a batch. Also the
+// coefficient checks and the id range test, which run on every machine, GPU or not.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "common/error.h"
+#include "hogwild/cuda/sparse_update_body.h"
+
+namespace hc = pscore::hogwild::cuda;
+using hc::UpdateKind;
+
+namespace {
+
+struct SerialAdd {
+  float operator()(float* p, float v) const {
+    const float old = *p;
+    *p = old + v;
+    return old;
+  }
+};
+
+struct Problem {
+  uint64_t rows, dim;
+  std::vector<float> w, s0, s1, grads;
+  std::vector<int64_t> ids;
+};
+
+Problem make_problem(uint64_t rows, uint64_t dim, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  Problem p{rows, dim, {}, {}, {}, {}, {}};
+  for (uint64_t i = 0; i < rows * dim; ++i) p.w.push_back(normal(rng));
+  p.s0.assign(rows * dim, 0.f);
+  p.s1.assign(rows * dim, 0.f);
+  for (size_t i = 0; i < n; ++i) p.ids.push_back(static_cast<int64_t>(rng() % rows));
+  p.ids[n - 1] = p.ids[0];  // at least one repeat
+  for (uint64_t i = 0; i < n * dim; ++i) p.grads.push_back(normal(rng));
+  return p;
+}
+
+hc::SparseUpdate request(UpdateKind kind, std::vector<double> coeffs) {
+  hc::SparseUpdate u;
+  u.kind = kind;
+  u.coeffs = std::move(coeffs);
+  return u;
+}
+
+// Runs the device body on the host: entries in batch order, each by all `width` lanes.
+template <UpdateKind K>
+void run_on_host(Problem& p, const hc::Coeffs& c, unsigned width) {
+  const hc::DeviceTable t{p.w.data(), p.s0.data(), p.s1.data(), p.rows, p.dim};
+  for (uint64_t i = 0; i < p.ids.size(); ++i) {
+    for (unsigned lane = 0; lane < width; ++lane) {
+      hc::update_entry<K>(t, p.ids.data(), p.grads.data(), i, lane, width, c, SerialAdd{});
+    }
+  }
+}
+
+// torch.optim's updates in double, one occurrence after another.
+void reference(UpdateKind kind, Problem& p, double lr, double b1, double b2, double eps, int t) {
+  std::vector<double> w(p.w.begin(), p.w.end()), m(w.size()), v(w.size());
+  for (size_t i = 0; i < p.ids.size(); ++i) {
+    for (uint64_t j = 0; j < p.dim; ++j) {
+      const uint64_t k = static_cast<uint64_t>(p.ids[i]) * p.dim + j;
+      const double g = p.grads[i * p.dim + j];
+      if (kind == UpdateKind::kSgd) {
+        w[k] -= lr * g;
+      } else if (kind == UpdateKind::kAdagrad) {
+        m[k] += g * g;
+        w[k] -= lr * g / (std::sqrt(m[k]) + eps);
+      } else {
+        m[k] = b1 * m[k] + (1 - b1) * g;
+        v[k] = b2 * v[k] + (1 - b2) * g * g;
+        const double denom = std::sqrt(v[k]) / std::sqrt(1 - std::pow(b2, t)) + eps;
+        w[k] -= lr / (1 - std::pow(b1, t)) * m[k] / denom;
+      }
+    }
+  }
+  p.w.assign(w.begin(), w.end());
+  p.s0.assign(m.begin(), m.end());
+  p.s1.assign(v.begin(), v.end());
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 2e-5 * (1.0 + std::fabs(want[i]))) << "element " << i;
+  }
+}
+
+template <UpdateKind K>
+void check_against_reference(std::vector<double> coeffs, double b1, double b2, double eps, int t) {
+  for (uint64_t dim : {1u, 3u, 37u, 64u, 300u}) {
+    for (unsigned width : {hc::lanes_per_entry(dim), 32u}) {
+      SCOPED_TRACE("dim " + std::to_string(dim) + ", width " + std::to_string(width));
+      Problem gpu = make_problem(23, dim, 40, 7);
+      Problem ref = gpu;
+      const hc::Coeffs c = hc::coeffs_of(request(K, coeffs));
+      run_on_host<K>(gpu, c, width);
+      reference(K, ref, coeffs[0], b1, b2, eps, t);
+      expect_close(gpu.w, ref.w);
+      if (K != UpdateKind::kSgd) expect_close(gpu.s0, ref.s0);
+      if (K == UpdateKind::kAdam) expect_close(gpu.s1, ref.s1);
+    }
+  }
+}
+
+TEST(CudaBody, SgdMatchesTorchWithRepeatedRows) {
+  check_against_reference<UpdateKind::kSgd>({0.3}, 0, 0, 0, 1);
+}
+
+TEST(CudaBody, AdagradMatchesTorchWithRepeatedRows) {
+  check_against_reference<UpdateKind::kAdagrad>({0.1, 1e-10}, 0, 0, 1e-10, 1);
+}
+
+TEST(CudaBody, AdamMatchesTorchWithRepeatedRowsAtLaterSteps) {
+  for (int step : {1, 7}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    check_against_reference<UpdateKind::kAdam>({0.01, 0.9, 0.999, 1e-8, double(step)}, 0.9, 0.999,
+                                               1e-8, step);
+  }
+}
+
+TEST(CudaBody, SgdOfIntegerValuesIsExactWhateverTheRepeats) {
+  Problem p = make_problem(4, 5, 30, 3);
+  std::fill(p.w.begin(), p.w.end(), 0.f);
+  std::fill(p.grads.begin(), p.grads.end(), -1.f);
+  run_on_host<UpdateKind::kSgd>(p, hc::coeffs_of(request(UpdateKind::kSgd, {1.0})), 4);
+  for (uint64_t r = 0; r < 4; ++r) {
+    const float hits = static_cast<float>(std::count(p.ids.begin(), p.ids.end(), r));
+    for (uint64_t j = 0; j < 5; ++j) EXPECT_EQ(p.w[r * 5 + j], hits);
+  }
+}
+
+TEST(CudaBody, LanesCoverNarrowRowsWithoutIdling) {
+  EXPECT_EQ(hc::lanes_per_entry(1), 1u);
+  EXPECT_EQ(hc::lanes_per_entry(3), 4u);
+  EXPECT_EQ(hc::lanes_per_entry(16), 16u);
+  EXPECT_EQ(hc::lanes_per_entry(17), 32u);
+  EXPECT_EQ(hc::lanes_per_entry(4096), 32u);
+}
+
+TEST(CudaBody, IdRangeCheck) {
+  EXPECT_TRUE(hc::id_out_of_range<int64_t>(-1, 10));
+  EXPECT_TRUE(hc::id_out_of_range<int64_t>(10, 10));
+  EXPECT_FALSE(hc::id_out_of_range<int64_t>(9, 10));
+  EXPECT_TRUE(hc::id_out_of_range<int32_t>(-2147483647 - 1, 10));
+  EXPECT_FALSE(hc::id_out_of_range<int32_t>(0, 1));
+  EXPECT_TRUE(hc::id_out_of_range<int64_t>(int64_t{1} << 40, uint64_t{1} << 40));
+}
+
+TEST(CudaBody, CoefficientsAreCheckedAndFoldedLikeTheCpuKernels) {
+  EXPECT_THROW(hc::coeffs_of(request(UpdateKind::kSgd, {})), std::invalid_argument);
+  EXPECT_THROW(hc::coeffs_of(request(UpdateKind::kAdagrad, {0.1})), std::invalid_argument);
+  EXPECT_THROW(hc::coeffs_of(request(UpdateKind::kAdam, {0.1, 0.9, 0.999, 1e-8, 0})),
+               std::invalid_argument);
+  const hc::Coeffs c = hc::coeffs_of(request(UpdateKind::kAdam, {0.1, 0.9, 0.99, 1e-8, 2}));
+  EXPECT_FLOAT_EQ(c.step_size, static_cast<float>(0.1 / (1 - 0.81)));
+  EXPECT_FLOAT_EQ(c.inv_sqrt_bc2, static_cast<float>(1 / std::sqrt(1 - 0.99 * 0.99)));
+}
+
+TEST(CudaBody, RequestsAreCheckedBeforeAnyKernel) {
+  hc::SparseUpdate u = request(UpdateKind::kAdagrad, {0.1, 1e-10});
+  if (!hc::built()) {
+    EXPECT_THROW(hc::sparse_update(u), pscore::Error);  // says CUDA is missing, first
+    return;
+  }
+  EXPECT_THROW(hc::sparse_update(u), std::invalid_argument);  // null table
+  float w = 0;
+  u.table = &w;
+  u.rows = u.dim = 1;
+  EXPECT_THROW(hc::sparse_update(u), std::invalid_argument);  // no accumulator
+  u.state0 = &w;
+  u.ids_dtype = pscore::DType::kFloat32;
+  u.num_ids = 1;
+  u.ids = &w;
+  u.grads = &w;
+  EXPECT_THROW(hc::sparse_update(u), std::invalid_argument);  // float ids
+}
+
+}  // namespace
