@@ -236,6 +236,7 @@ void bind_table(py::module_& m) {
 void bind_cuda(py::module_& m) {
   m.def("cuda_built", &hw::cuda::built);
   m.def("cuda_device_count", &hw::cuda::device_count, Release());
+  m.def("cuda_peak_memory_bandwidth", &hw::cuda::peak_memory_bandwidth, Release());
   m.def(
       "cuda_sparse_update",
       [](int kind, uint64_t table, uint64_t state0, uint64_t state1, uint64_t rows, uint64_t dim,

@@ -102,3 +102,40 @@ def test_gpu_bad_input_writes_nothing():
         hwcuda.sgd(w, torch.tensor([0, 1], device="cuda"), g)
     with pytest.raises(ValueError, match="state_sum has shape"):
         hwcuda.adagrad(w, torch.zeros(2, 4, device="cuda"), torch.tensor([0], device="cuda"), g[:1])
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+def test_gpu_benchmark_peer_computes_what_the_pscore_kernels_do(optimizer):
+    """The torch ops the GPU benchmark races against make the same update (checked on the CPU,
+    with distinct ids per batch, where torch's index ops and Hogwild agree)."""
+    from pscore.bench import hogwild_cuda as bench
+
+    rng = np.random.default_rng(1)
+    w0 = rng.standard_normal((300, 16)).astype(np.float32)
+    batches = [
+        (rng.permutation(300)[:64], rng.standard_normal((64, 16)).astype(np.float32))
+        for _ in range(4)
+    ]
+    kw = {"lr": bench.LR}
+    if optimizer != "sgd":
+        kw["eps"] = bench.EPS
+    if optimizer == "adam":
+        kw["betas"] = bench.BETAS
+    ref = _cpu_reference(optimizer, w0, batches, **kw)
+    state = bench.make_state(optimizer, 300, 16, "cpu")
+    state[0].copy_(torch.from_numpy(w0))
+    for step, (ids, g) in enumerate(batches, 1):
+        bench.torch_step(optimizer, state, torch.from_numpy(ids), torch.from_numpy(g), step)
+    np.testing.assert_allclose(state[0].numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_gpu_benchmark_counts_bytes_and_says_when_it_cannot_run(capsys):
+    from pscore.bench import hogwild_cuda as bench
+
+    # SGD: gradient 4 B + row read and written 8 B per float, plus an 8-byte id per row.
+    assert bench.bytes_per_call("sgd", 256, 64) == 256 * 64 * 12 + 256 * 8
+    assert bench.bytes_per_call("adam", 1, 1) == 4 * 7 + 8
+    if hwcuda.is_available() and torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert bench.main(["hogwild-cuda", "--batch", "256"]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err

@@ -10,6 +10,8 @@ bool built() { return false; }
 
 int device_count() { return 0; }
 
+double peak_memory_bandwidth(int) { return 0; }
+
 void launch_sparse_update(const SparseUpdate&, const Coeffs&) {
   throw Error("pscore was built without CUDA: no GPU Hogwild kernels");
 }

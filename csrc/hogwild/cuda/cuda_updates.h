@@ -35,6 +35,9 @@ struct SparseUpdate {
 bool built();
 // CUDA devices visible (0 without a driver or without the kernels).
 int device_count();
+// The device's peak memory bandwidth in bytes/s from its memory clock and bus width (double data
+// rate); 0 when the driver does not say. Throws Error for a bad device index.
+double peak_memory_bandwidth(int device);
 // Throws pscore::Error when not built or on a CUDA failure, std::invalid_argument for bad ids
 // (out of range: nothing is written) or coefficients.
 void sparse_update(const SparseUpdate& u);

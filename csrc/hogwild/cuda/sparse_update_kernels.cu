@@ -115,6 +115,13 @@ int device_count() {
   return n;
 }
 
+double peak_memory_bandwidth(int device) {
+  int khz = 0, bus_bits = 0;
+  check(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device), "memory clock");
+  check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device), "bus width");
+  return 2.0 * khz * 1e3 * bus_bits / 8;
+}
+
 void launch_sparse_update(const SparseUpdate& u, const Coeffs& c) {
   if (u.ids_dtype == DType::kInt64) {
     run<int64_t>(u, c);

@@ -23,6 +23,16 @@ def is_available() -> bool:
     return is_built() and _hogwild.cuda_device_count() > 0
 
 
+def peak_memory_bandwidth(device=None) -> float:
+    """The card's peak memory bandwidth in bytes/s (memory clock x bus width x 2), 0 when the
+    driver does not report it."""
+    _require()
+    import torch
+
+    index = torch.device("cuda", torch.cuda.current_device()) if device is None else device
+    return float(_hogwild.cuda_peak_memory_bandwidth(torch.device(index).index or 0))
+
+
 def _require() -> None:
     if not is_built():
         raise RuntimeError(
