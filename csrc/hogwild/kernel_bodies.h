@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "hogwild/kernels.h"
-#include "hogwild/pid_lock.h"
+#include "hogwild/owner_lock.h"
 #include "hogwild/row_kernels.h"
 
 #ifndef PSCORE_PREFETCH_AHEAD
@@ -59,7 +59,8 @@ void for_sparse_rows(const KernelCall& k, const Id* ids, Fn fn) {
     }
     const uint64_t row = static_cast<uint64_t>(ids[i]);
     if (k.locks) {
-      LockGuard guard(stripe_for(*k.locks, row), k.locks->timeout_ms, k.locks->what);
+      LockGuard guard(stripe_for(*k.locks, row), *k.locks->owner, k.locks->timeout_ms,
+                      k.locks->what);
       fn(row * k.dim, grads + i * k.dim, k.dim);
     } else {
       fn(row * k.dim, grads + i * k.dim, k.dim);
@@ -78,7 +79,7 @@ void for_all_rows(const KernelCall& k, Fn fn) {
   const uint64_t step = k.locks->granule_rows;
   for (uint64_t r = 0; r < k.rows; r += step) {
     const uint64_t count = k.rows - r < step ? k.rows - r : step;
-    LockGuard guard(stripe_for(*k.locks, r), k.locks->timeout_ms, k.locks->what);
+    LockGuard guard(stripe_for(*k.locks, r), *k.locks->owner, k.locks->timeout_ms, k.locks->what);
     fn(r * k.dim, grads + r * k.dim, count * k.dim);
   }
 }

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
-#include "hogwild/pid_lock.h"
+#include "hogwild/owner_lock.h"
 
 namespace pscore::hogwild {
 
@@ -17,6 +17,7 @@ struct LockStripes {
   uint64_t granule_rows;
   int64_t timeout_ms;
   const char* what;
+  const LockOwner* owner;  // the table handle taking the locks
 };
 
 enum class KernelOp : int { kAxpy = 0, kAdagrad = 1, kAdam = 2 };

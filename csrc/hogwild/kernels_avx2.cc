@@ -6,7 +6,7 @@
 
 #include "common/dtype.h"
 #include "hogwild/kernels.h"
-#include "hogwild/pid_lock.h"
+#include "hogwild/owner_lock.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

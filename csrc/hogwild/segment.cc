@@ -9,23 +9,27 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "common/clock.h"
+#include "hogwild/file_lease.h"
 
 namespace pscore::hogwild {
 namespace {
 
 void pause_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-// An open descriptor that closes itself.
+// An open descriptor that closes itself unless released.
 struct Fd {
   int fd = -1;
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
+  int release() { return std::exchange(fd, -1); }
 };
 
 char* map_fd(int fd, uint64_t nbytes, bool populate, const std::string& what) {
@@ -36,22 +40,58 @@ char* map_fd(int fd, uint64_t nbytes, bool populate, const std::string& what) {
   return static_cast<char*>(p);
 }
 
-// Reaps dead pids from the registry; returns the live count. Caller holds registry_lock.
-int reap_locked(SegmentHeader& h) {
+// The registry lock: a lease on kRegistryLease orders processes (and goes with a process that
+// dies holding it); a process-wide mutex orders this process's threads, whose leases on one
+// open file description would not exclude each other.
+class RegistryGuard {
+ public:
+  RegistryGuard(int fd, int64_t timeout_ms, const std::string& what) : fd_(fd) {
+    const bool forever = timeout_ms < 0;
+    if (forever) {
+      threads().lock();
+    } else if (!threads().try_lock_for(std::chrono::milliseconds(timeout_ms))) {
+      throw TimeoutError(what + ": another thread held the registry for more than " +
+                         std::to_string(timeout_ms) + " ms");
+    }
+    try {
+      take_lease(fd_, kRegistryLease, timeout_ms, what);
+    } catch (...) {
+      threads().unlock();
+      throw;
+    }
+  }
+  ~RegistryGuard() {
+    release_lease(fd_, kRegistryLease);
+    threads().unlock();
+  }
+  RegistryGuard(const RegistryGuard&) = delete;
+  RegistryGuard& operator=(const RegistryGuard&) = delete;
+
+ private:
+  static std::timed_mutex& threads() {
+    static std::timed_mutex m;
+    return m;
+  }
+  int fd_;
+};
+
+// Clears the registrations whose handles died (their slot's lease is gone); returns the live
+// count. `own_slot` is the caller's registration, live by definition (a lease is invisible to
+// the description that holds it). Caller holds the registry.
+int reap_locked(SegmentHeader& h, int fd, int own_slot) {
   int live = 0;
-  for (auto& slot : h.attached) {
-    int32_t pid = slot.load(std::memory_order_relaxed);
-    if (pid == 0) continue;
-    if (pid_alive(pid)) {
+  for (int i = 0; i < kMaxAttachments; ++i) {
+    if (h.attached[i].load(std::memory_order_relaxed) == 0) continue;
+    if (i == own_slot || lease_held_elsewhere(fd, static_cast<uint64_t>(i))) {
       ++live;
     } else {
-      slot.store(0, std::memory_order_relaxed);
+      h.attached[i].store(0, std::memory_order_relaxed);
     }
   }
   return live;
 }
 
-// Marks the segment removed and unlinks its name. Caller holds registry_lock.
+// Marks the segment removed and unlinks its name. Caller holds the registry.
 void remove_locked(SegmentHeader& h, const std::string& path) {
   h.state.store(kRemoved, std::memory_order_release);
   ::shm_unlink(path.c_str());
@@ -71,14 +111,14 @@ bool reclaim_if_stale(const std::string& path) {
   auto& h = *reinterpret_cast<SegmentHeader*>(base);
   bool stale = false;
   if (h.magic == kSegmentMagic && h.version == kSegmentVersion) {
-    LockGuard guard(h.registry_lock, 5000, "reclaim stale shared table");
+    RegistryGuard guard(fd.fd, 5000, "reclaim stale shared table " + path);
     uint32_t state = h.state.load(std::memory_order_acquire);
     if (state == kRemoved) {
       stale = true;
     } else if (state == kInitializing) {
-      stale = !pid_alive(h.creator_pid);
+      stale = !lease_held_elsewhere(fd.fd, kCreatorLease);
     } else {
-      stale = reap_locked(h) == 0;
+      stale = reap_locked(h, fd.fd, -1) == 0;
     }
     if (stale) remove_locked(h, path);
   }
@@ -95,7 +135,7 @@ void write_header(SegmentHeader& h, const TableSpec& spec, const TableLayout& la
   h.lock_stripes = spec.lock_stripes;
   for (size_t i = 0; i < spec.shape.size(); ++i) h.shape[i] = spec.shape[i];
   h.layout = layout;
-  h.creator_pid = self_pid();
+  h.creator_pid = static_cast<int32_t>(::getpid());
   h.magic = kSegmentMagic;
 }
 
@@ -131,6 +171,8 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const TableSpe
     ::shm_unlink(path.c_str());
     throw Error(errno_message(what + ": " + msg, err));
   };
+  // Before the file has a size, so an attacher that sees one also sees whether we live.
+  if (!try_take_lease(fd.fd, kCreatorLease)) fail("leasing the new file", EAGAIN);
   if (::ftruncate(fd.fd, static_cast<off_t>(layout.total_bytes)) != 0) {
     fail("ftruncate to " + std::to_string(layout.total_bytes) + " bytes", errno);
   }
@@ -146,7 +188,7 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const TableSpe
     throw;
   }
   write_header(*reinterpret_cast<SegmentHeader*>(base), spec, layout);
-  std::unique_ptr<Segment> seg(new Segment(name, base, layout.total_bytes, true));
+  std::unique_ptr<Segment> seg(new Segment(name, fd.release(), base, layout.total_bytes, true));
   seg->lock_timeout_ms_ = opts.lock_timeout_ms;
   seg->register_self(opts.lock_timeout_ms);
   return seg;
@@ -177,11 +219,11 @@ std::unique_ptr<Segment> Segment::attach(const std::string& name, const SegmentO
     }
     const uint64_t nbytes = static_cast<uint64_t>(st.st_size);
     char* base = map_fd(fd.fd, nbytes, opts.populate, what);
-    std::unique_ptr<Segment> seg(new Segment(name, base, nbytes, false));
+    std::unique_ptr<Segment> seg(new Segment(name, fd.release(), base, nbytes, false));
     seg->lock_timeout_ms_ = opts.lock_timeout_ms;
     SegmentHeader& h = seg->header();
     while (h.state.load(std::memory_order_acquire) == kInitializing) {
-      if (h.magic == kSegmentMagic && !pid_alive(h.creator_pid)) {
+      if (!lease_held_elsewhere(seg->fd_, kCreatorLease)) {
         throw Error(what + ": its creator (pid " + std::to_string(h.creator_pid) +
                     ") died before finishing it");
       }
@@ -218,7 +260,7 @@ bool Segment::remove(const std::string& name) {
     char* base = map_fd(fd.fd, sizeof(SegmentHeader), false, "remove shared table '" + name + "'");
     auto& h = *reinterpret_cast<SegmentHeader*>(base);
     if (h.magic == kSegmentMagic) {
-      LockGuard guard(h.registry_lock, 5000, "remove shared table");
+      RegistryGuard guard(fd.fd, 5000, "remove shared table '" + name + "'");
       remove_locked(h, path);
     }
     ::munmap(base, sizeof(SegmentHeader));
@@ -231,52 +273,72 @@ Segment::~Segment() {
   try {
     detach();
   } catch (...) {
-    // A registry lock that times out here leaves a registration the next detach reaps.
+    // A registry that stays busy here leaves a registration; closing the file below drops its
+    // lease, so the next reap clears it.
   }
   ::munmap(base_, nbytes_);
+  ::close(fd_);
 }
 
 void Segment::register_self(int64_t lock_timeout_ms) {
   SegmentHeader& h = header();
-  const int32_t me = self_pid();
-  LockGuard guard(h.registry_lock, lock_timeout_ms, what("register").c_str());
+  RegistryGuard guard(fd_, lock_timeout_ms, what("register"));
   if (h.state.load(std::memory_order_acquire) == kRemoved) return;
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < kMaxAttachments; ++i) {
-      if (h.attached[i].load(std::memory_order_relaxed) == 0) {
-        h.attached[i].store(me, std::memory_order_relaxed);
-        slot_ = i;
-        owner_pid_ = me;
-        return;
-      }
+      if (h.attached[i].load(std::memory_order_relaxed) != 0) continue;
+      if (!try_take_lease(fd_, static_cast<uint64_t>(i))) continue;  // leased, not yet listed
+      const uint32_t count = ++h.registrations;
+      tag_ = static_cast<int32_t>(((count & 0x7fffu) << 16) | static_cast<uint32_t>(i + 1));
+      h.attached_pid[i] = static_cast<int32_t>(::getpid());
+      h.attached[i].store(tag_, std::memory_order_relaxed);
+      slot_ = i;
+      owner_pid_ = h.attached_pid[i];
+      return;
     }
-    reap_locked(h);
+    reap_locked(h, fd_, -1);
   }
   throw Error(what("register") + ": " + std::to_string(kMaxAttachments) + " live handles already");
 }
 
 void Segment::detach() {
   // A forked child inherits the handle but not the registration: it must not release it.
-  if (slot_ < 0 || owner_pid_ != self_pid()) return;
+  if (slot_ < 0 || owner_pid_ != static_cast<int32_t>(::getpid())) return;
   SegmentHeader& h = header();
-  LockGuard guard(h.registry_lock, lock_timeout_ms_, what("detach").c_str());
+  RegistryGuard guard(fd_, lock_timeout_ms_, what("detach"));
   h.attached[slot_].store(0, std::memory_order_relaxed);
+  release_lease(fd_, static_cast<uint64_t>(slot_));
   slot_ = -1;
-  if (h.state.load(std::memory_order_acquire) != kRemoved && reap_locked(h) == 0) {
+  if (h.state.load(std::memory_order_acquire) != kRemoved && reap_locked(h, fd_, -1) == 0) {
     remove_locked(h, shm_path(name_));
   }
 }
 
 void Segment::unlink() {
   SegmentHeader& h = header();
-  LockGuard guard(h.registry_lock, lock_timeout_ms_, what("unlink").c_str());
+  RegistryGuard guard(fd_, lock_timeout_ms_, what("unlink"));
   if (h.state.load(std::memory_order_acquire) != kRemoved) remove_locked(h, shm_path(name_));
 }
 
 int Segment::live_attachments() {
   SegmentHeader& h = header();
-  LockGuard guard(h.registry_lock, lock_timeout_ms_, what("count handles of").c_str());
-  return reap_locked(h);
+  RegistryGuard guard(fd_, lock_timeout_ms_, what("count handles of"));
+  return reap_locked(h, fd_, slot_);
+}
+
+bool Segment::holder_alive(int32_t tag) const {
+  const int slot = (tag & 0xffff) - 1;
+  if (slot < 0 || slot >= kMaxAttachments) return false;
+  if (header().attached[slot].load(std::memory_order_relaxed) != tag) return false;
+  return slot == slot_ || lease_held_elsewhere(fd_, static_cast<uint64_t>(slot));
+}
+
+std::string Segment::describe_holder(int32_t tag) const {
+  const int slot = (tag & 0xffff) - 1;
+  if (slot < 0 || slot >= kMaxAttachments)
+    return "an unknown holder (tag " + std::to_string(tag) + ")";
+  return "pid " + std::to_string(header().attached_pid[slot]) + " (handle slot " +
+         std::to_string(slot) + ")";
 }
 
 void Segment::publish() { header().state.store(kReady, std::memory_order_release); }

@@ -1,6 +1,11 @@
 // A named POSIX shared-memory segment holding one Hogwild table: a header with the table's
-// spec and a registry of attached pids (the reference count), the lock stripes, the parameters
+// spec and a registry of live handles (the reference count), the lock stripes, the parameters
 // and the optimizer state. The last handle to detach removes the name from /dev/shm.
+//
+// Whether a handle lives is told by file leases (file_lease.h), not by pids: each handle keeps
+// the segment's file open and leases the byte of its registry slot, and the kernel drops the
+// lease when the process dies. That holds across pid namespaces (containers sharing /dev/shm)
+// and is not fooled by a reused pid.
 #pragma once
 
 #include <atomic>
@@ -9,14 +14,18 @@
 #include <string>
 
 #include "common/error.h"
-#include "hogwild/pid_lock.h"
+#include "hogwild/owner_lock.h"
 #include "hogwild/table_spec.h"
 
 namespace pscore::hogwild {
 
 constexpr uint64_t kSegmentMagic = 0x444c574748435350ull;  // "PSCHGWLD"
-constexpr uint32_t kSegmentVersion = 1;
-constexpr int kMaxAttachments = 256;
+constexpr uint32_t kSegmentVersion = 2;
+constexpr int kMaxAttachments = 1024;
+// Leased bytes of the segment file: one per registry slot, then the registry's own lock, then
+// the creator's (held from shm_open until its handle closes, so attachers see a creator die).
+constexpr uint64_t kRegistryLease = kMaxAttachments;
+constexpr uint64_t kCreatorLease = kMaxAttachments + 1;
 
 enum SegmentState : uint32_t { kInitializing = 0, kReady = 1, kRemoved = 2 };
 
@@ -42,11 +51,14 @@ struct SegmentHeader {
   uint32_t lock_stripes;
   uint64_t shape[kMaxDims];
   TableLayout layout;
-  int32_t creator_pid;
+  int32_t creator_pid;  // in the creator's pid namespace; for messages only
   alignas(64) std::atomic<uint64_t> update_count;  // update calls applied, by all processes
   alignas(64) std::atomic<uint64_t> adam_step;     // global Adam step when callers pass none
-  LockWord registry_lock;                          // guards `attached` and `state` changes
-  std::atomic<int32_t> attached[kMaxAttachments];  // pid per live handle, 0 when free
+  // The registry, changed under the registry lease. A slot's tag is its index + 1 in the low
+  // 16 bits and a registration count above, so a reused slot gets a new tag.
+  alignas(64) uint32_t registrations;
+  std::atomic<int32_t> attached[kMaxAttachments];  // tag per live handle, 0 when free
+  int32_t attached_pid[kMaxAttachments];           // each handle's pid, for messages
 };
 
 // How a handle maps its segment.
@@ -57,7 +69,7 @@ struct SegmentOptions {
   int64_t lock_timeout_ms = 30000;   // registry lock and the locked variant's stripes
 };
 
-class Segment {
+class Segment : public LockOwner {
  public:
   // Creates the segment, zero-filled, with this handle attached; it stays kInitializing until
   // publish(). A name left by processes that all died is reclaimed. Throws SegmentExists,
@@ -83,8 +95,13 @@ class Segment {
   void detach();
   // Removes the name now; every mapping keeps working. Idempotent.
   void unlink();
-  // Live registrations, after reaping dead pids.
+  // Live registrations, after reaping dead ones.
   int live_attachments();
+
+  // LockOwner: this handle's registry tag, and whether another tag's handle still lives.
+  int32_t lock_tag() const override { return tag_; }
+  bool holder_alive(int32_t tag) const override;
+  std::string describe_holder(int32_t tag) const override;
 
   bool detached() const { return slot_ < 0; }
   bool is_creator() const { return creator_; }
@@ -98,16 +115,18 @@ class Segment {
   }
 
  private:
-  Segment(std::string name, char* base, uint64_t nbytes, bool creator)
-      : name_(std::move(name)), base_(base), nbytes_(nbytes), creator_(creator) {}
+  Segment(std::string name, int fd, char* base, uint64_t nbytes, bool creator)
+      : name_(std::move(name)), fd_(fd), base_(base), nbytes_(nbytes), creator_(creator) {}
   void register_self(int64_t lock_timeout_ms);
   std::string what(const char* op) const;
 
   std::string name_;
+  int fd_;  // kept open: the handle's leases live on it
   char* base_;
   uint64_t nbytes_;
   bool creator_;
   int slot_ = -1;          // registry slot, -1 once detached
+  int32_t tag_ = 0;        // the slot's tag while registered (kept after detach, for locks)
   int32_t owner_pid_ = 0;  // the pid that registered
   int64_t lock_timeout_ms_ = 30000;
 };

@@ -96,6 +96,8 @@ class SharedTable {
   void* array(int slot) const;
   // The stripe lock that locked updates of `row` take (row < rows()).
   LockWord& row_lock(uint64_t row) const;
+  // Who this handle's locked updates lock as.
+  const LockOwner& lock_owner() const { return *segment_; }
 
  private:
   explicit SharedTable(std::unique_ptr<Segment> segment) : segment_(std::move(segment)) {}

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "hogwild/pid_lock.h"
+#include "hogwild/owner_lock.h"
 
 namespace pscore::hogwild {
 namespace {

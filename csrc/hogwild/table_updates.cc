@@ -68,8 +68,8 @@ void SharedTable::require_state(OptimizerState needed, const char* op) const {
 
 LockStripes SharedTable::lock_stripes_for(const char* what) const {
   const SegmentHeader& h = header();
-  return LockStripes{segment_->locks(), h.lock_stripes, h.layout.granule_rows,
-                     segment_->lock_timeout_ms(), what};
+  return LockStripes{segment_->locks(),           h.lock_stripes, h.layout.granule_rows,
+                     segment_->lock_timeout_ms(), what,           segment_.get()};
 }
 
 KernelCall SharedTable::kernel_call(const UpdateBatch& b, const LockStripes* locks) const {

@@ -1,10 +1,13 @@
-// Segment lifecycle: create/attach by name, the pid registry as a reference count, removal by
-// the last handle or on request, crashed processes reaped, stale names reclaimed, lock takeover.
+// Segment lifecycle: create/attach by name, the handle registry as a reference count, removal
+// by the last handle or on request, crashed processes reaped, stale names reclaimed, lock
+// takeover, and holders in another pid namespace seen as alive.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -190,7 +193,7 @@ TEST(Segment, ALockLeftByADeadProcessIsTakenOver) {
   auto a = create(name);
   int status = in_child([&] {
     auto c = attach(name);
-    hw::lock_word(c->row_lock(0), 1000, "test");
+    hw::lock_word(c->row_lock(0), c->lock_owner(), 1000, "test");
     ::kill(::getpid(), SIGKILL);  // dies inside its critical section
   });
   ASSERT_TRUE(WIFSIGNALED(status));
@@ -213,7 +216,7 @@ TEST(Segment, ALockHeldByALiveHolderTimesOut) {
   hw::CreateOptions o;
   o.segment.lock_timeout_ms = 50;
   auto a = hw::SharedTable::create(name, spec_of({8, 4}), o);
-  hw::lock_word(a->row_lock(3), 1000, "test");  // held by this (live) process
+  hw::lock_word(a->row_lock(3), a->lock_owner(), 1000, "test");  // held by this (live) process
   std::vector<int64_t> ids{3};
   std::vector<float> g(4, 1.f);
   hw::UpdateBatch b;
@@ -229,6 +232,88 @@ TEST(Segment, ALockHeldByALiveHolderTimesOut) {
     EXPECT_NE(std::string(e.what()).find("for more than 50 ms"), std::string::npos) << e.what();
   }
   hw::unlock_word(a->row_lock(3));
+}
+
+// The lowest pid above 1 that no process in this pid namespace has.
+pid_t a_free_pid() {
+  for (pid_t p = 2;; ++p) {
+    if (::kill(p, 0) != 0 && errno == ESRCH) return p;
+  }
+}
+
+// Runs fn in a process of a new pid namespace whose pid there is `pid`, a number no process in
+// this namespace has, so a liveness check by pid would call it dead. Returns the outer child.
+template <typename Fn>
+pid_t in_other_pid_namespace(pid_t pid, Fn fn) {
+  const pid_t outer = ::fork();
+  if (outer != 0) return outer;
+  if (::unshare(CLONE_NEWPID) != 0) ::_exit(3);
+  const pid_t init = ::fork();  // pid 1 there; pids are then handed out in order
+  if (init == 0) {
+    for (pid_t last = 1; last + 1 < pid;) {
+      last = ::fork();
+      if (last == 0) ::_exit(0);
+      ::waitpid(last, nullptr, 0);
+    }
+    const pid_t holder = ::fork();
+    if (holder == 0) {
+      fn();
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(holder, &status, 0);
+    ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 4);
+  }
+  int status = 0;
+  ::waitpid(init, &status, 0);
+  ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 5);
+}
+
+TEST(Segment, AHolderInAnotherPidNamespaceKeepsTheTableAndItsLock) {
+  if (::geteuid() != 0) GTEST_SKIP() << "unshare(CLONE_NEWPID) needs root";
+  const std::string name = unique_name("pidns");
+  hw::CreateOptions o;
+  o.segment.lock_timeout_ms = 100;
+  auto a = hw::SharedTable::create(name, spec_of({8, 4}), o);
+  int ready[2], done[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t theirs = a_free_pid();
+  const pid_t outer = in_other_pid_namespace(theirs, [&] {
+    auto c = attach(name);
+    if (::getpid() != theirs) ::_exit(6);
+    hw::lock_word(c->row_lock(0), c->lock_owner(), 1000, "test");
+    char byte = 1;
+    if (::write(ready[1], &byte, 1) != 1 || ::read(done[0], &byte, 1) != 1) ::_exit(7);
+    hw::unlock_word(c->row_lock(0));
+    c->close();  // the last handle by then: removes the name
+  });
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the holder in the other namespace never attached";
+  EXPECT_EQ(a->live_attachments(), 2) << "pid " << theirs << " is not ours, but its holder lives";
+  std::vector<int64_t> ids{0};
+  std::vector<float> g(4, 1.f);
+  hw::UpdateBatch b;
+  b.ids = ids.data();
+  b.num_ids = 1;
+  b.grads = g.data();
+  b.grads_numel = 4;
+  b.locked = true;
+  try {
+    a->sgd(b, {1.0});  // its holder lives: wait, do not take the lock over
+    ADD_FAILURE() << "the live holder's lock was taken over";
+  } catch (const pscore::TimeoutError& e) {
+    const std::string want = "pid " + std::to_string(theirs) + " (handle slot";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  a->close();
+  EXPECT_TRUE(shm_exists(name)) << "closing our handle must not remove a table still held";
+  ASSERT_EQ(::write(done[1], &byte, 1), 1);
+  int status = 0;
+  ::waitpid(outer, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_FALSE(shm_exists(name));
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
 }
 
 }  // namespace

@@ -1,11 +1,7 @@
-#include "hogwild/pid_lock.h"
+#include "hogwild/owner_lock.h"
 
-#include <pthread.h>
 #include <sched.h>
-#include <signal.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <string>
 
 #include "common/clock.h"
@@ -13,18 +9,6 @@
 
 namespace pscore::hogwild {
 namespace {
-
-std::atomic<int32_t> cached_pid{0};
-
-void refresh_pid() { cached_pid.store(static_cast<int32_t>(::getpid())); }
-
-struct PidCacheInit {
-  PidCacheInit() {
-    refresh_pid();
-    ::pthread_atfork(nullptr, nullptr, refresh_pid);
-  }
-};
-PidCacheInit pid_cache_init;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -39,22 +23,8 @@ constexpr int64_t kLivenessCheckUs = 2000;
 
 }  // namespace
 
-int32_t self_pid() {
-  int32_t pid = cached_pid.load(std::memory_order_relaxed);
-  if (pid == 0) {
-    refresh_pid();
-    pid = cached_pid.load(std::memory_order_relaxed);
-  }
-  return pid;
-}
-
-bool pid_alive(int32_t pid) {
-  if (pid <= 0) return false;
-  return ::kill(pid, 0) == 0 || errno != ESRCH;
-}
-
-void lock_word(LockWord& word, int64_t timeout_ms, const char* what) {
-  const int32_t me = self_pid();
+void lock_word(LockWord& word, const LockOwner& owner, int64_t timeout_ms, const char* what) {
+  const int32_t me = owner.lock_tag();
   Deadline deadline(timeout_ms);
   int64_t next_check_us = now_us() + kLivenessCheckUs;
   for (int spins = 0;; ++spins) {
@@ -68,13 +38,13 @@ void lock_word(LockWord& word, int64_t timeout_ms, const char* what) {
     if (now < next_check_us) continue;
     next_check_us = now + kLivenessCheckUs;
     int32_t holder = word.owner.load(std::memory_order_relaxed);
-    if (holder != 0 && holder != me && !pid_alive(holder)) {
+    if (holder != 0 && holder != me && !owner.holder_alive(holder)) {
       // The holder died inside its critical section: take the lock over from it.
       if (word.owner.compare_exchange_strong(holder, me, std::memory_order_acquire)) return;
     }
     if (deadline.expired()) {
-      throw TimeoutError(std::string(what) + ": lock held by pid " +
-                         std::to_string(word.owner.load()) + " for more than " +
+      throw TimeoutError(std::string(what) + ": lock held by " +
+                         owner.describe_holder(word.owner.load()) + " for more than " +
                          std::to_string(timeout_ms) + " ms");
     }
   }
