@@ -133,3 +133,90 @@ def test_ranks_on_two_hosts_and_a_cut_link(two_hosts, tmp_path):
     # the neighbour that reported it.
     assert re.search(r"rank [01]\b", second[2]["msg"]), second[2]
     assert all(re.search(r"rank [0-2]\b.*rank [0-2]\b", s["msg"]) for s in second), second
+
+
+HOGWILD_MACHINE = r"""
+import json, os, sys
+import pscore
+from pscore.hogwild import DistributedHogwild, SharedTable, train
+from test_hogwild_distributed import DIM, ROWS, _machine_worker
+rank, url, steps, name, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+pscore.init_process_group(init_method=url, rank=rank, world_size=2, timeout=5)
+if mode == "machine-1-leaves" and rank == 1:
+    os._exit(0)  # this machine goes away before the first averaging round
+t = SharedTable.create(name, (ROWS, DIM))
+try:
+    sync = DistributedHogwild([t], 25, locked=True)
+    train(_machine_worker, num_procs=2, args=(t, rank, steps), sync=sync, timeout=60)
+    out = {"col0": t.numpy()[:, 0].tolist(), "sum": float(t.numpy().sum()), "rounds": sync.rounds}
+except Exception as e:
+    out = {"error": type(e).__name__, "msg": str(e)}
+t.close()
+print(json.dumps(out), flush=True)
+os._exit(0)
+"""
+
+
+def _hogwild_machines(mode: str, steps: int, port: int) -> list:
+    for ns in NS:  # an earlier test may have cut the link
+        sh("ip", "netns", "exec", ns, "ip", "link", "set", "veth" + ns[-7:], "up")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(sys.path),
+        PSCORE_TRANSPORT="tcp",
+        PSCORE_AUTH_TOKEN="netns-test-secret",
+    )
+    url = f"tcp://{ADDR[0]}:{port}"
+    procs = [
+        subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                NS[r],
+                sys.executable,
+                "-c",
+                HOGWILD_MACHINE,
+                str(r),
+                url,
+                str(steps),
+                f"pmh-{r}-{uuid.uuid4().hex[:8]}",
+                mode,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = []
+    for p in procs:
+        try:
+            stdout, stderr = p.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+        line = stdout.strip().splitlines()[-1] if stdout.strip() else "{}"
+        outs.append((json.loads(line), stderr[-2000:]))
+    return outs
+
+
+def test_distributed_hogwild_between_two_hosts(two_hosts):
+    """A Hogwild group of 2 worker processes per host, tables averaged across the veth link
+    every 25 local steps; integer updates, so the final tables are checked exactly."""
+    steps = 200
+    (a, err_a), (b, err_b) = _hogwild_machines("train", steps, 29592)
+    assert "col0" in a and "col0" in b, (a, err_a, b, err_b)
+    assert a["col0"] == b["col0"] == [steps] * 4
+    assert a["sum"] == b["sum"] == steps * 4 * 8
+    assert a["rounds"] == b["rounds"] >= 2
+
+
+def test_distributed_hogwild_reports_a_host_that_goes_away(two_hosts):
+    """Host B leaves after joining: host A's averaging round fails fast, naming rank 1, its
+    workers are stopped and its train() raises instead of hanging."""
+    (a, err_a), (b, _) = _hogwild_machines("machine-1-leaves", 200, 29593)
+    assert a.get("error") in ("NetworkError", "TimeoutError"), (a, err_a)
+    assert "rank 1" in a["msg"], a
+    assert b == {}, (a, b)
