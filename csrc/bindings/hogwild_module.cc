@@ -162,10 +162,11 @@ enum class Op : int { kSgd = 0, kAdagrad = 1, kAdam = 2, kAxpy = 3 };
 
 // One call for every update from Python: validation with the GIL, the kernel without it.
 void update(hw::SharedTable& t, int op, const py::handle& ids, const py::handle& grads, bool locked,
-            double lr, double eps, double beta1, double beta2, uint64_t step) {
+            bool coalesce, double lr, double eps, double beta1, double beta2, uint64_t step) {
   static const char* names[] = {"sgd", "adagrad", "adam", "axpy"};
   if (op < 0 || op > 3) throw py::value_error("unknown update op " + std::to_string(op));
   hw::UpdateBatch b = np_batch(t, names[op], ids, grads, locked);
+  b.coalesce = coalesce;
   py::gil_scoped_release release;
   switch (static_cast<Op>(op)) {
     case Op::kSgd:

@@ -20,7 +20,8 @@ struct LockStripes;
 struct KernelCall;
 
 // Gradients for some rows (row ids[i] gets grads[i*dim : (i+1)*dim]) or, when dense, for the
-// whole table (grads has rows*dim elements, ids unused). Repeated ids apply one after another.
+// whole table (grads has rows*dim elements, ids unused). Repeated ids apply one after another,
+// or, with coalesce, once with their gradients summed.
 struct UpdateBatch {
   bool dense = false;
   const void* ids = nullptr;
@@ -30,6 +31,7 @@ struct UpdateBatch {
   uint64_t grads_numel = 0;
   DType grads_dtype = DType::kFloat32;  // must be the table's dtype
   bool locked = false;                  // take each row's stripe lock around its update
+  bool coalesce = false;                // sum repeated ids first, as torch's sparse optimizers
 };
 
 struct SgdOptions {

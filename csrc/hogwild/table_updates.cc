@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "hogwild/coalesce.h"
 #include "hogwild/kernels.h"
 #include "hogwild/shared_table.h"
 
@@ -26,6 +27,12 @@ void check_finite(double x, const char* name, const std::string& what) {
     throw std::invalid_argument(what + ": " + name + " = " + std::to_string(x) +
                                 " must be finite and >= 0");
   }
+}
+
+// The batch the kernel gets: `b`, or its coalesced form (stored in `merged`) when asked for and
+// some id repeats.
+const UpdateBatch& batch_to_apply(const UpdateBatch& b, uint64_t dim, CoalescedBatch* merged) {
+  return b.coalesce && coalesce(b, dim, merged) ? merged->batch : b;
 }
 
 }  // namespace
@@ -93,7 +100,8 @@ void SharedTable::sgd(const UpdateBatch& b, const SgdOptions& o) {
   check_batch(b, "sgd on");
   check_finite(o.lr, "lr", what("sgd on"));
   const LockStripes stripes = lock_stripes_for("locked sgd row");
-  KernelCall k = kernel_call(b, &stripes);
+  CoalescedBatch merged;
+  KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
   k.s0 = k.s1 = nullptr;  // SGD touches the parameters only (no state to prefetch)
   k.c[0] = -o.lr;
   kernel(KernelOp::kAxpy, dtype())(k);
@@ -126,7 +134,8 @@ void SharedTable::adagrad(const UpdateBatch& b, const AdagradOptions& o) {
   check_finite(o.lr, "lr", what("adagrad on"));
   check_finite(o.eps, "eps", what("adagrad on"));
   const LockStripes stripes = lock_stripes_for("locked adagrad row");
-  KernelCall k = kernel_call(b, &stripes);
+  CoalescedBatch merged;
+  KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
   k.c[0] = o.lr;
   k.c[1] = o.eps;
   kernel(KernelOp::kAdagrad, dtype())(k);
@@ -150,7 +159,8 @@ void SharedTable::adam(const UpdateBatch& b, const AdamOptions& o) {
   const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
   const LockStripes stripes = lock_stripes_for("locked adam row");
-  KernelCall k = kernel_call(b, &stripes);
+  CoalescedBatch merged;
+  KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
   k.c[0] = o.beta1;
   k.c[1] = o.beta2;
   k.c[2] = o.lr / bc1;

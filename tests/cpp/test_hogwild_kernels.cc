@@ -12,6 +12,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "hogwild/coalesce.h"
 #include "hogwild/kernels.h"
 #include "hogwild/shared_table.h"
 
@@ -315,6 +316,45 @@ TEST(KernelErrors, EmptyBatchIsANoOp) {
   std::vector<float> g;
   t->sgd(sparse_batch(ids, g, false), {0.1});
   EXPECT_EQ(copy_of<float>(*t, -1), std::vector<float>(6, 2.f));
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Coalesce, RepeatedIdsAreSummedInBatchOrder) {
+  const std::vector<int32_t> ids{3, 1, 3, 0, 1, 3};
+  const std::vector<double> g{1, 10, 2, 20, 3, 30, 4, 40, 5, 50, 6, 60};  // 6 rows x 2
+  hw::UpdateBatch b;
+  b.ids = ids.data();
+  b.num_ids = ids.size();
+  b.ids_dtype = DType::kInt32;
+  b.grads = g.data();
+  b.grads_numel = g.size();
+  b.grads_dtype = DType::kFloat64;
+  hw::CoalescedBatch c;
+  ASSERT_TRUE(hw::coalesce(b, 2, &c));
+  EXPECT_EQ(c.ids, (std::vector<int64_t>{3, 1, 0}));  // in order of first appearance
+  ASSERT_EQ(c.batch.num_ids, 3u);
+  EXPECT_EQ(c.batch.grads_numel, 6u);
+  EXPECT_EQ(c.batch.ids_dtype, DType::kInt64);
+  const double* s = static_cast<const double*>(c.batch.grads);
+  EXPECT_EQ(std::vector<double>(s, s + 6), (std::vector<double>{10, 100, 7, 70, 4, 40}));
+}
+
+TEST(Coalesce, FloatRowsAndBatchesWithoutRepeats) {
+  const std::vector<int64_t> ids{2, 0, 2};
+  const std::vector<float> g{1.5f, 2.5f, 4.f};  // dim 1
+  hw::UpdateBatch b = sparse_batch(ids, g, false);
+  hw::CoalescedBatch c;
+  ASSERT_TRUE(hw::coalesce(b, 1, &c));
+  const float* s = static_cast<const float*>(c.batch.grads);
+  EXPECT_EQ(c.ids, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(s[0], 5.5f);
+  EXPECT_EQ(s[1], 2.5f);
+  const std::vector<int64_t> distinct{4, 1, 2};
+  hw::UpdateBatch d = sparse_batch(distinct, g, false);
+  EXPECT_FALSE(hw::coalesce(d, 1, &c)) << "nothing repeats: the batch is used as it is";
 }
 
 }  // namespace

@@ -260,17 +260,36 @@ class SharedTable:
         return arr
 
     # ---- updates ----------------------------------------------------------------------------
-    def sgd(self, ids: Any, grads: Any, lr: float = 0.01, *, locked: bool = False) -> None:
-        """table[ids[i]] -= lr * grads[i] (ids=None: the whole table, grads shaped like it)."""
-        self._h.update(0, _ids(ids, "sgd"), _array(grads), locked, float(lr), 0.0, 0.0, 0.0, 0)
+    def sgd(
+        self,
+        ids: Any,
+        grads: Any,
+        lr: float = 0.01,
+        *,
+        locked: bool = False,
+        coalesce: bool = False,
+    ) -> None:
+        """table[ids[i]] -= lr * grads[i] (ids=None: the whole table, grads shaped like it).
+
+        A repeated id applies once per occurrence, in order; coalesce=True sums its gradients
+        first and applies them once, as torch's optimizers do with an uncoalesced sparse
+        gradient (nn.Embedding(sparse=True)'s). The same holds for adagrad and adam."""
+        ids = _ids(ids, "sgd")
+        self._h.update(0, ids, _array(grads), locked, coalesce, float(lr), 0.0, 0.0, 0.0, 0)
 
     def adagrad(
-        self, ids: Any, grads: Any, lr: float = 0.01, eps: float = 1e-10, *, locked: bool = False
+        self,
+        ids: Any,
+        grads: Any,
+        lr: float = 0.01,
+        eps: float = 1e-10,
+        *,
+        locked: bool = False,
+        coalesce: bool = False,
     ) -> None:
         """torch.optim.Adagrad's update of rows `ids` (or all), fused in one pass per row."""
-        self._h.update(
-            1, _ids(ids, "adagrad"), _array(grads), locked, float(lr), float(eps), 0.0, 0.0, 0
-        )
+        ids = _ids(ids, "adagrad")
+        self._h.update(1, ids, _array(grads), locked, coalesce, float(lr), float(eps), 0.0, 0.0, 0)
 
     def adam(
         self,
@@ -282,9 +301,11 @@ class SharedTable:
         step: int | None = None,
         *,
         locked: bool = False,
+        coalesce: bool = False,
     ) -> None:
         """torch.optim.Adam's update (no weight decay) of rows `ids` (or all) in one pass per
-        row. step: the bias-correction step (>= 1); None takes the table's next global step."""
+        row, lazy over rows as SparseAdam. step: the bias-correction step (>= 1); None takes
+        the table's next global step."""
         if step is not None and (not isinstance(step, (int, np.integer)) or step < 1):
             raise ValueError(f"adam step must be an int >= 1 or None, got {step!r}")
         b1, b2 = betas
@@ -293,6 +314,7 @@ class SharedTable:
             _ids(ids, "adam"),
             _array(grads),
             locked,
+            coalesce,
             float(lr),
             float(eps),
             float(b1),
@@ -302,7 +324,7 @@ class SharedTable:
 
     def axpy(self, alpha: float, x: Any, *, locked: bool = False) -> None:
         """table += alpha * x over the whole table (x shaped like the table)."""
-        self._h.update(3, None, _array(x), locked, float(alpha), 0.0, 0.0, 0.0, 0)
+        self._h.update(3, None, _array(x), locked, False, float(alpha), 0.0, 0.0, 0.0, 0)
 
     # ---- lifetime -------------------------------------------------------------------------------
     @property
