@@ -86,6 +86,40 @@ def test_gpu_optimizers_match_the_cpu_kernels(optimizer):
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize("row_shape", [(1,), (3,), (17,), (33,), (4, 8)])
+@pytest.mark.parametrize("ids_dtype", [torch.int64, torch.int32])
+def test_gpu_colliding_integer_updates_are_exact_for_any_row_width(row_shape, ids_dtype):
+    """Narrow rows share a warp between entries, wide ones loop; SGD and the Adagrad accumulator
+    sum integers exactly whatever the collisions."""
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, 7, (5000,), generator=gen)
+    g = torch.randint(-3, 4, (5000, *row_shape), generator=gen).float()
+    want_w = torch.zeros(50, *row_shape).index_add_(0, ids, g, alpha=-1.0)
+    want_acc = torch.zeros(50, *row_shape).index_add_(0, ids, g * g)
+    w = torch.zeros(50, *row_shape, device="cuda")
+    hwcuda.sgd(w, ids.to("cuda", ids_dtype), g.cuda(), lr=1.0)
+    assert torch.equal(w.cpu(), want_w)
+    acc = torch.zeros_like(w)
+    hwcuda.adagrad(torch.zeros_like(w), acc, ids.to("cuda", ids_dtype), g.cuda())
+    assert torch.equal(acc.cpu(), want_acc)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_updates_run_on_the_callers_stream():
+    w = torch.zeros(1000, 64, device="cuda")
+    ids = torch.arange(1000, device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        g = torch.ones(1000, 64, device="cuda")  # made on s: the update must follow it there
+        for _ in range(20):
+            hwcuda.sgd(w, ids, g, lr=1.0)
+    s.synchronize()
+    assert (w == -20).all()
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_gpu_bad_input_writes_nothing():
     w = torch.ones(8, 4, device="cuda")
     g = torch.ones(3, 4, device="cuda")
