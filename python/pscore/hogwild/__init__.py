@@ -1,9 +1,11 @@
 """Hogwild: shared-memory parameter tables updated without locks by many threads and processes
-(HOGWILD!, Niu et al. 2011), a helper that starts the worker processes, and Distributed Hogwild
+(HOGWILD!, Niu et al. 2011), a torch module's parameters held in them (SharedParameters), a
+helper that starts the worker processes, and Distributed Hogwild
 (SINGA): one Hogwild group per machine with its tables averaged across machines periodically."""
 
 from .._hogwild import kernel_isa, kernel_isas, set_kernel_isa
 from .distributed import DistributedHogwild, average_tables
+from .module import HogwildOptimizer, SharedParameters
 from .table import SharedTable, close_all
 from .train import WorkerError, train
 
@@ -11,6 +13,8 @@ from .train import WorkerError, train
 # kernel_isas(): those this CPU supports; set_kernel_isa(name) picks one (tests, benchmarks).
 __all__ = [
     "DistributedHogwild",
+    "HogwildOptimizer",
+    "SharedParameters",
     "SharedTable",
     "WorkerError",
     "average_tables",
