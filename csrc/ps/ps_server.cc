@@ -224,7 +224,10 @@ ServerConnection::FrameAction PsServer::on_frame(const std::shared_ptr<ServerCon
   std::unique_lock<std::mutex> lk(c->mu);
   // A peer that does not read its replies stops being served (and, its queue full, read).
   if (c->outbox_bytes_unlocked() > opts_.max_outbox_bytes) c->output_blocked = true;
-  if (f.header.length <= opts_.inline_max_bytes && c->queue.empty() && !c->scheduled &&
+  // Saves and loads run on the pool: they take long, and the event loop serves everyone.
+  const auto type = static_cast<MsgType>(f.header.type);
+  const bool slow = type == MsgType::kSave || type == MsgType::kLoad;
+  if (!slow && f.header.length <= opts_.inline_max_bytes && c->queue.empty() && !c->scheduled &&
       !c->output_blocked) {
     lk.unlock();  // nothing ahead of it on this connection: handle it here, in order
     handler_->handle(c, std::move(f));

@@ -143,8 +143,9 @@ void restore_table(ServerTable& t, const SafetensorsReader& f, const Json& d) {
 
 }  // namespace
 
-void ShardCheckpoint::write(ShardState& shard, const std::string& path, uint64_t wal_index) {
-  SafetensorsWriter w;
+CheckpointImage ShardCheckpoint::capture(ShardState& shard, uint64_t wal_index) {
+  CheckpointImage image;
+  SafetensorsWriter& w = image.writer_;
   const ShardOptions& o = shard.opts_;
   {
     std::lock_guard<std::mutex> lk(shard.mu_);
@@ -160,27 +161,32 @@ void ShardCheckpoint::write(ShardState& shard, const std::string& path, uint64_t
   w.set_metadata("num_workers", std::to_string(o.num_workers));
   w.set_metadata("wal_index", std::to_string(wal_index));
   Json tables = Json::array();
-  std::vector<std::unique_ptr<SparseCopy>> copies;
-  std::vector<std::unique_lock<std::mutex>> locks;
   for (auto& t : shard.tables()) {
-    locks.push_back(t->lock());
+    auto lock = t->lock();
     tables.push_back(describe(*t));
     const std::string& n = t->spec().name;
     if (t->dense()) {
-      auto& v = t->dense_values();
-      w.add({n, "F32", {static_cast<int64_t>(v.size())}, v.data(), v.size() * 4});
-      auto& s = t->dense_state();
-      int slots = t->spec().optimizer.num_slots();
-      if (slots)
-        w.add(
-            {n + ":state", "F32", {slots, static_cast<int64_t>(v.size())}, s.data(), s.size() * 4});
+      auto v = std::make_shared<const std::vector<float>>(t->dense_values());
+      image.owned_.push_back(v);
+      w.add({n, "F32", {static_cast<int64_t>(v->size())}, v->data(), v->size() * 4});
+      const int slots = t->spec().optimizer.num_slots();
+      if (slots) {
+        auto s = std::make_shared<const std::vector<float>>(t->dense_state());
+        image.owned_.push_back(s);
+        w.add({n + ":state",
+               "F32",
+               {slots, static_cast<int64_t>(v->size())},
+               s->data(),
+               s->size() * 4});
+      }
     } else {
-      copies.push_back(std::make_unique<SparseCopy>());
-      add_sparse(w, *t, *copies.back());
+      auto copy = std::make_shared<SparseCopy>();
+      image.owned_.push_back(copy);
+      add_sparse(w, *t, *copy);
     }
   }
   w.set_metadata("tables", tables.dump());
-  w.write(path);
+  return image;
 }
 
 void ShardCheckpoint::read(ShardState& shard, const std::string& path) {

@@ -256,24 +256,32 @@ int64_t ShardState::add_global_step(int64_t delta) {
 }
 
 void ShardState::save(const std::string& dir) {
+  std::lock_guard<std::mutex> one(save_mu_);
+  make_directories(dir);
+  UpdateLog::Mark mark;
   std::unique_lock<std::shared_mutex> gate(gate_);
-  snapshot_locked(dir);
+  if (log_) mark = log_->mark();
+  const CheckpointImage image = ShardCheckpoint::capture(*this, mark.index);
+  gate.unlock();  // a consistent cut is taken: requests go on while it is written
+  write_snapshot(image, dir, mark);
 }
 
-void ShardState::snapshot_locked(const std::string& dir) {
-  make_directories(dir);
-  uint64_t wal_index = log_ ? log_->next_index() : 0;
-  ShardCheckpoint::write(*this, snapshot_path(dir), wal_index);
-  if (log_ && real_path(dir) == real_path(opts_.recover_dir)) {
-    log_->truncate();
-    snapshot_wal_index_ = wal_index;
-  }
+void ShardState::write_snapshot(const CheckpointImage& image, const std::string& dir,
+                                const UpdateLog::Mark& mark) {
+  image.write(snapshot_path(dir));
+  // The snapshot covers the records before the mark; those appended since stay for replay.
+  if (log_ && real_path(dir) == real_path(opts_.recover_dir)) log_->drop_before(mark);
 }
 
 void ShardState::load(const std::string& dir, ReplyOutbox& parked) {
+  std::lock_guard<std::mutex> one(save_mu_);
   std::unique_lock<std::shared_mutex> gate(gate_);
   load_locked(snapshot_path(dir), parked);
-  if (log_) snapshot_locked(opts_.recover_dir);
+  if (!log_) return;
+  // The loaded state must be on disk before the log records anything relative to it.
+  make_directories(opts_.recover_dir);
+  const UpdateLog::Mark mark = log_->mark();
+  write_snapshot(ShardCheckpoint::capture(*this, mark.index), opts_.recover_dir, mark);
 }
 
 void ShardState::load_locked(const std::string& path, ReplyOutbox& parked) {

@@ -1,7 +1,8 @@
 // Everything one shard holds: its tables, the catalog of table layouts (kept by shard 0, which
 // places dense tables), the global step, finished workers, and the write-ahead log and snapshots
 // that make the shard recoverable. Thread-safe: table operations hold the apply gate shared,
-// snapshots and loads hold it exclusively, so a snapshot is a consistent cut.
+// snapshots copy the state under it held exclusively (a consistent cut) and write the copy after
+// releasing it, so requests wait for the copy, not for the disk; loads hold it throughout.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "ps/partitioner.h"
 #include "ps/server_table.h"
+#include "ps/shard_checkpoint.h"
 #include "ps/update_log.h"
 
 namespace pscore::ps {
@@ -59,7 +61,7 @@ class ShardState {
   int64_t add_global_step(int64_t delta);
 
   // Writes <dir>/shard-i-of-n.safetensors (tables, optimizer state, consistency state, catalog,
-  // global step) atomically. Truncates the log when dir is the recover dir.
+  // global step) atomically. Drops the log records it covers when dir is the recover dir.
   void save(const std::string& dir);
   // Replaces every table with those in <dir>/shard-i-of-n.safetensors. Pushes parked in an
   // open sync round or behind the ssp bound are answered as dropped, through `parked`.
@@ -77,10 +79,12 @@ class ShardState {
   void replay_record(LogKind kind, ByteReader& r);
   void add_part_locked(const TableLayout& layout, const float* init, int64_t init_numel);
   void catalog_add_locked(const TableLayout& layout);
-  void snapshot_locked(const std::string& dir);
+  void write_snapshot(const CheckpointImage& image, const std::string& dir,
+                      const UpdateLog::Mark& mark);
   void load_locked(const std::string& path, ReplyOutbox& parked);
 
   ShardOptions opts_;
+  std::mutex save_mu_;  // one save or load at a time (a save writes after releasing the gate)
   std::shared_mutex gate_;
   mutable std::mutex mu_;  // tables_, catalog_, done_, global_step_
   std::map<uint32_t, std::shared_ptr<ServerTable>> tables_;
@@ -89,7 +93,7 @@ class ShardState {
   std::vector<uint8_t> done_;
   int64_t global_step_ = 0;
   std::unique_ptr<UpdateLog> log_;
-  uint64_t snapshot_wal_index_ = 0;
+  uint64_t snapshot_wal_index_ = 0;  // where the loaded snapshot's log replay starts
 };
 
 }  // namespace pscore::ps

@@ -1,9 +1,11 @@
 #include "ps/update_log.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
 
@@ -51,6 +53,38 @@ void write_fully(int fd, std::vector<iovec>& iov, const std::string& path) {
   }
 }
 
+// Copies bytes [from, to) of `src` into a new file `dst`, synced to disk; removes dst and throws
+// Error on failure.
+void copy_tail(const std::string& src, uint64_t from, uint64_t to, const std::string& dst) {
+  int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+  int out = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  std::vector<char> buf(1 << 20);
+  int err = in < 0 || out < 0 ? errno : 0;
+  for (uint64_t at = from; err == 0 && at < to;) {
+    const ssize_t n =
+        ::pread(in, buf.data(), std::min<uint64_t>(buf.size(), to - at), static_cast<off_t>(at));
+    if (n <= 0) {
+      err = n == 0 ? EIO : errno;
+      if (err == EINTR) err = 0;
+      continue;
+    }
+    std::vector<iovec> iov{{buf.data(), static_cast<size_t>(n)}};
+    try {
+      write_fully(out, iov, dst);
+    } catch (const Error&) {
+      err = errno ? errno : EIO;
+    }
+    at += static_cast<uint64_t>(n);
+  }
+  if (err == 0 && ::fdatasync(out) != 0) err = errno;
+  if (in >= 0) ::close(in);
+  if (out >= 0) ::close(out);
+  if (err != 0) {
+    ::unlink(dst.c_str());
+    throw Error(errno_message("write-ahead log " + src + ": copying its tail to " + dst, err));
+  }
+}
+
 }  // namespace
 
 UpdateLog::UpdateLog(const std::string& path, uint64_t first_index, bool fsync_each)
@@ -61,11 +95,6 @@ UpdateLog::UpdateLog(const std::string& path, uint64_t first_index, bool fsync_e
 
 UpdateLog::~UpdateLog() {
   if (fd_ >= 0) ::close(fd_);
-}
-
-uint64_t UpdateLog::next_index() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return next_index_;
 }
 
 void UpdateLog::append(LogKind kind, const std::vector<std::pair<const void*, size_t>>& parts) {
@@ -86,10 +115,38 @@ void UpdateLog::append(LogKind kind, const std::vector<std::pair<const void*, si
   ++next_index_;
 }
 
-void UpdateLog::truncate() {
+uint64_t UpdateLog::size_locked() const {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0)
+    throw Error(errno_message("write-ahead log " + path_ + ": fstat", errno));
+  return static_cast<uint64_t>(st.st_size);
+}
+
+UpdateLog::Mark UpdateLog::mark() const {
   std::lock_guard<std::mutex> lk(mu_);
-  if (::ftruncate(fd_, 0) != 0)
-    throw Error(errno_message("write-ahead log " + path_ + ": truncate", errno));
+  return {next_index_, size_locked()};
+}
+
+void UpdateLog::drop_before(const Mark& m) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const uint64_t size = size_locked();
+  if (m.offset == 0) return;
+  if (m.offset >= size) {  // nothing appended since the mark
+    if (::ftruncate(fd_, 0) != 0)
+      throw Error(errno_message("write-ahead log " + path_ + ": truncate", errno));
+    return;
+  }
+  const std::string tmp = path_ + ".tmp";
+  copy_tail(path_, m.offset, size, tmp);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0 || ::rename(tmp.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(errno_message("write-ahead log " + path_ + ": replacing it", err));
+  }
+  ::close(fd_);
+  fd_ = fd;
 }
 
 uint64_t UpdateLog::replay(const std::string& path, uint64_t from_index,

@@ -35,10 +35,17 @@ class UpdateLog {
 
   // Appends one record made of the concatenated parts; thread-safe. Throws Error on I/O failure.
   void append(LogKind kind, const std::vector<std::pair<const void*, size_t>>& parts);
-  // The index the next record will get (a snapshot records it to know where replay starts).
-  uint64_t next_index() const;
-  // Empties the log (after a snapshot that covers every record).
-  void truncate();
+  // Where the next record will go: its index (a snapshot records it to know where replay starts)
+  // and its byte offset in the file.
+  struct Mark {
+    uint64_t index = 0;
+    uint64_t offset = 0;
+  };
+  Mark mark() const;
+  // Drops the records before `m` once a snapshot taken at `m` is on disk, keeping those appended
+  // since: they are copied to a new file that replaces the log. On an I/O error the log is left
+  // as it was (replay skips records the snapshot covers) and Error is thrown.
+  void drop_before(const Mark& m);
   const std::string& path() const { return path_; }
 
   // Calls fn(kind, index, payload) for each intact record with index >= from_index; returns the
@@ -49,6 +56,8 @@ class UpdateLog {
                          uint64_t* intact_bytes);
 
  private:
+  uint64_t size_locked() const;
+
   std::string path_;
   int fd_ = -1;
   bool fsync_each_;

@@ -20,8 +20,12 @@ import threading
 from typing import TYPE_CHECKING
 
 from pscore import _ps
+from pscore.errors import TimeoutError as PscoreTimeoutError
 from pscore.ps import discovery
 from pscore.ps.metrics import MetricsServer
+
+# How long stop() waits for a periodic snapshot that is being written.
+SNAPSHOT_STOP_TIMEOUT = 120.0
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -145,6 +149,20 @@ class PServer:
         """Writes this shard to path/shard-i-of-n.safetensors (atomically)."""
         self._cpp.save(os.path.abspath(path))
 
+    def _wait_for_snapshots(self, timeout: float) -> None:
+        """Lets a periodic snapshot in progress finish: a server started on the same directory
+        after stop() returns must not race it (it would replay a log this one still trims)."""
+        t, self._snapshots = self._snapshots, None
+        if t is None or t is threading.current_thread():
+            return
+        t.join(timeout)
+        if t.is_alive():
+            raise PscoreTimeoutError(
+                f"PServer.stop: shard {self.shard}'s periodic snapshot to "
+                f"{self._opts.recover_dir} is still being written after {timeout:.0f} s "
+                "(is the disk stuck?); the server is stopped, but that directory may still change"
+            )
+
     def _snapshot_loop(self, every: float) -> None:
         while not self._stop.wait(every):
             try:
@@ -164,6 +182,7 @@ class PServer:
         if self._metrics:
             self._metrics.close()
             self._metrics = None
+        self._wait_for_snapshots(SNAPSHOT_STOP_TIMEOUT)
         if checkpoint:
             self._cpp.save(os.path.abspath(checkpoint))
 

@@ -207,7 +207,7 @@ TEST(PsUpdateLog, ReplayStopsAtTornTail) {
       int64_t v = i * 10;
       log.append(LogKind::kGlobalStep, {{&v, 8}});
     }
-    EXPECT_EQ(log.next_index(), 8u);
+    EXPECT_EQ(log.mark().index, 8u);
   }
   {
     std::ofstream f(path, std::ios::binary | std::ios::app);
@@ -222,6 +222,40 @@ TEST(PsUpdateLog, ReplayStopsAtTornTail) {
   EXPECT_EQ(next, 8u);
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   EXPECT_LT(intact, static_cast<uint64_t>(f.tellg()));
+}
+
+// A snapshot marks the log, the shard goes on appending while the snapshot is written, then the
+// records before the mark are dropped: those after it stay, with their indices, and appending
+// goes on into the new file.
+TEST(PsUpdateLog, DropBeforeKeepsWhatWasAppendedSinceTheMark) {
+  std::string path = temp_dir() + "/d.wal";
+  auto read_all = [&](uint64_t from) {
+    std::vector<std::pair<uint64_t, int64_t>> seen;
+    uint64_t intact = 0;
+    UpdateLog::replay(
+        path, from,
+        [&](LogKind, uint64_t i, ByteReader& r) { seen.emplace_back(i, r.get<int64_t>()); },
+        &intact);
+    return seen;
+  };
+  UpdateLog log(path, 0, false);
+  auto append = [&](int64_t v) { log.append(LogKind::kGlobalStep, {{&v, 8}}); };
+  append(1);
+  append(2);
+  const UpdateLog::Mark mark = log.mark();
+  EXPECT_EQ(mark.index, 2u);
+  append(3);  // while the snapshot is being written
+  log.drop_before(mark);
+  append(4);
+  using Seen = std::vector<std::pair<uint64_t, int64_t>>;
+  EXPECT_EQ(read_all(0), (Seen{{2, 3}, {3, 4}}));
+  const UpdateLog::Mark end = log.mark();
+  log.drop_before(end);  // nothing appended since: the log empties
+  EXPECT_TRUE(read_all(0).empty());
+  append(5);
+  EXPECT_EQ(read_all(0), (Seen{{4, 5}}));
+  log.drop_before(UpdateLog::Mark{});  // a mark at the start drops nothing
+  EXPECT_EQ(read_all(0), (Seen{{4, 5}}));
 }
 
 TEST(PsSeqWindow, OutOfOrderRetriesAreNewDuplicatesAreNot) {
