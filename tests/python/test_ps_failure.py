@@ -224,3 +224,66 @@ def test_killed_shard_recovers_without_losing_acknowledged_updates(tmp_path):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_shards_killed_while_snapshotting_lose_no_acknowledged_push(tmp_path):
+    """Two workers push while both shards snapshot every 20 ms; one shard is SIGKILLed three
+    times, at whatever point of a snapshot or log trim it is, and restarted with --recover:
+    every acknowledged push is in the final tables, and none twice."""
+    store = TCPStore("127.0.0.1", 0, is_master=True, timeout=30)
+    url = f"tcp://127.0.0.1:{store.port}"
+
+    def serve(shard):
+        return pserver_process(
+            *("--shard", str(shard), "--num-shards", "2", "--num-workers", "2"),
+            *("--store", url, "--job-id", "snapkill"),
+            *("--recover", str(tmp_path / f"s{shard}"), "--checkpoint-every", "0.02"),
+        )
+
+    procs = [serve(0), serve(1)]
+    clients = [
+        PSClient(store=store, job_id="snapkill", worker_id=w, retry_timeout=30) for w in (0, 1)
+    ]
+    try:
+        clients[0].create_dense("w", (1_000_000,), optimizer=SGD(lr=1.0))
+        clients[0].create_sparse("e", 8, optimizer=SGD(lr=1.0))
+        ids = np.arange(32) * 7_919
+        acked = [0, 0]
+        stop = threading.Event()
+        failure = []
+
+        def train(w):
+            try:
+                while not stop.is_set():
+                    clients[w].push("w", np.ones(1_000_000, np.float32))
+                    clients[w].push_sparse("e", ids, np.ones((32, 8), np.float32))
+                    acked[w] += 1
+            except Exception as e:  # noqa: BLE001 - reported below
+                failure.append(e)
+
+        threads = [threading.Thread(target=train, args=(w,)) for w in (0, 1)]
+        for t in threads:
+            t.start()
+        for _ in range(3):
+            target = sum(acked) + 15
+            while sum(acked) < target:
+                assert not failure, failure
+                time.sleep(0.005)
+            procs[1].kill()
+            procs[1].wait()
+            procs[1] = serve(1)
+        target = sum(acked) + 15
+        while sum(acked) < target:
+            assert not failure, failure
+            time.sleep(0.005)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        assert not failure, failure
+        n = float(sum(acked))
+        np.testing.assert_array_equal(clients[0].pull("w"), np.full(1_000_000, -n, np.float32))
+        np.testing.assert_array_equal(clients[1].pull_sparse("e", ids), np.full((32, 8), -n))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
