@@ -160,3 +160,29 @@ def test_the_hogwild_mlp_example_trains(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     accuracy = float(re.search(r"test accuracy ([0-9.]+)", out.stdout).group(1))
     assert accuracy > 0.9, out.stdout
+
+
+def test_shared_parameters_average_across_machines():
+    """Distributed Hogwild over a module: each machine's SharedParameters averaged in place."""
+    from test_hogwild_distributed import ThreadCollective, _run_machines
+
+    from pscore.hogwild import DistributedHogwild, average_tables
+
+    coll = ThreadCollective(2)
+    models = {r: torch.nn.Linear(3, 2) for r in range(2)}
+    shared = {
+        r: SharedParameters(models[r], optimizer="adagrad", prefix=_prefix(f"m{r}"))
+        for r in range(2)
+    }
+    want = {
+        n: (dict(models[0].named_parameters())[n] + p).detach() / 2
+        for n, p in models[1].named_parameters()
+    }
+    _run_machines(2, lambda r: average_tables(shared[r], coll.for_rank(r)))
+    for r in range(2):
+        for n, p in models[r].named_parameters():
+            torch.testing.assert_close(p.detach(), want[n])
+    sync = DistributedHogwild(shared[0], 10, all_reduce=coll.for_rank(0))
+    assert [t.name for t in sync.tables] == [t.name for t in shared[0].tables.values()]
+    for s in shared.values():
+        s.close()

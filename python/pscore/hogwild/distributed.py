@@ -21,6 +21,12 @@ import numpy as np
 from .table import SharedTable
 
 
+def _table_list(tables: Any) -> list:
+    """A sequence of SharedTables, or a SharedParameters (its tables, in parameter order)."""
+    inner = getattr(tables, "tables", None)
+    return list(inner.values()) if isinstance(inner, dict) else list(tables)
+
+
 def _default_all_reduce() -> Callable:
     import pscore
 
@@ -49,7 +55,7 @@ def average_tables(
     include_state also averages the optimizer state (Adagrad sums, Adam moments); locked adds
     the correction under the row locks (use it when the local workers update with locked=True)."""
     reduce_fn = all_reduce or _default_all_reduce()
-    for t in tables:
+    for t in _table_list(tables):
         arrays = [t.numpy()]
         if include_state:
             arrays += [t.state(n) for n in _state_names(t)]
@@ -71,8 +77,9 @@ def _state_names(t: SharedTable) -> tuple:
 
 
 class DistributedHogwild:
-    """Periodic cross-machine averaging of a Hogwild group's tables; one per machine, in the
-    process that joined pscore's process group (train(sync=...) drives it).
+    """Periodic cross-machine averaging of a Hogwild group's tables (a sequence of
+    SharedTables, or a SharedParameters); one per machine, in the process that joined pscore's
+    process group (train(sync=...) drives it).
 
     sync_every: local update calls (on `clock`, the first table by default, counted over all
     local workers) between averaging rounds. all_reduce: the collective (pscore.all_reduce when
@@ -92,11 +99,12 @@ class DistributedHogwild:
         include_state: bool = False,
         locked: bool = False,
     ):
+        tables = _table_list(tables)
         if not tables:
             raise ValueError("DistributedHogwild needs at least one SharedTable")
         if not isinstance(sync_every, int) or sync_every < 1:
             raise ValueError(f"sync_every must be an int >= 1, got {sync_every!r}")
-        self.tables = list(tables)
+        self.tables = tables
         self.sync_every = sync_every
         self.group = group
         self.include_state = include_state
