@@ -163,19 +163,22 @@ def test_refused_workers_get_a_clear_error():
 
 def test_a_save_stuck_on_its_disk_does_not_stop_the_shard(tmp_path):
     """A save copies the shard under its lock and writes the copy after releasing it. Here its
-    file is a FIFO nobody reads yet (a hung disk): pushes and pulls still go through, and what
-    the save writes is the state at its start. fsync then fails on the FIFO: the save reports
-    it and the shard keeps serving."""
+    file is a FIFO that nobody drains (a hung disk): once the save has started writing, pushes
+    and pulls still go through, and what it writes is the state at its start. fsync then fails
+    on the FIFO: the save reports it and the shard keeps serving."""
+    import select
     import threading
 
     server = PServer(log_connections=False)  # in-process: the temp file carries our pid
     saver = PSClient([server.address], timeout=30)
     worker = PSClient([server.address], timeout=5)
-    saver.create_dense("p", (1000,), optimizer=SGD(lr=1.0))
-    worker.push("p", np.ones(1000, np.float32))
+    ones = np.ones(1_000_000, np.float32)  # 4 MB: more than a pipe holds
+    saver.create_dense("p", ones.shape, optimizer=SGD(lr=1.0))
+    worker.push("p", ones)
     snap = tmp_path / "shard-00000-of-00001.safetensors"
     fifo = f"{snap}.tmp.{os.getpid()}"
     os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the writer's open does not block
     result = {}
 
     def save():
@@ -186,22 +189,25 @@ def test_a_save_stuck_on_its_disk_does_not_stop_the_shard(tmp_path):
 
     t = threading.Thread(target=save)
     t.start()
-    written = b""
+    chunks = []
     try:
-        time.sleep(0.3)  # the save has copied the table and waits to open its file
-        for _ in range(3):  # the shard serves meanwhile (a stuck gate would time these out)
-            worker.push("p", np.ones(1000, np.float32))
+        ready, _, _ = select.select([reader], [], [], 30)
+        assert ready, "the save never started writing"  # its cut is taken by now
+        for _ in range(3):  # the writer is stuck on a full pipe; the shard serves meanwhile
+            worker.push("p", ones)
         assert worker.pull("p")[0] == -4.0
         assert t.is_alive(), "the save should still be stuck on its file"
     finally:
-        with open(fifo, "rb") as f:  # unblocks the writer
-            written = f.read()
+        os.set_blocking(reader, True)
+        while chunk := os.read(reader, 1 << 20):
+            chunks.append(chunk)
+        os.close(reader)
         t.join(30)
     assert not t.is_alive()
     assert "fsync" in str(result.get("error")), result
     copy = tmp_path / "copy"
     copy.mkdir()
-    (copy / snap.name).write_bytes(written)
+    (copy / snap.name).write_bytes(b"".join(chunks))
     assert read_checkpoint(str(copy))["p"][0] == -1.0  # the cut: before the later pushes
     assert worker.pull("p")[0] == -4.0
     server.stop(0)
