@@ -59,7 +59,7 @@ void for_sparse_rows(const KernelCall& k, const Id* ids, Fn fn) {
     }
     const uint64_t row = static_cast<uint64_t>(ids[i]);
     if (k.locks) {
-      LockGuard guard(stripe_for(*k.locks, row), *k.locks->owner, k.locks->timeout_ms,
+      LockGuard guard(stripe_for(*k.locks, row), k.locks->tag, *k.locks->owner, k.locks->timeout_ms,
                       k.locks->what);
       fn(row * k.dim, grads + i * k.dim, k.dim);
     } else {
@@ -79,7 +79,8 @@ void for_all_rows(const KernelCall& k, Fn fn) {
   const uint64_t step = k.locks->granule_rows;
   for (uint64_t r = 0; r < k.rows; r += step) {
     const uint64_t count = k.rows - r < step ? k.rows - r : step;
-    LockGuard guard(stripe_for(*k.locks, r), *k.locks->owner, k.locks->timeout_ms, k.locks->what);
+    LockGuard guard(stripe_for(*k.locks, r), k.locks->tag, *k.locks->owner, k.locks->timeout_ms,
+                    k.locks->what);
     fn(r * k.dim, grads + r * k.dim, count * k.dim);
   }
 }

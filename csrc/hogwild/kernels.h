@@ -17,7 +17,8 @@ struct LockStripes {
   uint64_t granule_rows;
   int64_t timeout_ms;
   const char* what;
-  const LockOwner* owner;  // the table handle taking the locks
+  int32_t tag;             // the lock tag of the handle taking the locks
+  const LockOwner* owner;  // that handle: tells whether another holder still lives
 };
 
 enum class KernelOp : int { kAxpy = 0, kAdagrad = 1, kAdam = 2 };

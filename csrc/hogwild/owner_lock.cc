@@ -23,8 +23,8 @@ constexpr int64_t kLivenessCheckUs = 2000;
 
 }  // namespace
 
-void lock_word(LockWord& word, const LockOwner& owner, int64_t timeout_ms, const char* what) {
-  const int32_t me = owner.lock_tag();
+void lock_word(LockWord& word, int32_t me, const LockOwner& owner, int64_t timeout_ms,
+               const char* what) {
   Deadline deadline(timeout_ms);
   int64_t next_check_us = now_us() + kLivenessCheckUs;
   for (int spins = 0;; ++spins) {

@@ -19,16 +19,19 @@ static_assert(std::atomic<int32_t>::is_always_lock_free, "shared-memory locks ne
 class LockOwner {
  public:
   virtual ~LockOwner() = default;
-  virtual int32_t lock_tag() const = 0;
+  // Not const: a handle inherited across fork() registers as the child before it answers.
+  virtual int32_t lock_tag() = 0;
   virtual bool holder_alive(int32_t tag) const = 0;
   // Who holds `tag`, for error messages ("pid 812, handle slot 3").
   virtual std::string describe_holder(int32_t tag) const = 0;
 };
 
-// Acquires `word`: spins, then yields; every few ms asks whether the holder still lives and
-// takes a dead holder's lock over. Throws TimeoutError naming `what` after timeout_ms (< 0:
-// wait forever). Threads using one handle share its tag, so the lock is not re-entrant.
-void lock_word(LockWord& word, const LockOwner& owner, int64_t timeout_ms, const char* what);
+// Acquires `word` for `tag` (owner.lock_tag(), looked up once per batch by the caller): spins,
+// then yields; every few ms asks `owner` whether the holder still lives and takes a dead
+// holder's lock over. Throws TimeoutError naming `what` after timeout_ms (< 0: wait forever).
+// Threads using one handle share its tag, so the lock is not re-entrant.
+void lock_word(LockWord& word, int32_t tag, const LockOwner& owner, int64_t timeout_ms,
+               const char* what);
 
 // Tries once; true when acquired.
 inline bool try_lock_word(LockWord& word, int32_t tag) {
@@ -43,9 +46,10 @@ inline void unlock_word(LockWord& word) { word.owner.store(0, std::memory_order_
 // RAII holder for lock_word / unlock_word.
 class LockGuard {
  public:
-  LockGuard(LockWord& word, const LockOwner& owner, int64_t timeout_ms, const char* what)
+  LockGuard(LockWord& word, int32_t tag, const LockOwner& owner, int64_t timeout_ms,
+            const char* what)
       : word_(word) {
-    if (!try_lock_word(word_, owner.lock_tag())) lock_word(word_, owner, timeout_ms, what);
+    if (!try_lock_word(word_, tag)) lock_word(word_, tag, owner, timeout_ms, what);
   }
   ~LockGuard() { unlock_word(word_); }
   LockGuard(const LockGuard&) = delete;

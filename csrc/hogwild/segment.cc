@@ -294,11 +294,29 @@ void Segment::register_self(int64_t lock_timeout_ms) {
       h.attached[i].store(tag_, std::memory_order_relaxed);
       slot_ = i;
       owner_pid_ = h.attached_pid[i];
+      generation_ = fork_generation();
       return;
     }
     reap_locked(h, fd_, -1);
   }
   throw Error(what("register") + ": " + std::to_string(kMaxAttachments) + " live handles already");
+}
+
+void Segment::rejoin_after_fork() {
+  std::lock_guard<std::mutex> lk(rejoin_mu_);
+  if (generation_ == fork_generation()) return;  // another thread of this child did it
+  // The inherited descriptor shares its open file description, and so its leases, with the
+  // parent: open the file anew for a registration that is this process's own.
+  const std::string self_fd = "/proc/self/fd/" + std::to_string(fd_);
+  const int fd = ::open(self_fd.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) throw Error(errno_message(what("reopen after fork") + ": " + self_fd, errno));
+  ::close(fd_);  // the parent keeps its own descriptor, and with it its leases
+  fd_ = fd;
+  slot_ = -1;
+  register_self(lock_timeout_ms_);
+  if (detached()) {
+    throw Error(what("lock rows of") + " in a forked child: the table was removed meanwhile");
+  }
 }
 
 void Segment::detach() {

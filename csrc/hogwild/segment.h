@@ -11,9 +11,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/error.h"
+#include "hogwild/fork_generation.h"
 #include "hogwild/owner_lock.h"
 #include "hogwild/table_spec.h"
 
@@ -98,8 +100,13 @@ class Segment : public LockOwner {
   // Live registrations, after reaping dead ones.
   int live_attachments();
 
-  // LockOwner: this handle's registry tag, and whether another tag's handle still lives.
-  int32_t lock_tag() const override { return tag_; }
+  // LockOwner: this handle's registry tag, and whether another tag's handle still lives. In a
+  // fork of the process that registered, the handle first registers as the child
+  // (rejoin_after_fork), so each process's locks are its own and die with it.
+  int32_t lock_tag() override {
+    if (generation_ != fork_generation()) rejoin_after_fork();
+    return tag_;
+  }
   bool holder_alive(int32_t tag) const override;
   std::string describe_holder(int32_t tag) const override;
 
@@ -118,6 +125,7 @@ class Segment : public LockOwner {
   Segment(std::string name, int fd, char* base, uint64_t nbytes, bool creator)
       : name_(std::move(name)), fd_(fd), base_(base), nbytes_(nbytes), creator_(creator) {}
   void register_self(int64_t lock_timeout_ms);
+  void rejoin_after_fork();
   std::string what(const char* op) const;
 
   std::string name_;
@@ -125,9 +133,11 @@ class Segment : public LockOwner {
   char* base_;
   uint64_t nbytes_;
   bool creator_;
-  int slot_ = -1;          // registry slot, -1 once detached
-  int32_t tag_ = 0;        // the slot's tag while registered (kept after detach, for locks)
-  int32_t owner_pid_ = 0;  // the pid that registered
+  int slot_ = -1;            // registry slot, -1 once detached
+  int32_t tag_ = 0;          // the slot's tag while registered (kept after detach, for locks)
+  int32_t owner_pid_ = 0;    // the pid that registered
+  uint64_t generation_ = 0;  // fork_generation() when it registered
+  std::mutex rejoin_mu_;
   int64_t lock_timeout_ms_ = 30000;
 };
 

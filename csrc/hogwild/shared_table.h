@@ -99,14 +99,14 @@ class SharedTable {
   // The stripe lock that locked updates of `row` take (row < rows()).
   LockWord& row_lock(uint64_t row) const;
   // Who this handle's locked updates lock as.
-  const LockOwner& lock_owner() const { return *segment_; }
+  LockOwner& lock_owner() const { return *segment_; }
 
  private:
   explicit SharedTable(std::unique_ptr<Segment> segment) : segment_(std::move(segment)) {}
   SegmentHeader& header() const { return segment_->header(); }
   void check_batch(const UpdateBatch& batch, const char* op) const;
   void require_state(OptimizerState needed, const char* op) const;
-  LockStripes lock_stripes_for(const char* what) const;
+  LockStripes lock_stripes_for(const UpdateBatch& batch, const char* what) const;
   KernelCall kernel_call(const UpdateBatch& batch, const LockStripes* locks) const;
   std::string what(const char* op) const;
 

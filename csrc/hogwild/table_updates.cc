@@ -73,10 +73,17 @@ void SharedTable::require_state(OptimizerState needed, const char* op) const {
   }
 }
 
-LockStripes SharedTable::lock_stripes_for(const char* what) const {
+LockStripes SharedTable::lock_stripes_for(const UpdateBatch& b, const char* what) const {
   const SegmentHeader& h = header();
-  return LockStripes{segment_->locks(),           h.lock_stripes, h.layout.granule_rows,
-                     segment_->lock_timeout_ms(), what,           segment_.get()};
+  // Looked up once per locked batch (in a forked child, that first registers the child).
+  const int32_t tag = b.locked ? segment_->lock_tag() : 0;
+  return LockStripes{segment_->locks(),
+                     h.lock_stripes,
+                     h.layout.granule_rows,
+                     segment_->lock_timeout_ms(),
+                     what,
+                     tag,
+                     segment_.get()};
 }
 
 KernelCall SharedTable::kernel_call(const UpdateBatch& b, const LockStripes* locks) const {
@@ -99,7 +106,7 @@ KernelCall SharedTable::kernel_call(const UpdateBatch& b, const LockStripes* loc
 void SharedTable::sgd(const UpdateBatch& b, const SgdOptions& o) {
   check_batch(b, "sgd on");
   check_finite(o.lr, "lr", what("sgd on"));
-  const LockStripes stripes = lock_stripes_for("locked sgd row");
+  const LockStripes stripes = lock_stripes_for(b, "locked sgd row");
   CoalescedBatch merged;
   KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
   k.s0 = k.s1 = nullptr;  // SGD touches the parameters only (no state to prefetch)
@@ -120,7 +127,7 @@ void SharedTable::axpy(double alpha, const void* x, uint64_t numel, DType dt, bo
   b.grads_dtype = dt;
   b.locked = locked;
   check_batch(b, "axpy on");
-  const LockStripes stripes = lock_stripes_for("locked axpy granule");
+  const LockStripes stripes = lock_stripes_for(b, "locked axpy granule");
   KernelCall k = kernel_call(b, &stripes);
   k.s0 = k.s1 = nullptr;
   k.c[0] = alpha;
@@ -133,7 +140,7 @@ void SharedTable::adagrad(const UpdateBatch& b, const AdagradOptions& o) {
   require_state(OptimizerState::kAdagrad, "adagrad");
   check_finite(o.lr, "lr", what("adagrad on"));
   check_finite(o.eps, "eps", what("adagrad on"));
-  const LockStripes stripes = lock_stripes_for("locked adagrad row");
+  const LockStripes stripes = lock_stripes_for(b, "locked adagrad row");
   CoalescedBatch merged;
   KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
   k.c[0] = o.lr;
@@ -158,7 +165,7 @@ void SharedTable::adam(const UpdateBatch& b, const AdamOptions& o) {
   if (step == 0) step = header().adam_step.fetch_add(1, std::memory_order_relaxed) + 1;
   const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
-  const LockStripes stripes = lock_stripes_for("locked adam row");
+  const LockStripes stripes = lock_stripes_for(b, "locked adam row");
   CoalescedBatch merged;
   KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
   k.c[0] = o.beta1;

@@ -173,6 +173,43 @@ TEST(Segment, AForkedChildDoesNotReleaseItsParentsRegistration) {
   EXPECT_TRUE(shm_exists(name));
 }
 
+// A child forked with the table open takes locks as itself: it registers anew on first use, so
+// a lock it dies holding is taken over, and its own close leaves the parent's registration.
+TEST(Segment, AForkedChildLocksAsItselfSoItsDeadLocksAreTakenOver) {
+  const std::string name = unique_name("forklock");
+  hw::CreateOptions o;
+  o.segment.lock_timeout_ms = 500;
+  auto a = hw::SharedTable::create(name, spec_of({8, 4}), o);
+  const int32_t parent_tag = a->lock_owner().lock_tag();
+  int status = in_child([&] {
+    hw::lock_word(a->row_lock(0), a->lock_owner().lock_tag(), a->lock_owner(), 1000,
+                  "test");        // the inherited handle
+    ::kill(::getpid(), SIGKILL);  // dies inside its critical section
+  });
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const int32_t holder = a->row_lock(0).owner.load();
+  EXPECT_NE(holder, 0);
+  EXPECT_NE(holder, parent_tag) << "the child locked under its parent's tag";
+  std::vector<int64_t> ids{0};
+  std::vector<float> g(4, 1.f);
+  hw::UpdateBatch b;
+  b.ids = ids.data();
+  b.num_ids = 1;
+  b.grads = g.data();
+  b.grads_numel = 4;
+  b.locked = true;
+  a->sgd(b, {1.0});  // takes the dead child's lock over instead of timing out
+  EXPECT_EQ(static_cast<float*>(a->array(-1))[0], -1.f);
+  status = in_child([&] {
+    hw::LockGuard guard(a->row_lock(5), a->lock_owner().lock_tag(), a->lock_owner(), 1000, "test");
+    if (a->live_attachments() != 2) ::_exit(3);  // the parent's and its own
+    a->close();
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_EQ(a->live_attachments(), 1);
+  EXPECT_TRUE(shm_exists(name));
+}
+
 TEST(Segment, AStaleNameIsReclaimed) {
   const std::string name = unique_name("stale");
   int status = in_child([&] {
@@ -193,7 +230,7 @@ TEST(Segment, ALockLeftByADeadProcessIsTakenOver) {
   auto a = create(name);
   int status = in_child([&] {
     auto c = attach(name);
-    hw::lock_word(c->row_lock(0), c->lock_owner(), 1000, "test");
+    hw::lock_word(c->row_lock(0), c->lock_owner().lock_tag(), c->lock_owner(), 1000, "test");
     ::kill(::getpid(), SIGKILL);  // dies inside its critical section
   });
   ASSERT_TRUE(WIFSIGNALED(status));
@@ -216,7 +253,8 @@ TEST(Segment, ALockHeldByALiveHolderTimesOut) {
   hw::CreateOptions o;
   o.segment.lock_timeout_ms = 50;
   auto a = hw::SharedTable::create(name, spec_of({8, 4}), o);
-  hw::lock_word(a->row_lock(3), a->lock_owner(), 1000, "test");  // held by this (live) process
+  hw::lock_word(a->row_lock(3), a->lock_owner().lock_tag(), a->lock_owner(), 1000,
+                "test");  // held by this (live) process
   std::vector<int64_t> ids{3};
   std::vector<float> g(4, 1.f);
   hw::UpdateBatch b;
@@ -282,7 +320,7 @@ TEST(Segment, AHolderInAnotherPidNamespaceKeepsTheTableAndItsLock) {
   const pid_t outer = in_other_pid_namespace(theirs, [&] {
     auto c = attach(name);
     if (::getpid() != theirs) ::_exit(6);
-    hw::lock_word(c->row_lock(0), c->lock_owner(), 1000, "test");
+    hw::lock_word(c->row_lock(0), c->lock_owner().lock_tag(), c->lock_owner(), 1000, "test");
     char byte = 1;
     if (::write(ready[1], &byte, 1) != 1 || ::read(done[0], &byte, 1) != 1) ::_exit(7);
     hw::unlock_word(c->row_lock(0));
