@@ -58,10 +58,19 @@ def _hammer(name, started):
 
 
 # ---- tests ----------------------------------------------------------------------------------
-def test_train_runs_workers_on_one_table_with_exact_locked_updates():
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_train_runs_workers_on_one_table_with_exact_locked_updates(start_method):
+    """Spawned workers attach by name; forked ones inherit the handle and register as
+    themselves on their first locked update."""
     procs, steps = 3, 200
     with SharedTable.create(_name("train"), (1 + procs, 8)) as t:
-        results = train(_count_worker, num_procs=procs, args=(t, steps, True), timeout=120)
+        results = train(
+            _count_worker,
+            num_procs=procs,
+            args=(t, steps, True),
+            timeout=120,
+            start_method=start_method,
+        )
         assert [r[0] for r in results] == [0, 10, 20]
         assert len({r[1] for r in results}) == procs and os.getpid() not in {r[1] for r in results}
         w = t.numpy()
