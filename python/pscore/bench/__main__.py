@@ -15,7 +15,13 @@ COLLECTIVES = (
     "barrier",
 )
 MODULES = {name: "collectives" for name in COLLECTIVES}
-MODULES.update(hogwild="hogwild", **{"hogwild-cuda": "hogwild_cuda"}, ps="ps", loopback="loopback", store="store")
+MODULES.update(
+    hogwild="hogwild",
+    **{"hogwild-cuda": "hogwild_cuda"},
+    ps="ps",
+    loopback="loopback",
+    store="store",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
