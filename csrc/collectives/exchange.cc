@@ -189,9 +189,7 @@ void Exchange::run() {
         waits.clear();
         for (const auto& it : items_)
           if (!it.finished()) waits.push_back(WaitItem{it.peer, ctx_.lane, it.is_send});
-        turn.wait(waits, ctx_.deadline.infinite()
-                             ? kWaitSliceMs
-                             : std::min(kWaitSliceMs, ctx_.deadline.remaining_ms()));
+        turn.wait(waits, ctx_.deadline.remaining_ms_at_most(kWaitSliceMs));
       }
     }
     if (progressed) {

@@ -1,6 +1,5 @@
 #include "collectives/process_group.h"
 
-#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
@@ -14,7 +13,7 @@
 namespace pscore {
 namespace {
 constexpr int kDefaultSpinUs = 50;
-constexpr int64_t kAnySourceSliceMs = 50;          // a receive from any source sleeps this long
+constexpr int kAnySourceSliceMs = 50;              // a receive from any source sleeps this long
 constexpr int64_t kAnySourcePeerCheckUs = 100000;  // and looks for dead peers this often
 }  // namespace
 
@@ -55,13 +54,13 @@ char* ProcessGroup::scratch(size_t nbytes) {
   return scratch_.data();
 }
 
-// Runs one operation; a network failure or timeout breaks the group (streams are out of step)
-// and tells the peers, so they fail fast instead of waiting out their own timeouts.
 void ProcessGroup::throw_if_broken(const std::string& what) {
   std::lock_guard<std::mutex> lock(broken_mu_);
   if (!broken_.empty()) throw NetworkError(what + ": the group is broken: " + broken_);
 }
 
+// Runs one operation; a network failure or timeout breaks the group (streams are out of step)
+// and tells the peers, so they fail fast instead of waiting out their own timeouts.
 void ProcessGroup::run_guarded(const OpContext& base,
                                const std::function<void(const OpContext&)>& fn) {
   throw_if_broken(std::string(op_kind_name(base.kind)) + " #" + std::to_string(base.seq));
@@ -346,10 +345,7 @@ void ProcessGroup::run_recv_any(Work& outer, void* buf, size_t count, DType dtyp
       SleepTurn turn(*transport_);  // first, so a message that arrives after the look wakes it
       inner = claim_arrived(buf, count, dtype, tag, peer, watch);
       if (!inner) {
-        turn.wait(watch, static_cast<int>(
-                             deadline.infinite()
-                                 ? kAnySourceSliceMs
-                                 : std::min<int64_t>(kAnySourceSliceMs, deadline.remaining_ms())));
+        turn.wait(watch, deadline.remaining_ms_at_most(kAnySourceSliceMs));
       }
     }
     if (inner) {

@@ -1,6 +1,7 @@
 // Monotonic deadlines: every blocking call in pscore carries one.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -26,6 +27,12 @@ class Deadline {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - Clock::now()).count();
     if (left <= 0) return 0;
     return left > INT32_MAX ? INT32_MAX : static_cast<int>(left);
+  }
+
+  // remaining_ms(), but at most cap_ms (also when infinite): how long one slice of a wait that
+  // wakes up now and then may sleep.
+  int remaining_ms_at_most(int cap_ms) const {
+    return infinite_ ? cap_ms : std::min(cap_ms, remaining_ms());
   }
 
   Clock::time_point time_point() const { return at_; }

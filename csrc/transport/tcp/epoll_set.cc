@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace pscore {
@@ -69,13 +69,10 @@ void EpollSet::disarm(int fd, uint32_t reported) {
 
 void EpollSet::wait(const std::vector<pollfd>& wanted, int timeout_ms) {
   arm(wanted);
-  using Clock = std::chrono::steady_clock;
-  const auto until = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  const Deadline deadline(std::max(timeout_ms, 0));
   epoll_event ready[16];
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-    const int n =
-        ::epoll_wait(epfd_, ready, 16, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    const int n = ::epoll_wait(epfd_, ready, 16, deadline.remaining_ms());
     if (n < 0) {
       if (errno == EINTR) return;
       throw NetworkError(errno_message("epoll_wait", errno));
@@ -90,7 +87,7 @@ void EpollSet::wait(const std::vector<pollfd>& wanted, int timeout_ms) {
         disarm(fd, ready[i].events);
       }
     }
-    if (woken || Clock::now() >= until) return;
+    if (woken || deadline.expired()) return;
   }
 }
 
