@@ -13,24 +13,15 @@
 #include <new>
 #include <stdexcept>
 #include <thread>
-#include <utility>
 
 #include "common/clock.h"
+#include "common/fd.h"
 #include "hogwild/file_lease.h"
 
 namespace pscore::hogwild {
 namespace {
 
 void pause_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
-
-// An open descriptor that closes itself unless released.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  int release() { return std::exchange(fd, -1); }
-};
 
 char* map_fd(int fd, uint64_t nbytes, bool populate, const std::string& what) {
   int flags = MAP_SHARED | (populate ? MAP_POPULATE : 0);

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/fd.h"
 
 namespace pscore::ps {
 namespace {
@@ -56,32 +57,25 @@ void write_fully(int fd, std::vector<iovec>& iov, const std::string& path) {
 // Copies bytes [from, to) of `src` into a new file `dst`, synced to disk; removes dst and throws
 // Error on failure.
 void copy_tail(const std::string& src, uint64_t from, uint64_t to, const std::string& dst) {
-  int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
-  int out = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  std::vector<char> buf(1 << 20);
-  int err = in < 0 || out < 0 ? errno : 0;
-  for (uint64_t at = from; err == 0 && at < to;) {
-    const ssize_t n =
-        ::pread(in, buf.data(), std::min<uint64_t>(buf.size(), to - at), static_cast<off_t>(at));
-    if (n <= 0) {
-      err = n == 0 ? EIO : errno;
-      if (err == EINTR) err = 0;
-      continue;
+  const std::string what = "write-ahead log " + src + ": copying its tail to " + dst;
+  try {
+    Fd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
+    Fd out(::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (in.fd < 0 || out.fd < 0) throw Error(errno_message(what + ": open", errno));
+    std::vector<char> buf(1 << 20);
+    for (uint64_t at = from; at < to;) {
+      const ssize_t n = ::pread(in.fd, buf.data(), std::min<uint64_t>(buf.size(), to - at),
+                                static_cast<off_t>(at));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw Error(errno_message(what + ": read", n == 0 ? EIO : errno));
+      std::vector<iovec> iov{{buf.data(), static_cast<size_t>(n)}};
+      write_fully(out.fd, iov, dst);
+      at += static_cast<uint64_t>(n);
     }
-    std::vector<iovec> iov{{buf.data(), static_cast<size_t>(n)}};
-    try {
-      write_fully(out, iov, dst);
-    } catch (const Error&) {
-      err = errno ? errno : EIO;
-    }
-    at += static_cast<uint64_t>(n);
-  }
-  if (err == 0 && ::fdatasync(out) != 0) err = errno;
-  if (in >= 0) ::close(in);
-  if (out >= 0) ::close(out);
-  if (err != 0) {
+    if (::fdatasync(out.fd) != 0) throw Error(errno_message(what + ": fdatasync", errno));
+  } catch (...) {
     ::unlink(dst.c_str());
-    throw Error(errno_message("write-ahead log " + src + ": copying its tail to " + dst, err));
+    throw;
   }
 }
 
