@@ -82,6 +82,18 @@ int reap_locked(SegmentHeader& h, int fd, int own_slot) {
   return live;
 }
 
+// A registration's tag: its slot + 1 in the low 16 bits, the registration count above, so a
+// reused slot gets a new tag (positive, and never 0, which marks a free lock).
+int32_t make_tag(int slot, uint32_t registrations) {
+  return static_cast<int32_t>(((registrations & 0x7fffu) << 16) | static_cast<uint32_t>(slot + 1));
+}
+
+// The slot a tag names, or -1 when it names none.
+int slot_of(int32_t tag) {
+  const int slot = (tag & 0xffff) - 1;
+  return slot < kMaxAttachments ? slot : -1;
+}
+
 // Marks the segment removed and unlinks its name. Caller holds the registry.
 void remove_locked(SegmentHeader& h, const std::string& path) {
   h.state.store(kRemoved, std::memory_order_release);
@@ -279,8 +291,7 @@ void Segment::register_self(int64_t lock_timeout_ms) {
     for (int i = 0; i < kMaxAttachments; ++i) {
       if (h.attached[i].load(std::memory_order_relaxed) != 0) continue;
       if (!try_take_lease(fd_, static_cast<uint64_t>(i))) continue;  // leased, not yet listed
-      const uint32_t count = ++h.registrations;
-      tag_ = static_cast<int32_t>(((count & 0x7fffu) << 16) | static_cast<uint32_t>(i + 1));
+      tag_ = make_tag(i, ++h.registrations);
       h.attached_pid[i] = static_cast<int32_t>(::getpid());
       h.attached[i].store(tag_, std::memory_order_relaxed);
       slot_ = i;
@@ -336,16 +347,15 @@ int Segment::live_attachments() {
 }
 
 bool Segment::holder_alive(int32_t tag) const {
-  const int slot = (tag & 0xffff) - 1;
-  if (slot < 0 || slot >= kMaxAttachments) return false;
+  const int slot = slot_of(tag);
+  if (slot < 0) return false;
   if (header().attached[slot].load(std::memory_order_relaxed) != tag) return false;
   return slot == slot_ || lease_held_elsewhere(fd_, static_cast<uint64_t>(slot));
 }
 
 std::string Segment::describe_holder(int32_t tag) const {
-  const int slot = (tag & 0xffff) - 1;
-  if (slot < 0 || slot >= kMaxAttachments)
-    return "an unknown holder (tag " + std::to_string(tag) + ")";
+  const int slot = slot_of(tag);
+  if (slot < 0) return "an unknown holder (tag " + std::to_string(tag) + ")";
   return "pid " + std::to_string(header().attached_pid[slot]) + " (handle slot " +
          std::to_string(slot) + ")";
 }

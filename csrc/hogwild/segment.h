@@ -56,8 +56,8 @@ struct SegmentHeader {
   int32_t creator_pid;  // in the creator's pid namespace; for messages only
   alignas(64) std::atomic<uint64_t> update_count;  // update calls applied, by all processes
   alignas(64) std::atomic<uint64_t> adam_step;     // global Adam step when callers pass none
-  // The registry, changed under the registry lease. A slot's tag is its index + 1 in the low
-  // 16 bits and a registration count above, so a reused slot gets a new tag.
+  // The registry, changed under the registry lease. Each live handle's slot holds its tag
+  // (segment.cc's make_tag: a reused slot gets a new one).
   alignas(64) uint32_t registrations;
   std::atomic<int32_t> attached[kMaxAttachments];  // tag per live handle, 0 when free
   int32_t attached_pid[kMaxAttachments];           // each handle's pid, for messages
