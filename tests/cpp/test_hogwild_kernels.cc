@@ -60,13 +60,12 @@ std::vector<T> copy_of(const hw::SharedTable& t, int slot) {
   return std::vector<T>(p, p + t.rows() * t.dim());
 }
 
-template <typename T>
-hw::UpdateBatch sparse_batch(const std::vector<int64_t>& ids, const std::vector<T>& g,
-                             bool locked) {
+template <typename T, typename Id = int64_t>
+hw::UpdateBatch sparse_batch(const std::vector<Id>& ids, const std::vector<T>& g, bool locked) {
   hw::UpdateBatch b;
   b.ids = ids.data();
   b.num_ids = ids.size();
-  b.ids_dtype = DType::kInt64;
+  b.ids_dtype = sizeof(Id) == 4 ? DType::kInt32 : DType::kInt64;
   b.grads = g.data();
   b.grads_numel = g.size();
   b.grads_dtype = dtype_of<T>();
@@ -318,20 +317,10 @@ TEST(KernelErrors, EmptyBatchIsANoOp) {
   EXPECT_EQ(copy_of<float>(*t, -1), std::vector<float>(6, 2.f));
 }
 
-}  // namespace
-
-namespace {
-
 TEST(Coalesce, RepeatedIdsAreSummedInBatchOrder) {
   const std::vector<int32_t> ids{3, 1, 3, 0, 1, 3};
   const std::vector<double> g{1, 10, 2, 20, 3, 30, 4, 40, 5, 50, 6, 60};  // 6 rows x 2
-  hw::UpdateBatch b;
-  b.ids = ids.data();
-  b.num_ids = ids.size();
-  b.ids_dtype = DType::kInt32;
-  b.grads = g.data();
-  b.grads_numel = g.size();
-  b.grads_dtype = DType::kFloat64;
+  const hw::UpdateBatch b = sparse_batch(ids, g, false);
   hw::CoalescedBatch c;
   ASSERT_TRUE(hw::coalesce(b, 2, &c));
   EXPECT_EQ(c.ids, (std::vector<int64_t>{3, 1, 0}));  // in order of first appearance

@@ -48,6 +48,19 @@ std::shared_ptr<hw::SharedTable> attach(const std::string& name, int64_t wait_ms
   return hw::SharedTable::attach(name, o);
 }
 
+// A locked SGD step of -1 on each element of `row` of a table 4 floats wide.
+void locked_sgd_on_row(hw::SharedTable& t, int64_t row) {
+  const std::vector<int64_t> ids{row};
+  const std::vector<float> g(4, 1.f);
+  hw::UpdateBatch b;
+  b.ids = ids.data();
+  b.num_ids = 1;
+  b.grads = g.data();
+  b.grads_numel = 4;
+  b.locked = true;
+  t.sgd(b, {1.0});
+}
+
 // Forks, runs fn in the child and returns the child's wait status.
 template <typename Fn>
 int in_child(Fn fn) {
@@ -190,15 +203,7 @@ TEST(Segment, AForkedChildLocksAsItselfSoItsDeadLocksAreTakenOver) {
   const int32_t holder = a->row_lock(0).owner.load();
   EXPECT_NE(holder, 0);
   EXPECT_NE(holder, parent_tag) << "the child locked under its parent's tag";
-  std::vector<int64_t> ids{0};
-  std::vector<float> g(4, 1.f);
-  hw::UpdateBatch b;
-  b.ids = ids.data();
-  b.num_ids = 1;
-  b.grads = g.data();
-  b.grads_numel = 4;
-  b.locked = true;
-  a->sgd(b, {1.0});  // takes the dead child's lock over instead of timing out
+  locked_sgd_on_row(*a, 0);  // takes the dead child's lock over instead of timing out
   EXPECT_EQ(static_cast<float*>(a->array(-1))[0], -1.f);
   status = in_child([&] {
     hw::LockGuard guard(a->row_lock(5), a->lock_owner().lock_tag(), a->lock_owner(), 1000, "test");
@@ -235,15 +240,7 @@ TEST(Segment, ALockLeftByADeadProcessIsTakenOver) {
   });
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_NE(a->row_lock(0).owner.load(), 0) << "the dead child still owns the stripe";
-  std::vector<int64_t> ids{0};
-  std::vector<float> g(4, 1.f);
-  hw::UpdateBatch b;
-  b.ids = ids.data();
-  b.num_ids = 1;
-  b.grads = g.data();
-  b.grads_numel = 4;
-  b.locked = true;
-  a->sgd(b, {1.0});  // takes the dead owner's lock over instead of hanging
+  locked_sgd_on_row(*a, 0);  // takes the dead owner's lock over instead of hanging
   EXPECT_EQ(static_cast<float*>(a->array(-1))[0], -1.f);
   EXPECT_EQ(a->row_lock(0).owner.load(), 0);
 }
@@ -255,16 +252,8 @@ TEST(Segment, ALockHeldByALiveHolderTimesOut) {
   auto a = hw::SharedTable::create(name, spec_of({8, 4}), o);
   hw::lock_word(a->row_lock(3), a->lock_owner().lock_tag(), a->lock_owner(), 1000,
                 "test");  // held by this (live) process
-  std::vector<int64_t> ids{3};
-  std::vector<float> g(4, 1.f);
-  hw::UpdateBatch b;
-  b.ids = ids.data();
-  b.num_ids = 1;
-  b.grads = g.data();
-  b.grads_numel = 4;
-  b.locked = true;
   try {
-    a->sgd(b, {1.0});  // the holder is alive (it is us), so this waits out the timeout
+    locked_sgd_on_row(*a, 3);  // the holder is alive (it is us), so this waits out the timeout
     FAIL() << "expected a timeout";
   } catch (const pscore::TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("for more than 50 ms"), std::string::npos) << e.what();
@@ -329,16 +318,8 @@ TEST(Segment, AHolderInAnotherPidNamespaceKeepsTheTableAndItsLock) {
   char byte = 0;
   ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the holder in the other namespace never attached";
   EXPECT_EQ(a->live_attachments(), 2) << "pid " << theirs << " is not ours, but its holder lives";
-  std::vector<int64_t> ids{0};
-  std::vector<float> g(4, 1.f);
-  hw::UpdateBatch b;
-  b.ids = ids.data();
-  b.num_ids = 1;
-  b.grads = g.data();
-  b.grads_numel = 4;
-  b.locked = true;
   try {
-    a->sgd(b, {1.0});  // its holder lives: wait, do not take the lock over
+    locked_sgd_on_row(*a, 0);  // its holder lives: wait, do not take the lock over
     ADD_FAILURE() << "the live holder's lock was taken over";
   } catch (const pscore::TimeoutError& e) {
     const std::string want = "pid " + std::to_string(theirs) + " (handle slot";
