@@ -91,15 +91,15 @@ def build_spec(
     fill_spec(optimizer if optimizer is not None else SGD(), spec.optimizer, clip_norm, clip_value)
     spec.consistency = CONSISTENCY[consistency]
     spec.staleness, spec.backup_workers = int(staleness), int(backup_workers)
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-        raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
-    if capacity and not sparse:
-        raise ValueError("capacity applies to sparse tables")
-    spec.capacity = capacity
-    limit = max_rows_per_shard
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"max_rows_per_shard must be an int >= 0, got {limit!r}")
-    if max_rows_per_shard and not sparse:
-        raise ValueError("max_rows_per_shard applies to sparse tables")
-    spec.max_rows_per_shard = max_rows_per_shard
+    spec.capacity = _sparse_row_count("capacity", capacity, sparse)
+    spec.max_rows_per_shard = _sparse_row_count("max_rows_per_shard", max_rows_per_shard, sparse)
     return spec
+
+
+def _sparse_row_count(what: str, value, sparse: bool) -> int:
+    """A row count of a sparse table's spec (0: unset), checked before anything is sent."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be an int >= 0, got {value!r}")
+    if value and not sparse:
+        raise ValueError(f"{what} applies to sparse tables")
+    return value
