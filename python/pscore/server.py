@@ -153,7 +153,7 @@ class PServer:
         """Lets a periodic snapshot in progress finish: a server started on the same directory
         after stop() returns must not race it (it would replay a log this one still trims)."""
         t, self._snapshots = self._snapshots, None
-        if t is None or t is threading.current_thread():
+        if t is None:
             return
         t.join(timeout)
         if t.is_alive():
