@@ -140,7 +140,20 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds between SIGTERM and SIGKILL when stopping ranks (default 5)",
     )
     p.add_argument(
+        "--max-restarts",
+        "--max_restarts",
+        type=int,
+        default=0,
+        help="accepted for torchrun's command lines; only 0: failed ranks are not restarted",
+    )
+    p.add_argument(
         "-m", "--module", action="store_true", help="run the target as a module (python -m)"
+    )
+    p.add_argument(
+        "--no-python",
+        "--no_python",
+        action="store_true",
+        help="run the target as a program itself, not with this Python",
     )
     p.add_argument("target", help="the script (or, with -m, the module) to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to every rank")
@@ -251,6 +264,13 @@ def node_config(args, environ) -> NodeConfig:
     wrong."""
     if args.nproc < 1:
         raise ValueError(f"-n must be >= 1, got {args.nproc}")
+    if args.max_restarts != 0:
+        raise ValueError(
+            f"--max-restarts {args.max_restarts}: pscore-run does not restart failed ranks "
+            "(it is not elastic); a failed rank ends the run"
+        )
+    if args.module and args.no_python:
+        raise ValueError("-m runs a module with Python; it cannot be combined with --no-python")
     nnodes = _node_count(args.nnodes)
     if args.standalone:
         _check_standalone(args, nnodes)
@@ -356,7 +376,9 @@ def main(argv: list | None = None) -> int:
     except ValueError as e:
         print(f"pscore-run: {e}", file=sys.stderr)
         return 2
-    command = [sys.executable] + (["-m"] if args.module else []) + [args.target, *args.args]
+    command = [args.target, *args.args]
+    if not args.no_python:
+        command = [sys.executable] + (["-m"] if args.module else []) + command
     console = Console()
     supervisor = Supervisor(
         args.grace_period, console.message, " on this node" if node.nnodes > 1 else ""

@@ -13,6 +13,7 @@ import time
 import pytest
 
 import pscore.errors
+from pscore import launch
 from pscore.launch import free_port
 
 PYTHON_PATH = os.path.dirname(os.path.dirname(os.path.abspath(pscore.errors.__file__)))
@@ -228,14 +229,16 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
             ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "x.py"],
             "give each node its --node-rank",
         ),
+        (["--max-restarts", "3", "x.py"], "does not restart failed ranks"),
+        (["-m", "--no-python", "x"], "cannot be combined with --no-python"),
         (["--tee", "3", "x.py"], "--tee and --redirects say which streams go to --log-dir"),
         (["--log-dir", "d", "--tee", "4", "x.py"], "--tee '4': expected 0 (none)"),
         (["--log-dir", "d", "-r", "0:3,x", "x.py"], "'x' is not local_rank:value"),
     ],
 )
-def test_bad_arguments(tmp_path, args, message):
-    result = run_launcher(args, tmp_path)
-    assert result.returncode == 2 and message in result.stderr
+def test_bad_arguments(args, message, capsys):
+    assert launch.main(args) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_missing_script_fails_with_pythons_code(tmp_path):
@@ -377,6 +380,11 @@ REDUCE = """
 def test_two_nodes_on_one_host_meet_and_reduce(tmp_path):
     """Two pscore-run processes, --nnodes 2, node ranks 0 and 1 on this host: one world of 4."""
     script = write_script(tmp_path, "reduce.py", REDUCE)
+    for _ in range(3):
+        _two_nodes_on_this_host(tmp_path, script)
+
+
+def _two_nodes_on_this_host(tmp_path, script: str) -> None:
     port = str(free_port())
     common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", port, "-n", "2"]
     nodes = [
@@ -396,3 +404,33 @@ def test_two_nodes_on_one_host_meet_and_reduce(tmp_path):
         assert sorted(out.splitlines()) == [
             f"[rank{r}]: rank {r} of 4 local {r - 2 * i} sum 10.0" for r in (2 * i, 2 * i + 1)
         ]
+
+
+def test_no_python_runs_the_program_itself(tmp_path):
+    script = tmp_path / "report.sh"
+    script.write_text('#!/bin/sh\necho "rank $RANK of $WORLD_SIZE: $1"\n')
+    script.chmod(0o755)
+    result = run_launcher(
+        ["-n", "2", "--no-python", "--max_restarts", "0", str(script), "hi"], tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == [f"[rank{r}]: rank {r} of 2: hi" for r in (0, 1)]
+
+
+def test_a_process_left_holding_the_output_does_not_hold_the_launcher(tmp_path):
+    """A rank that leaves a child behind with its stdout: the launcher still ends (it stops
+    reading that pipe a few seconds after the ranks are gone)."""
+    script = write_script(
+        tmp_path,
+        "leave.py",
+        """
+        import subprocess
+        subprocess.Popen(["sleep", "30"])
+        print("bye", flush=True)
+        """,
+    )
+    start = time.monotonic()
+    result = run_launcher(["-n", "1", script], tmp_path, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[rank0]: bye\n"
+    assert time.monotonic() - start < 60
