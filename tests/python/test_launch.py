@@ -54,7 +54,8 @@ REPORT = """
     import json, os, sys
     names = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
              "MASTER_PORT", "PSCORE_RANK", "PSCORE_WORLD_SIZE", "PSCORE_MASTER_PORT",
-             "PSCORE_JOB_ID", "OMP_NUM_THREADS", "GROUP_RANK", "GROUP_WORLD_SIZE"]
+             "PSCORE_JOB_ID", "OMP_NUM_THREADS", "GROUP_RANK", "GROUP_WORLD_SIZE",
+             "PYTHONUNBUFFERED"]
     info = {n: os.environ.get(n) for n in names}
     info["argv"] = sys.argv[1:]
     with open(f"rank{os.environ['RANK']}.json", "w") as f:
@@ -75,7 +76,7 @@ def test_ranks_get_the_environment(tmp_path):
         assert info["WORLD_SIZE"] == info["LOCAL_WORLD_SIZE"] == info["PSCORE_WORLD_SIZE"] == "3"
         assert info["MASTER_ADDR"] == "127.0.0.1"
         assert info["PSCORE_MASTER_PORT"] == info["MASTER_PORT"]
-        assert info["OMP_NUM_THREADS"] == "1"
+        assert info["OMP_NUM_THREADS"] == info["PYTHONUNBUFFERED"] == "1"
         assert info["argv"] == ["--lr", "0.1"]
 
 
@@ -434,3 +435,58 @@ def test_a_process_left_holding_the_output_does_not_hold_the_launcher(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == "[rank0]: bye\n"
     assert time.monotonic() - start < 60
+
+
+def test_nodes_derive_one_job_id_and_port_29500(tmp_path):
+    script = write_script(tmp_path, "report.py", REPORT)
+    env = launcher_env()
+    env.pop("PSCORE_JOB_ID", None)
+    args = ["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.2.3", script]
+    result = subprocess.run(
+        [sys.executable, "-m", "pscore.launch", *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    info = json.loads((tmp_path / "rank1.json").read_text())
+    assert info["PSCORE_JOB_ID"] == "pscore-run@10.1.2.3:29500"
+    assert info["MASTER_PORT"] == "29500" and info["WORLD_SIZE"] == "2"
+
+
+def test_a_long_line_comes_out_in_prefixed_pieces(tmp_path):
+    script = write_script(tmp_path, "long.py", "print('x' * 150_000 + 'y')")
+    result = run_launcher(["-n", "1", script], tmp_path)
+    assert result.returncode == 0, result.stderr
+    pieces = result.stdout.splitlines()
+    assert len(pieces) == 3 and all(p.startswith("[rank0]: ") for p in pieces)
+    assert "".join(p[len("[rank0]: ") :] for p in pieces) == "x" * 150_000 + "y"
+
+
+def test_ranks_of_a_killed_launcher_get_sigterm(tmp_path):
+    script = write_script(
+        tmp_path,
+        "sleep.py",
+        """
+        import os, time
+        with open(f"pid{os.environ['RANK']}", "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(120)
+        """,
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "pscore.launch", "-n", "2", script], env=launcher_env(), cwd=tmp_path
+    )
+    deadline = time.monotonic() + 30
+    while not all((tmp_path / f"pid{r}").exists() for r in range(2)):
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.02)
+    launcher.kill()
+    launcher.wait(30)
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    while any(pid_alive(p) for p in pids):
+        assert time.monotonic() < deadline + 30, "ranks outlived their launcher"
+        time.sleep(0.05)
