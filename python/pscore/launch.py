@@ -368,12 +368,36 @@ def _start_ranks(command: list, node: NodeConfig, supervisor: Supervisor) -> lis
     return ranks
 
 
+def _watch(ranks: list, supervisor: Supervisor, console: Console, args, node) -> int:
+    """Copies the ranks' output until they end; a failed run ends with its summary."""
+    to_console, to_files = _output_routes(args)
+    outputs = {}
+    for r in ranks:
+        lr = r.local_rank
+        outputs[r.rank] = RankOutput(
+            r.rank, r.proc, console, to_console(lr), to_files(lr), args.log_dir
+        )
+        outputs[r.rank].start()
+    code = supervisor.run()
+    deadline = time.monotonic() + _OUTPUT_DRAIN_S
+    for out in outputs.values():
+        out.join(deadline)
+    failed = supervisor.failure
+    if failed is not None and supervisor.signalled is None:
+        others = [r for r in ranks if r is not failed]
+        tail = list(outputs[failed.rank].tail)
+        console.message(failure_summary(args.target, failed, others, node.node_rank, tail))
+    return code
+
+
 def main(argv: list | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         node = node_config(args, os.environ)
-        to_console, to_files = _output_routes(args)
-    except ValueError as e:
+        _output_routes(args)  # checks --tee / --redirects before anything starts
+        if args.log_dir is not None:
+            os.makedirs(args.log_dir, exist_ok=True)
+    except (ValueError, OSError) as e:
         print(f"pscore-run: {e}", file=sys.stderr)
         return 2
     command = [args.target, *args.args]
@@ -384,7 +408,6 @@ def main(argv: list | None = None) -> int:
         args.grace_period, console.message, " on this node" if node.nnodes > 1 else ""
     )
     previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in _FORWARDED}
-    outputs: dict = {}
     try:
         try:
             ranks = _start_ranks(command, node, supervisor)
@@ -393,22 +416,7 @@ def main(argv: list | None = None) -> int:
             supervisor.stop_all()
             supervisor.run()
             return 1
-        for r in ranks:
-            lr = r.local_rank
-            outputs[r.rank] = RankOutput(
-                r.rank, r.proc, console, to_console(lr), to_files(lr), args.log_dir
-            )
-            outputs[r.rank].start()
-        code = supervisor.run()
-        deadline = time.monotonic() + _OUTPUT_DRAIN_S
-        for out in outputs.values():
-            out.join(deadline)
-        failed = supervisor.failure
-        if failed is not None and supervisor.signalled is None:
-            others = [r for r in ranks if r is not failed]
-            tail = list(outputs[failed.rank].tail)
-            console.message(failure_summary(args.target, failed, others, node.node_rank, tail))
-        return code
+        return _watch(ranks, supervisor, console, args, node)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

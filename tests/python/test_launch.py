@@ -235,11 +235,18 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
         (["--tee", "3", "x.py"], "--tee and --redirects say which streams go to --log-dir"),
         (["--log-dir", "d", "--tee", "4", "x.py"], "--tee '4': expected 0 (none)"),
         (["--log-dir", "d", "-r", "0:3,x", "x.py"], "'x' is not local_rank:value"),
+        (["--log-dir", "/proc/no/such", "x.py"], "No such file or directory"),
     ],
 )
 def test_bad_arguments(args, message, capsys):
     assert launch.main(args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_program_that_cannot_start(tmp_path):
+    result = run_launcher(["-n", "2", "--no-python", "./does-not-exist"], tmp_path)
+    assert result.returncode == 1
+    assert "pscore-run: cannot start a rank: [Errno 2] No such file" in result.stderr
 
 
 def test_missing_script_fails_with_pythons_code(tmp_path):
