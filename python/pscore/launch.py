@@ -282,7 +282,10 @@ def node_config(args, environ) -> NodeConfig:
     if port == 0:
         if nnodes > 1:
             raise ValueError("across nodes the master port must be given: every node needs it")
-        port = free_port(addr)
+        try:
+            port = free_port(addr)
+        except OSError as e:
+            raise ValueError(f"cannot pick a free port on {addr!r} (this node's?): {e}") from None
     if args.rdzv_id:
         job_id = args.rdzv_id
     elif environ.get("PSCORE_JOB_ID"):

@@ -226,6 +226,7 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
         (["--rdzv-endpoint", "h:1", "--master-addr", "h", "x.py"], "either --rdzv-endpoint"),
         (["--rdzv-endpoint", "h:port", "x.py"], "is not HOST[:PORT]"),
         (["--rdzv-backend", "etcd", "x.py"], "'etcd' is not supported"),
+        (["--rdzv-endpoint", "no-such-host.invalid:0", "x.py"], "cannot pick a free port on"),
         (
             ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "x.py"],
             "give each node its --node-rank",
