@@ -1,39 +1,53 @@
-"""``pscore-run``: starts N local ranks of a script, like ``torchrun --standalone``.
+"""``pscore-run``: starts the ranks of a script on this node, with torchrun's flags.
 
-    pscore-run -n 4 train.py --lr 0.1
+    pscore-run -n 4 train.py --lr 0.1                      # one node (like torchrun --standalone)
     pscore-run -n 2 -m mypackage.train
+    pscore-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -n 4 train.py
     python -m pscore.launch -n 2 train.py
 
-Each rank gets PSCORE_RANK / PSCORE_WORLD_SIZE / PSCORE_LOCAL_RANK / PSCORE_LOCAL_WORLD_SIZE /
-PSCORE_MASTER_ADDR / PSCORE_MASTER_PORT, torchrun's RANK / WORLD_SIZE / LOCAL_RANK /
-LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT, a PSCORE_JOB_ID shared by the run, and
-OMP_NUM_THREADS=1 unless already set. Ranks run in their own process groups; SIGINT, SIGTERM
-and SIGHUP sent to the launcher are forwarded to them. When a rank fails, the launcher says
-which, sends SIGTERM to the others (SIGKILL after the grace period) and exits with the failing
-rank's code (128 + N for a rank killed by signal N).
+Node ``node_rank`` of ``nnodes`` starts ``nproc`` ranks: global rank node_rank * nproc +
+local rank, world nnodes * nproc. Each rank gets PSCORE_RANK / PSCORE_WORLD_SIZE /
+PSCORE_LOCAL_RANK / PSCORE_LOCAL_WORLD_SIZE / PSCORE_MASTER_ADDR / PSCORE_MASTER_PORT, torchrun's
+RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT / GROUP_RANK /
+GROUP_WORLD_SIZE, a PSCORE_JOB_ID shared by the job, OMP_NUM_THREADS=1 and PYTHONUNBUFFERED=1
+unless already set. Each line a rank prints comes out prefixed with ``[rankN]: ``
+(``launch_output``). Ranks run in their own process groups; SIGINT, SIGTERM and SIGHUP sent to
+the launcher are forwarded to them. When a rank fails, the launcher says which, sends SIGTERM to
+the others on this node (SIGKILL after the grace period), ends with a summary of the failure and
+exits with the failing rank's code (128 + N for a rank killed by signal N). See docs/launch.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
+import time
 import uuid
+
+from pscore.cluster_spec import split_address
+from pscore.launch_output import STDERR, STDOUT, Console, RankOutput, parse_std_streams, streams_for
+from pscore.launch_supervisor import Rank, Supervisor, failure_summary
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
+DEFAULT_MASTER_PORT = 29500  # torchrun's, for nodes that must agree on a port
+DEFAULT_RDZV_PORT = 29400  # torchrun's, for an --rdzv-endpoint without a port
+_OUTPUT_DRAIN_S = 5.0  # after the ranks end, how long their pipes may still be read
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pscore-run",
-        description="Start N local ranks of a training script with the rendezvous environment "
-        "set (like torchrun --standalone).",
+        description="Start the ranks of a training script on this node with the rendezvous "
+        "environment set. Takes torchrun's flags (dashes or underscores): one node by default, "
+        "several with --nnodes / --node-rank and node 0's --master-addr / --master-port (or "
+        "--rdzv-endpoint). Every output line is prefixed with its rank.",
     )
     p.add_argument(
         "-n",
@@ -41,16 +55,83 @@ def _parser() -> argparse.ArgumentParser:
         "--nproc_per_node",
         dest="nproc",
         type=int,
-        required=True,
-        help="number of ranks to start on this machine",
+        default=1,
+        help="ranks to start on this node (default 1)",
     )
-    p.add_argument("--master-addr", "--master_addr", default="127.0.0.1", help="rank 0's address")
+    p.add_argument(
+        "--nnodes",
+        default="1",
+        help="number of nodes, each running one pscore-run (default 1; a MIN:MAX range only "
+        "with MIN == MAX: pscore-run is not elastic)",
+    )
+    p.add_argument(
+        "--node-rank",
+        "--node_rank",
+        type=int,
+        default=None,
+        help="this node's index, 0 .. nnodes-1 (default 0); node 0 hosts rank 0",
+    )
+    p.add_argument(
+        "--master-addr",
+        "--master_addr",
+        default=None,
+        help="node 0's address, reachable from every node (default 127.0.0.1; required "
+        "with --nnodes > 1 unless --rdzv-endpoint is given)",
+    )
     p.add_argument(
         "--master-port",
         "--master_port",
         type=int,
-        default=0,
-        help="rank 0's store port (default: a free port)",
+        default=None,
+        help="rank 0's store port (default: a free port on one node, "
+        f"{DEFAULT_MASTER_PORT} across nodes)",
+    )
+    p.add_argument(
+        "--rdzv-endpoint",
+        "--rdzv_endpoint",
+        default=None,
+        help="HOST[:PORT] of node 0, instead of --master-addr / --master-port "
+        f"(port {DEFAULT_RDZV_PORT} when left out, 0 = a free port on one node)",
+    )
+    p.add_argument(
+        "--rdzv-backend",
+        "--rdzv_backend",
+        default="static",
+        help="static (default): fixed node ranks. c10d is accepted on one node, or with "
+        "--node-rank on each node; other backends are refused",
+    )
+    p.add_argument(
+        "--rdzv-id",
+        "--rdzv_id",
+        default=None,
+        help="job id shared by every node (PSCORE_JOB_ID; default: the environment's, else "
+        "a fresh one on one node and one derived from the master endpoint across nodes)",
+    )
+    p.add_argument(
+        "--standalone",
+        action="store_true",
+        help="one node, rank 0's store on 127.0.0.1 at a free port (the default already)",
+    )
+    p.add_argument(
+        "--log-dir",
+        "--log_dir",
+        default=None,
+        help="also write each rank's output to DIR/rank_N/stdout.log and stderr.log "
+        "(not prefixed); which streams: --tee / --redirects (default: both)",
+    )
+    p.add_argument(
+        "--tee",
+        "-t",
+        default=None,
+        help="with --log-dir: streams written to the files and the console: 1 stdout, "
+        "2 stderr, 3 both, 0 none, or local_rank:value,... (default 3)",
+    )
+    p.add_argument(
+        "--redirects",
+        "-r",
+        default=None,
+        help="with --log-dir: streams written to the files only, not the console (same "
+        "values as --tee; default 0)",
     )
     p.add_argument(
         "--grace-period",
@@ -59,11 +140,43 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds between SIGTERM and SIGKILL when stopping ranks (default 5)",
     )
     p.add_argument(
+        "--max-restarts",
+        "--max_restarts",
+        type=int,
+        default=0,
+        help="accepted for torchrun's command lines; only 0: failed ranks are not restarted",
+    )
+    p.add_argument(
         "-m", "--module", action="store_true", help="run the target as a module (python -m)"
+    )
+    p.add_argument(
+        "--no-python",
+        "--no_python",
+        action="store_true",
+        help="run the target as a program itself, not with this Python",
     )
     p.add_argument("target", help="the script (or, with -m, the module) to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to every rank")
     return p
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeConfig:
+    """This node's share of the job, resolved from the flags."""
+
+    nnodes: int
+    node_rank: int
+    nproc: int
+    master_addr: str
+    master_port: int
+    job_id: str
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc
+
+    def global_rank(self, local_rank: int) -> int:
+        return self.node_rank * self.nproc + local_rank
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -74,26 +187,157 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def rank_environment(
-    base: dict, rank: int, world: int, master_addr: str, master_port: int, job_id: str
-) -> dict:
+def _node_count(text: str) -> int:
+    low, sep, high = text.partition(":")
+    try:
+        nnodes, upper = int(low), int(high) if sep else int(low)
+    except ValueError:
+        raise ValueError(f"--nnodes {text!r} is not a node count") from None
+    if nnodes != upper:
+        raise ValueError(
+            f"--nnodes {text}: pscore-run is not elastic, a node range is not supported; "
+            f"give a fixed count (e.g. --nnodes {upper})"
+        )
+    if nnodes < 1:
+        raise ValueError(f"--nnodes must be >= 1, got {nnodes}")
+    return nnodes
+
+
+def _master_endpoint(args, nnodes: int) -> tuple[str, int]:
+    """(address, port) of rank 0's store; port 0 means: pick a free one (one node only)."""
+    if args.rdzv_endpoint is not None:
+        if args.master_addr is not None or args.master_port is not None:
+            raise ValueError("give either --rdzv-endpoint or --master-addr / --master-port")
+        endpoint = args.rdzv_endpoint
+        if ":" not in endpoint.strip("[]") or endpoint.endswith("]"):
+            endpoint = f"{endpoint}:{DEFAULT_RDZV_PORT}"
+        try:
+            return split_address(endpoint)
+        except ValueError:
+            raise ValueError(f"--rdzv-endpoint {args.rdzv_endpoint!r} is not HOST[:PORT]") from None
+    if nnodes > 1 and args.master_addr is None:
+        raise ValueError(
+            f"--nnodes {nnodes} needs --master-addr (node 0's address, reachable from every "
+            "node) or --rdzv-endpoint"
+        )
+    port = args.master_port
+    if port is None:
+        port = DEFAULT_MASTER_PORT if nnodes > 1 else 0
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--master-port {port} is out of range")
+    return args.master_addr or "127.0.0.1", port
+
+
+def _check_rdzv_backend(args, nnodes: int) -> None:
+    backend = args.rdzv_backend
+    if backend == "static":
+        return
+    if backend != "c10d":
+        raise ValueError(
+            f"--rdzv-backend {backend!r} is not supported: use static (the default) or c10d"
+        )
+    if nnodes > 1 and args.node_rank is None:
+        raise ValueError(
+            "--rdzv-backend c10d across nodes assigns node ranks as nodes arrive (elastic), "
+            "which pscore-run does not do: give each node its --node-rank"
+        )
+
+
+def _check_standalone(args, nnodes: int) -> None:
+    given = {
+        "--nnodes": nnodes != 1,
+        "--node-rank": args.node_rank not in (None, 0),
+        "--master-addr": args.master_addr is not None,
+        "--master-port": args.master_port is not None,
+        "--rdzv-endpoint": args.rdzv_endpoint is not None,
+    }
+    clashes = [flag for flag, set_ in given.items() if set_]
+    if clashes:
+        raise ValueError(
+            f"--standalone runs one node with a free local port; it cannot be combined "
+            f"with {', '.join(clashes)}"
+        )
+
+
+def node_config(args, environ) -> NodeConfig:
+    """Checks the flags and resolves them into this node's config; ValueError says what is
+    wrong."""
+    if args.nproc < 1:
+        raise ValueError(f"-n must be >= 1, got {args.nproc}")
+    if args.max_restarts != 0:
+        raise ValueError(
+            f"--max-restarts {args.max_restarts}: pscore-run does not restart failed ranks "
+            "(it is not elastic); a failed rank ends the run"
+        )
+    if args.module and args.no_python:
+        raise ValueError("-m runs a module with Python; it cannot be combined with --no-python")
+    nnodes = _node_count(args.nnodes)
+    if args.standalone:
+        _check_standalone(args, nnodes)
+    _check_rdzv_backend(args, nnodes)
+    node_rank = 0 if args.node_rank is None else args.node_rank
+    if not 0 <= node_rank < nnodes:
+        raise ValueError(f"--node-rank {node_rank} is out of range for --nnodes {nnodes}")
+    addr, port = _master_endpoint(args, nnodes)
+    if port == 0:
+        if nnodes > 1:
+            raise ValueError("across nodes the master port must be given: every node needs it")
+        try:
+            port = free_port(addr)
+        except OSError as e:
+            raise ValueError(f"cannot pick a free port on {addr!r} (this node's?): {e}") from None
+    if args.rdzv_id:
+        job_id = args.rdzv_id
+    elif environ.get("PSCORE_JOB_ID"):
+        job_id = environ["PSCORE_JOB_ID"]
+    elif nnodes > 1:
+        job_id = f"pscore-run@{addr}:{port}"  # what every node derives alike
+    else:
+        job_id = uuid.uuid4().hex[:16]
+    return NodeConfig(nnodes, node_rank, args.nproc, addr, port, job_id)
+
+
+def rank_environment(base: dict, node: NodeConfig, local_rank: int) -> dict:
     """The environment of one local rank (a copy of ``base`` with the rendezvous variables)."""
     env = dict(base)
     values = {
-        "RANK": rank,
-        "WORLD_SIZE": world,
-        "LOCAL_RANK": rank,
-        "LOCAL_WORLD_SIZE": world,
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": master_port,
+        "RANK": node.global_rank(local_rank),
+        "WORLD_SIZE": node.world_size,
+        "LOCAL_RANK": local_rank,
+        "LOCAL_WORLD_SIZE": node.nproc,
+        "MASTER_ADDR": node.master_addr,
+        "MASTER_PORT": node.master_port,
     }
     for name, value in values.items():
         env[name] = str(value)
         env["PSCORE_" + name] = str(value)
-    env["GROUP_RANK"] = "0"
-    env.setdefault("PSCORE_JOB_ID", job_id)
+    env["GROUP_RANK"] = str(node.node_rank)
+    env["GROUP_WORLD_SIZE"] = str(node.nnodes)
+    env["PSCORE_JOB_ID"] = node.job_id
     env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the launcher's pipes as printed
     return env
+
+
+def _output_routes(args) -> tuple:
+    """(to_console, to_files) as functions local rank -> Std bits."""
+    if args.log_dir is None:
+        if args.tee is not None or args.redirects is not None:
+            raise ValueError("--tee and --redirects say which streams go to --log-dir's files")
+        return (lambda _: STDOUT | STDERR), (lambda _: 0)
+    tee = parse_std_streams(args.tee, "--tee") if args.tee is not None else None
+    redirects = parse_std_streams(args.redirects, "--redirects") if args.redirects else 0
+    if tee is None:
+        tee = 0 if args.redirects is not None else STDOUT | STDERR
+
+    def to_files(local_rank: int) -> int:
+        return streams_for(tee, local_rank) | streams_for(redirects, local_rank)
+
+    def to_console(local_rank: int) -> int:
+        only_files = streams_for(redirects, local_rank) & ~streams_for(tee, local_rank)
+        return (STDOUT | STDERR) & ~only_files
+
+    return to_console, to_files
 
 
 def _die_with_parent() -> None:
@@ -106,119 +350,76 @@ def _die_with_parent() -> None:
         pass  # not Linux: no such guard, the launcher's signal forwarding still applies
 
 
-def _exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
+def _start_ranks(command: list, node: NodeConfig, supervisor: Supervisor) -> list:
+    """Starts the local ranks (every fork before any thread of ours exists: preexec_fn is
+    not safe beside threads). Returns the Rank records; OSError when one cannot start."""
+    ranks = []
+    for local_rank in range(node.nproc):
+        if supervisor.signalled is not None:
+            break
+        proc = subprocess.Popen(
+            command,
+            env=rank_environment(os.environ, node, local_rank),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
+        )
+        rank = Rank(node.global_rank(local_rank), local_rank, proc)
+        ranks.append(rank)
+        supervisor.add(rank)
+    return ranks
 
 
-def _describe(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by {name}"
-    return f"exited with code {returncode}"
-
-
-class _Supervisor:
-    """Waits for the ranks; stops the rest when one fails or a signal arrives."""
-
-    def __init__(self, procs: list, grace_s: float):
-        self.procs = procs
-        self.by_pid: dict = {}  # filled as ranks start
-        self.live: set = set()
-        self.grace_s = grace_s
-        self.lock = threading.Lock()
-        self.killer: threading.Timer | None = None
-        self.signalled: int | None = None
-
-    def _signal_live(self, sig: int) -> None:
-        with self.lock:
-            targets = [self.procs[r].pid for r in self.live]
-        for pid in targets:
-            try:
-                os.killpg(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def stop_all(self, sig: int = signal.SIGTERM) -> None:
-        self._signal_live(sig)
-        if self.killer is None:
-            self.killer = threading.Timer(self.grace_s, self._signal_live, args=(signal.SIGKILL,))
-            self.killer.daemon = True
-            self.killer.start()
-
-    def on_signal(self, signum: int, frame) -> None:
-        if self.signalled is None:
-            self.signalled = signum
-        self.stop_all(signum)
-
-    def run(self) -> int:
-        failure: tuple | None = None
-        while self.live:
-            try:
-                pid, status = os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            rank = self.by_pid.get(pid)
-            if rank is None:
-                continue
-            code = os.waitstatus_to_exitcode(status)
-            self.procs[rank].returncode = code
-            with self.lock:
-                self.live.discard(rank)
-            if code != 0 and failure is None and self.signalled is None:
-                failure = (rank, code)
-                print(
-                    f"pscore-run: rank {rank} (pid {pid}) {_describe(code)}; "
-                    f"stopping the other {len(self.live)} rank(s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                self.stop_all()
-        if self.killer is not None:
-            self.killer.cancel()
-        if self.signalled is not None:
-            return 128 + self.signalled
-        return _exit_code(failure[1]) if failure else 0
+def _watch(ranks: list, supervisor: Supervisor, console: Console, args, node) -> int:
+    """Copies the ranks' output until they end; a failed run ends with its summary."""
+    to_console, to_files = _output_routes(args)
+    outputs = {}
+    for r in ranks:
+        lr = r.local_rank
+        outputs[r.rank] = RankOutput(
+            r.rank, r.proc, console, to_console(lr), to_files(lr), args.log_dir
+        )
+        outputs[r.rank].start()
+    code = supervisor.run()
+    deadline = time.monotonic() + _OUTPUT_DRAIN_S
+    for out in outputs.values():
+        out.join(deadline)
+    failed = supervisor.failure
+    if failed is not None and supervisor.signalled is None:
+        others = [r for r in ranks if r is not failed]
+        tail = list(outputs[failed.rank].tail)
+        console.message(failure_summary(args.target, failed, others, node.node_rank, tail))
+    return code
 
 
 def main(argv: list | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.nproc < 1:
-        print(f"pscore-run: -n must be >= 1, got {args.nproc}", file=sys.stderr)
+    try:
+        node = node_config(args, os.environ)
+        _output_routes(args)  # checks --tee / --redirects before anything starts
+        if args.log_dir is not None:
+            os.makedirs(args.log_dir, exist_ok=True)
+    except (ValueError, OSError) as e:
+        print(f"pscore-run: {e}", file=sys.stderr)
         return 2
-    if not 0 <= args.master_port <= 65535:
-        print(f"pscore-run: --master-port {args.master_port} is out of range", file=sys.stderr)
-        return 2
-    port = args.master_port or free_port(args.master_addr)
-    job_id = uuid.uuid4().hex[:16]
-    command = [sys.executable] + (["-m"] if args.module else []) + [args.target, *args.args]
-    procs: list = []
-    supervisor = _Supervisor(procs, args.grace_period)
+    command = [args.target, *args.args]
+    if not args.no_python:
+        command = [sys.executable] + (["-m"] if args.module else []) + command
+    console = Console()
+    supervisor = Supervisor(
+        args.grace_period, console.message, " on this node" if node.nnodes > 1 else ""
+    )
     previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in _FORWARDED}
     try:
-        for rank in range(args.nproc):
-            if supervisor.signalled is not None:
-                break
-            env = rank_environment(os.environ, rank, args.nproc, args.master_addr, port, job_id)
-            try:
-                # preexec_fn runs before any thread of ours exists (the kill timer starts later).
-                proc = subprocess.Popen(
-                    command,
-                    env=env,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent,  # noqa: PLW1509
-                )
-            except OSError as e:
-                print(f"pscore-run: cannot start rank {rank}: {e}", file=sys.stderr)
-                supervisor.stop_all()
-                supervisor.run()
-                return 1
-            procs.append(proc)
-            supervisor.by_pid[proc.pid] = rank
-            supervisor.live.add(rank)
-        return supervisor.run()
+        try:
+            ranks = _start_ranks(command, node, supervisor)
+        except OSError as e:
+            console.message(f"pscore-run: cannot start a rank: {e}")
+            supervisor.stop_all()
+            supervisor.run()
+            return 1
+        return _watch(ranks, supervisor, console, args, node)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import sys
 import tempfile
 import time
 
@@ -187,17 +188,60 @@ def print_report(report: dict) -> None:
     print_table(title, cols, rows, [10, 12, 12, 12, 13, 12, 14, 13][: len(cols)])
 
 
+def parser(name: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pscore.bench " + name,
+        description=f"{name}: pscore against torch.distributed gloo in the same processes and "
+        "run, alternating rounds; nccl-tests columns (p50 of the slowest rank, algbw, busbw) "
+        "and the ratios.",
+    )
+    p.add_argument(
+        "--world", type=int, default=2, help="ranks (local processes; default %(default)s)"
+    )
+    p.add_argument(
+        "--transport",
+        choices=["auto", "tcp", "shm"],
+        default="auto",
+        help="pscore's transport (PSCORE_TRANSPORT; default %(default)s: shared memory on "
+        "one host)",
+    )
+    p.add_argument(
+        "--compare",
+        choices=["gloo", "none"],
+        default="gloo",
+        help="the peer timed alongside (default %(default)s)",
+    )
+    p.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default=",".join(human_bytes(n) for n in default_sizes()),
+        help="message sizes in bytes, comma-separated, K/M/G suffixes (default %(default)s)",
+    )
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=200,
+        help="timed calls per round and size, at most (fewer for large sizes: about 256 MB "
+        "moved per round, at least 5 calls; default %(default)s)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds, each timing pscore then the peer (default %(default)s)",
+    )
+    p.add_argument(
+        "--json", default=None, help="also write the results to this JSON file (default none)"
+    )
+    return p
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pscore.bench " + argv[0])
-    parser.add_argument("--world", type=int, default=2)
-    parser.add_argument("--transport", choices=["auto", "tcp", "shm"], default="auto")
-    parser.add_argument("--compare", choices=["gloo", "none"], default="gloo")
-    parser.add_argument("--sizes", type=parse_sizes, default=default_sizes())
-    parser.add_argument("--iters", type=int, default=200, help="iterations per round (at most)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating pscore/gloo rounds")
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv[1:])
+    args = parser(argv[0]).parse_args(argv[1:])
     args.collective = argv[0]
+    if args.world < 1 or args.iters < 1 or args.rounds < 1:
+        print("--world, --iters and --rounds must be >= 1", file=sys.stderr)
+        return 2
     report = run(args)
     print_report(report)
     write_json(args.json, report)

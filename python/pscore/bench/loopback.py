@@ -70,9 +70,17 @@ def measure(nbytes: int, duplex: bool) -> float:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pscore.bench loopback")
-    parser.add_argument("--mb", type=int, default=256)
-    parser.add_argument("--json", default=None)
+    parser = argparse.ArgumentParser(
+        prog="python -m pscore.bench loopback",
+        description="Loopback TCP bandwidth per direction, one-way and full-duplex (two "
+        "processes, one connection per direction): the ceiling of the TCP transport here.",
+    )
+    parser.add_argument(
+        "--mb", type=int, default=256, help="MiB sent in each direction (default %(default)s)"
+    )
+    parser.add_argument(
+        "--json", default=None, help="also write the results to this JSON file (default none)"
+    )
     args = parser.parse_args(argv[1:])
     nbytes = args.mb << 20
     simplex = measure(nbytes, False)

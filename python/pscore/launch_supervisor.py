@@ -1,0 +1,127 @@
+"""``pscore-run``'s watch over the ranks of one node: waits for them, stops the rest when one
+fails or a signal arrives (SIGTERM, then SIGKILL after a grace period), and describes the first
+failure at the end of the run."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import threading
+import time
+
+
+def exit_code(returncode: int) -> int:
+    """The launcher's exit status for a rank's return code (128 + N for signal N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def describe(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with code {returncode}"
+
+
+@dataclasses.dataclass
+class Rank:
+    """One started rank: its place in the job, its process and (once reaped) how it ended."""
+
+    rank: int
+    local_rank: int
+    proc: object  # subprocess.Popen
+    returncode: int | None = None
+    ended_at: float = 0.0  # time.time() when reaped
+
+
+class Supervisor:
+    """Waits for the ranks; stops the rest when one fails or a signal arrives."""
+
+    def __init__(self, grace_s: float, announce, node_note: str = ""):
+        self.ranks: dict[int, Rank] = {}  # by pid, filled as ranks start
+        self.live: set[int] = set()  # pids
+        self.grace_s = grace_s
+        self.announce = announce  # prints one launcher message
+        self.node_note = node_note  # e.g. " on this node", for multi-node runs
+        self.lock = threading.Lock()
+        self.killer: threading.Timer | None = None
+        self.signalled: int | None = None
+        self.failure: Rank | None = None
+
+    def add(self, rank: Rank) -> None:
+        with self.lock:
+            self.ranks[rank.proc.pid] = rank
+            self.live.add(rank.proc.pid)
+
+    def _signal_live(self, sig: int) -> None:
+        with self.lock:
+            targets = list(self.live)
+        for pid in targets:
+            try:
+                os.killpg(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def stop_all(self, sig: int = signal.SIGTERM) -> None:
+        self._signal_live(sig)
+        if self.killer is None:
+            self.killer = threading.Timer(self.grace_s, self._signal_live, args=(signal.SIGKILL,))
+            self.killer.daemon = True
+            self.killer.start()
+
+    def on_signal(self, signum: int, frame) -> None:
+        if self.signalled is None:
+            self.signalled = signum
+        self.stop_all(signum)
+
+    def run(self) -> int:
+        """Reaps every rank; returns the launcher's exit status."""
+        while self.live:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            rank = self.ranks.get(pid)
+            if rank is None:
+                continue
+            rank.returncode = os.waitstatus_to_exitcode(status)
+            rank.ended_at = time.time()
+            rank.proc.returncode = rank.returncode
+            with self.lock:
+                self.live.discard(pid)
+            if rank.returncode != 0 and self.failure is None and self.signalled is None:
+                self.failure = rank
+                self.announce(
+                    f"pscore-run: rank {rank.rank} (pid {pid}) {describe(rank.returncode)}; "
+                    f"stopping the other {len(self.live)} rank(s){self.node_note}"
+                )
+                self.stop_all()
+        if self.killer is not None:
+            self.killer.cancel()
+        if self.signalled is not None:
+            return 128 + self.signalled
+        return exit_code(self.failure.returncode) if self.failure else 0
+
+
+def failure_summary(target: str, failure: Rank, others: list, node_rank: int, tail: list) -> str:
+    """A few lines on the first failure: which rank, where, when, how, and its last stderr."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(failure.ended_at))
+    where = f"local rank {failure.local_rank}, node {node_rank}, host {socket.gethostname()}"
+    lines = [
+        f"pscore-run: {target} FAILED",
+        f"  first failure: rank {failure.rank} ({where}, pid {failure.proc.pid})",
+        f"  {describe(failure.returncode)} at {when}",
+    ]
+    ends = [f"rank {r.rank} {describe(r.returncode)}" for r in others if r.returncode]
+    if ends:
+        lines.append("  other ranks: " + ", ".join(ends))
+    if tail:
+        lines.append("  last lines of its stderr:")
+        lines += ["    " + line for line in tail]
+    else:
+        lines.append("  its stderr was empty")
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""`python -m pscore.bench`: the list of benchmarks with a line on each, the collective
+benchmarks' options with their help and defaults, and a short real run against gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pscore.bench import __main__ as bench_main
+from pscore.bench import collectives
+
+PYTHON_PATH = os.path.dirname(os.path.dirname(os.path.abspath(collectives.__file__)))
+OPTIONS = ["--world", "--transport", "--compare", "--sizes", "--iters", "--rounds", "--json"]
+
+
+def run_bench(*args, timeout=120):
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([PYTHON_PATH, os.environ.get("PYTHONPATH", "")])
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "pscore.bench", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_no_name_lists_every_benchmark_with_a_line_on_it():
+    result = run_bench()
+    assert result.returncode == 2
+    listed = {}
+    for line in result.stderr.splitlines()[2:]:
+        name, what = line.split(None, 1)
+        listed[name] = what
+    assert set(listed) == set(bench_main.BENCHMARKS)
+    assert all(len(what.split()) >= 4 for what in listed.values()), listed
+    assert listed["allreduce"].startswith("all_reduce busbw")
+
+
+def test_help_and_unknown_names(capsys):
+    assert bench_main.main(["--help"]) == 0
+    assert "hogwild-cuda" in capsys.readouterr().out
+    assert bench_main.main(["allreduse"]) == 2
+    assert "no benchmark named 'allreduse'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["allreduce", "barrier"])
+def test_collective_options_have_help_and_defaults(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_main.main([name, "--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for option, default in zip(OPTIONS, ["2", "auto", "gloo", "4K,16K", "200", "3", "none"]):
+        start = text.index(option + " ", text.index("options:"))
+        described = text[start : text.find(" --", start + 1)]
+        assert f"default {default}" in described, described
+
+
+def test_loopback_options_have_help_and_defaults(capsys):
+    with pytest.raises(SystemExit):
+        bench_main.main(["loopback", "-h"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "MiB sent in each direction (default 256)" in text
+    assert "JSON file (default none)" in text
+
+
+def test_default_sizes_parse_back():
+    parser = collectives.parser("allreduce")
+    assert parser.parse_args([]).sizes == collectives.default_sizes()
+    assert parser.parse_args(["--sizes", "4K,1M,8"]).sizes == [4096, 1 << 20, 8]
+
+
+def test_a_short_allreduce_run_against_gloo(tmp_path):
+    out = tmp_path / "out.json"
+    result = run_bench(
+        "allreduce", "--sizes", "4K,256K", "--iters", "5", "--rounds", "1", "--json", str(out)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [r["bytes"] for r in report["results"]] == [4096, 256 << 10]
+    for r in report["results"]:
+        assert r["pscore"]["p50_us"] > 0 and r["gloo"]["p50_us"] > 0 and r["time_ratio"] > 0
+    assert "busbw x gloo" in result.stdout
