@@ -19,7 +19,7 @@ from conftest import free_port
 from test_ps_support import CHILD_PYTHONPATH, pserver_process
 
 import pscore
-from pscore.ps import SGD, PSClient
+from pscore.ps import SGD, PSClient, environment
 from pscore.store import TCPStore
 
 N = 100_000  # 400 KB: the table is split over both shards
@@ -31,7 +31,7 @@ EXPECTED = -1.5 * STEPS
 WORKER = f"""
 import sys
 import numpy as np
-from pscore.ps import SGD, PSClient
+from pscore.ps import SGD, PSClient, environment
 
 c = PSClient()
 c.create_dense("w", ({N},), optimizer=SGD(lr=1.0), consistency="sync")
@@ -200,6 +200,11 @@ def test_psclient_takes_the_store_urls_pserver_takes(kind, tmp_path, request):
         c.create_dense("v", (N,), optimizer=SGD(lr=1.0))
         c.push("v", np.ones(N, np.float32))
         assert np.all(PSClient(store=url).pull("v") == -1.0)
+        c.save(str(tmp_path / "ckpt"))  # the names docs/ps.md gives
+        assert sorted(os.listdir(tmp_path / "ckpt")) == [
+            "shard-00000-of-00002.safetensors",
+            "shard-00001-of-00002.safetensors",
+        ]
     finally:
         for p in servers:
             p.kill()
@@ -284,3 +289,50 @@ def test_every_option_in_help_has_a_default(module):
     if module == "pscore.server":
         for flag in ("--shard", "--num-shards", "--num-workers", "--threads", "--max-frame-mb"):
             assert flag in flags
+
+
+def test_a_ps_task_with_a_name_binds_every_interface_and_needs_a_token():
+    port = free_port()
+    cluster = {"worker": ["w-0.invalid:1"], "ps": [f"ps-0.invalid:{port}"]}
+    env = _tf_config(cluster, "ps", 0)
+    r = subprocess.run(
+        [sys.executable, "-m", "pscore.server"],
+        capture_output=True,
+        text=True,
+        env=_env(env),
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 2
+    assert "on '0.0.0.0' (not loopback) without an auth token" in r.stderr
+    proc = _start([sys.executable, "-m", "pscore.server"], {**env, "PSCORE_AUTH_TOKEN": "tok"})
+    try:
+        assert f"(TF_CONFIG task ps:0 at ps-0.invalid:{port}) serving on" in proc.stdout.readline()
+        c = PSClient([f"127.0.0.1:{port}"], auth_token="tok", worker_id=0)
+        assert c.stats()[0]["connections"] == 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_command_line_options_override_tf_config():
+    cluster = {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2", f"127.0.0.1:{free_port()}"]}
+    args = ("--port", "0", "--shard", "0", "--num-shards", "1", "--num-workers", "5")
+    proc = pserver_process(*args, env=_tf_config(cluster, "ps", 1))
+    try:
+        assert "shard 0/1 (TF_CONFIG task ps:1" in proc.banner
+        address = proc.banner.split("serving on ")[1].strip()
+        assert address != cluster["ps"][1]
+        PSClient([address], worker_id=4).close()  # five workers: 4 is a valid id
+        with pytest.raises(pscore.Error, match=r"worker id 5 outside \[-1, 5\)"):
+            PSClient([address], worker_id=5, connect_timeout=1)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_pscore_store_wins_over_tf_config():
+    tf = _tf_config({"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "worker", 0)
+    assert environment.find_servers(tf) == (["127.0.0.1:2"], None)
+    both = {**tf, "PSCORE_STORE": "file:///tmp/s"}
+    assert environment.find_servers(both) == (None, "file:///tmp/s")

@@ -302,8 +302,9 @@ class PSClient:
         return self._cpp.table_step(name)
 
     def save(self, path: str) -> None:
-        """Every shard writes its tables and optimizer state to path/shard-i-of-n.safetensors
-        (atomically). The path must be reachable from every server."""
+        """Every shard writes its tables and optimizer state to
+        path/shard-IIIII-of-NNNNN.safetensors (zero-padded, e.g. shard-00001-of-00002;
+        atomically). The path must be reachable from every server."""
         self._call(lambda: self._cpp.save(os.path.abspath(path)).wait(-1))
 
     def load(self, path: str) -> None:

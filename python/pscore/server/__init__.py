@@ -148,7 +148,7 @@ class PServer:
         return json.loads(self._cpp.stats_json())
 
     def save(self, path: str) -> None:
-        """Writes this shard to path/shard-i-of-n.safetensors (atomically)."""
+        """Writes this shard to path/shard-IIIII-of-NNNNN.safetensors (zero-padded; atomically)."""
         self._cpp.save(os.path.abspath(path))
 
     def _wait_for_snapshots(self, timeout: float) -> None:
