@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pscore import _ps, errors
-from pscore.ps import discovery
+from pscore.ps import discovery, environment
 from pscore.ps.arrays import float_input, float_output, id_input
 from pscore.ps.tables import TableInfo, build_spec, table_info
 from pscore.ps.work import PSWork
@@ -31,8 +31,13 @@ def _timeout_s(value, name: str) -> float:
 class PSClient:
     """Connects a worker to every shard of a parameter server.
 
-    Servers are found either in a store (``store=``, where each shard publishes its address;
-    the shard count too) or from ``servers=["host:port", ...]`` in shard order. Arrays are numpy
+    Servers are found in a store (``store=``: a Store or a URL as ``pserver --store`` takes,
+    where each shard publishes its address and the shard count), from ``servers=["host:port",
+    ...]`` in shard order, or, with neither, from the environment (pscore.ps.environment):
+    ``PSCORE_STORE=URL``, else TF_CONFIG's ps tasks. Connecting retries until
+    ``connect_timeout``, so servers and workers may start in any order. ``worker_id`` defaults
+    to this process's rank (pscore-run, torchrun, TF_CONFIG's chief and workers, Slurm, MPI; 0
+    with no launcher; -1, read-only, for TF's ps and evaluator tasks). Arrays are numpy
     arrays or CPU torch tensors, read and written in place (float32 values, int64 ids; other
     float/int inputs are converted). ``timeout``: a shard that does not answer a request within
     it fails the request with a TimeoutError naming the shard. ``retry_timeout``: how long a
@@ -45,15 +50,19 @@ class PSClient:
         servers: Iterable[str] | None = None,
         *,
         store=None,
-        worker_id: int = 0,
+        worker_id: int | None = None,
         job_id: str | None = None,
         auth_token: str | None = None,
         timeout: float = 60.0,
         connect_timeout: float = 60.0,
         retry_timeout: float = 60.0,
     ):
-        if (servers is None) == (store is None):
-            raise ValueError("PSClient needs exactly one of servers=[...] or store=")
+        if servers is not None and store is not None:
+            raise ValueError("PSClient takes servers=[...] or store=, not both")
+        if servers is None and store is None:
+            servers, store = environment.find_servers()
+        if worker_id is None:
+            worker_id = environment.worker_id()
         if isinstance(worker_id, bool) or not isinstance(worker_id, int) or worker_id < -1:
             raise ValueError(
                 f"worker_id must be an int >= 0 (or -1 for an observer), got {worker_id!r}"
@@ -61,7 +70,7 @@ class PSClient:
         self.timeout = _timeout_s(timeout, "timeout")
         self.retry_timeout = _timeout_s(retry_timeout, "retry_timeout")
         connect_timeout = _timeout_s(connect_timeout, "connect_timeout")
-        self._store = store
+        self._store = None if store is None else discovery.open_store(store, connect_timeout)
         self._job_id = os.environ.get("PSCORE_JOB_ID", "") if job_id is None else job_id
         self._servers = None if servers is None else [str(s) for s in servers]
         if self._servers is not None:
@@ -71,7 +80,7 @@ class PSClient:
                 discovery.parse_address(s)
             num_shards = len(self._servers)
         else:
-            num_shards = discovery.read_num_shards(store, self._job_id, connect_timeout)
+            num_shards = discovery.read_num_shards(self._store, self._job_id, connect_timeout)
         opts = _ps.ClientOptions()
         opts.worker = worker_id
         opts.job_id = self._job_id
@@ -293,8 +302,9 @@ class PSClient:
         return self._cpp.table_step(name)
 
     def save(self, path: str) -> None:
-        """Every shard writes its tables and optimizer state to path/shard-i-of-n.safetensors
-        (atomically). The path must be reachable from every server."""
+        """Every shard writes its tables and optimizer state to
+        path/shard-IIIII-of-NNNNN.safetensors (zero-padded, e.g. shard-00001-of-00002;
+        atomically). The path must be reachable from every server."""
         self._call(lambda: self._cpp.save(os.path.abspath(path)).wait(-1))
 
     def load(self, path: str) -> None:

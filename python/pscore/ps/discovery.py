@@ -5,8 +5,35 @@ from __future__ import annotations
 
 import socket
 import time
+import urllib.parse
 
 from pscore import errors
+from pscore import store as stores
+from pscore.store_base import Store
+
+
+def open_store(store: Store | str, timeout: float) -> Store:
+    """`store` itself, or the store a URL names: ``tcp://host:port`` connects to a TCPStore
+    that someone else serves (``pscore-store``, or the job's master), retrying while it is not up
+    yet, for up to `timeout` seconds; ``file://`` and ``redis://`` as in create_store."""
+    if isinstance(store, Store):
+        return store
+    if not isinstance(store, str):
+        raise TypeError(f"store must be a pscore Store or a URL string, not {type(store).__name__}")
+    url = urllib.parse.urlsplit(store)
+    if url.scheme != "tcp":
+        return stores.create_store(store, timeout=timeout)
+    if not url.hostname or not url.port:
+        raise ValueError(f"store URL {store!r}: expected tcp://host:port")
+    try:
+        return stores.TCPStore(url.hostname, url.port, is_master=False, timeout=timeout)
+    except errors.TimeoutError as e:
+        raise errors.TimeoutError(
+            f"no store answered at {store} within {timeout:g} s (is pscore-store, or the job's "
+            "store, serving there?)"
+        ) from e
+    except errors.NetworkError as e:
+        raise errors.NetworkError(f"store at {store}: {e}") from e
 
 
 def shard_key(job_id: str, shard: int) -> str:

@@ -4,9 +4,11 @@
     pserver --port 7164 --shard 0 --num-shards 2 --num-workers 4 --store tcp://host:port
 
 Port 0 picks a free port and publishes it in the store, where workers (``pscore.PSClient(
-store=...)``) find it. SIGTERM stops accepting, lets in-flight requests finish, writes a
-checkpoint when asked (``--checkpoint-on-exit``) and exits 0. ``--recover DIR`` keeps a
-write-ahead log and snapshots in DIR and, on start, rebuilds the shard from them.
+store=...)``) find it. Under TF_CONFIG (a ``ps`` task of a TFJob) the shard index, address and
+counts come from TF_CONFIG; ``PSCORE_STORE`` is the default ``--store`` (pscore.ps.environment).
+SIGTERM stops accepting, lets in-flight requests finish, writes a checkpoint when asked
+(``--checkpoint-on-exit``) and exits 0. ``--recover DIR`` keeps a write-ahead log and snapshots
+in DIR and, on start, rebuilds the shard from them.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from pscore import _ps
+from pscore import _ps, errors
 from pscore.errors import TimeoutError as PscoreTimeoutError
-from pscore.ps import discovery
+from pscore.ps import discovery, environment
 from pscore.ps.metrics import MetricsServer
 
 # How long stop() waits for a periodic snapshot that is being written.
@@ -146,7 +148,7 @@ class PServer:
         return json.loads(self._cpp.stats_json())
 
     def save(self, path: str) -> None:
-        """Writes this shard to path/shard-i-of-n.safetensors (atomically)."""
+        """Writes this shard to path/shard-IIIII-of-NNNNN.safetensors (zero-padded; atomically)."""
         self._cpp.save(os.path.abspath(path))
 
     def _wait_for_snapshots(self, timeout: float) -> None:
@@ -198,59 +200,141 @@ class PServer:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pserver", description="Serve one parameter-server shard.")
-    p.add_argument("--port", type=int, default=0, help="TCP port (0: pick one, publish in --store)")
+    p = argparse.ArgumentParser(
+        prog="pserver",
+        description="Serve one parameter-server shard. In a TF_CONFIG job (Kubeflow TFJob) a 'ps' "
+        "task needs no options: its shard index, address, shard and worker counts come from "
+        "TF_CONFIG. The options below override them.",
+    )
+    p.add_argument(
+        "--port",
+        metavar="PORT",
+        type=int,
+        help="TCP port; 0 picks a free one, which workers find in --store "
+        "(default: the ps task's port in TF_CONFIG, else 0)",
+    )
     p.add_argument(
         "--host",
-        default="127.0.0.1",
-        help="bind address (default loopback; others need a token or --insecure)",
+        metavar="HOST",
+        help="bind address; one other hosts can reach needs PSCORE_AUTH_TOKEN or --insecure "
+        "(default: the ps task's host in TF_CONFIG when it is loopback, every interface when "
+        "not; 127.0.0.1 without TF_CONFIG)",
     )
-    p.add_argument("--shard", type=int, default=0)
-    p.add_argument("--num-shards", type=int, default=1)
-    p.add_argument("--num-workers", type=int, default=1)
-    p.add_argument("--store", help="store URL (tcp://host:port, file://, redis://) to publish in")
-    p.add_argument("--store-timeout", type=float, default=300.0)
-    p.add_argument("--job-id", default=None, help="default: $PSCORE_JOB_ID")
+    p.add_argument(
+        "--shard",
+        metavar="I",
+        type=int,
+        help="this shard's index, 0 to num-shards - 1 (default: the ps task's index in "
+        "TF_CONFIG, else 0)",
+    )
+    p.add_argument(
+        "--num-shards",
+        metavar="N",
+        type=int,
+        help="shards in the job (default: the number of ps tasks in TF_CONFIG, else 1)",
+    )
+    p.add_argument(
+        "--num-workers",
+        metavar="N",
+        type=int,
+        help="workers in the job; a sync round waits for this many (default: the chief and "
+        "worker tasks in TF_CONFIG, else 1)",
+    )
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="store URL to publish this shard's address in: tcp://host:port (pscore-store or "
+        f"the job's TCPStore), file:///path or redis://host:port (default: ${environment.STORE_VAR}"
+        ", else none)",
+    )
+    p.add_argument(
+        "--store-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for the store to answer (default: %(default)g)",
+    )
+    p.add_argument(
+        "--job-id",
+        metavar="ID",
+        help="job id every worker's handshake must carry; also names the store keys "
+        "(default: $PSCORE_JOB_ID, else empty)",
+    )
     p.add_argument(
         "--insecure",
         action="store_true",
-        help="allow a non-loopback bind without PSCORE_AUTH_TOKEN",
+        help="allow a non-loopback bind without PSCORE_AUTH_TOKEN (default: refuse)",
     )
     p.add_argument(
         "--recover",
         metavar="DIR",
-        help="keep a write-ahead log + snapshots in DIR and rebuild from them on start",
+        help="keep a write-ahead log + snapshots in DIR and rebuild from them on start "
+        "(default: none, the shard starts empty)",
     )
     p.add_argument(
         "--checkpoint-every",
         type=float,
         metavar="SECONDS",
-        help="snapshot into the --recover DIR this often (truncates the log)",
+        help="snapshot into the --recover DIR this often (truncates the log) (default: never)",
     )
     p.add_argument(
         "--checkpoint-on-exit",
         metavar="DIR",
         nargs="?",
         const="",
-        help="on SIGTERM, save the shard to DIR (default: the --recover DIR)",
+        help="on SIGTERM, save the shard to DIR; without DIR, to the --recover DIR "
+        "(default: no checkpoint)",
     )
-    p.add_argument("--fsync", action="store_true", help="fsync the log after every update")
-    p.add_argument("--threads", type=int, default=2, help="request handler threads")
-    p.add_argument("--max-frame-mb", type=int, default=1024)
-    p.add_argument("--drain-timeout", type=float, default=10.0)
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on loopback")
+    p.add_argument(
+        "--fsync",
+        action="store_true",
+        help="fsync the log after every update (default: off: an update survives a crash of "
+        "the process, not of the machine)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        metavar="N",
+        help="request handler threads (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-frame-mb",
+        metavar="MB",
+        type=int,
+        default=1024,
+        help="largest request accepted after authentication, in MiB (default: %(default)s)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long queued requests may take to finish (default: %(default)g)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        metavar="PORT",
+        type=int,
+        help="serve Prometheus /metrics on 127.0.0.1:PORT; 0 picks one (default: off)",
+    )
     return p
 
 
-def _open_store(url: str, timeout: float):
-    import urllib.parse
-
-    from pscore import store as store_mod
-
-    u = urllib.parse.urlsplit(url)
-    if u.scheme == "tcp":  # the job's master serves it; a shard is one of its clients
-        return store_mod.TCPStore(u.hostname, u.port, is_master=False, timeout=timeout)
-    return store_mod.create_store(url, timeout=timeout)
+def _place_shard(args: argparse.Namespace) -> str:
+    """Fills the shard's index, counts and address that the command line left out from
+    TF_CONFIG (or the defaults without it); returns where they came from, for the banner.
+    Raises ValueError for a TF_CONFIG that is malformed or names another kind of task."""
+    tf = environment.shard_from_tf_config()
+    if tf is None:
+        defaults, source = (0, 1, 1, "127.0.0.1", 0), ""
+    else:
+        defaults = (tf.shard, tf.num_shards, tf.num_workers, tf.bind_host, tf.port)
+        source = f" (TF_CONFIG task ps:{tf.shard} at {tf.address})"
+    for name, default in zip(("shard", "num_shards", "num_workers", "host", "port"), defaults):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    return source
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,7 +342,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkpoint_on_exit == "" and not args.recover:
         print("pserver: --checkpoint-on-exit without a DIR needs --recover DIR", file=sys.stderr)
         return 2
-    store = _open_store(args.store, args.store_timeout) if args.store else None
+    try:
+        source = _place_shard(args)
+    except ValueError as e:
+        print(f"pserver: {e}", file=sys.stderr)
+        return 2
+    store_url = args.store or environment.store_url()
+    try:
+        store = discovery.open_store(store_url, args.store_timeout) if store_url else None
+    except (errors.Error, ValueError, OSError) as e:
+        print(f"pserver: {e}", file=sys.stderr)
+        return 1
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -285,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = f", metrics on 127.0.0.1:{server.metrics_port}" if server.metrics_port else ""
     replayed = f", recovered ({server.replayed_records} log records)" if args.recover else ""
     print(
-        f"pserver: shard {args.shard}/{args.num_shards} serving on {server.address}"
+        f"pserver: shard {args.shard}/{args.num_shards}{source} serving on {server.address}"
         f"{metrics}{replayed}",
         flush=True,
     )
@@ -300,7 +394,3 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
