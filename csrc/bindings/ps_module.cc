@@ -98,6 +98,12 @@ void bind_specs(py::module_& m) {
 }
 
 void bind_server(py::module_& m) {
+  py::class_<SnapshotPolicy>(m, "SnapshotPolicy")
+      .def(py::init<>())
+      .def_readwrite("every_ms", &SnapshotPolicy::every_ms)
+      .def_readwrite("log_min_bytes", &SnapshotPolicy::log_min_bytes)
+      .def_readwrite("log_ratio", &SnapshotPolicy::log_ratio)
+      .def("due_bytes", &SnapshotPolicy::due_bytes, py::arg("snapshot_bytes"));
   py::class_<ServerOptions>(m, "ServerOptions")
       .def(py::init<>())
       .def_readwrite("host", &ServerOptions::host)
@@ -118,6 +124,7 @@ void bind_server(py::module_& m) {
       .def_readwrite("handshake_timeout_ms", &ServerOptions::handshake_timeout_ms)
       .def_readwrite("recover_dir", &ServerOptions::recover_dir)
       .def_readwrite("fsync_log", &ServerOptions::fsync_log)
+      .def_readwrite("snapshots", &ServerOptions::snapshots)
       .def_readwrite("min_part_bytes", &ServerOptions::min_part_bytes)
       .def_readwrite("log_connections", &ServerOptions::log_connections);
   py::class_<PsServer>(m, "Server")
@@ -128,6 +135,7 @@ void bind_server(py::module_& m) {
       .def_property_readonly("running", &PsServer::running)
       .def_property_readonly("incarnation", &PsServer::incarnation)
       .def_property_readonly("replayed_records", &PsServer::replayed_records)
+      .def_property_readonly("snapshots_written", &PsServer::snapshots_written)
       .def("stats_json", &PsServer::stats_json, Release())
       .def(
           "save", [](PsServer& s, const std::string& dir) { s.shard().save(dir); }, Release())

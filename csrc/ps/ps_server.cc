@@ -51,8 +51,10 @@ PsServer::PsServer(const ServerOptions& opts) : opts_(opts) {
   so.fsync_log = opts.fsync_log;
   so.partition.min_part_bytes = opts.min_part_bytes;
   shard_ = std::make_unique<ShardState>(so);
+  snapshots_ = std::make_unique<AutoSnapshot>(*shard_, opts.snapshots);
   handler_ = std::make_unique<RequestHandler>(*shard_, stats_);
   handler_->stats_json = [this] { return stats_json(); };
+  handler_->before_request = [this] { snapshots_->admit(); };
   std::random_device rd;
   incarnation_ = (uint64_t(rd()) << 32) | rd();
 }
@@ -73,6 +75,7 @@ void PsServer::start() {
   if (opts_.max_queued_requests < 1)
     throw std::invalid_argument("max_queued_requests must be >= 1");
   replayed_ = shard_->recover();
+  snapshots_->start();
   listener_ = Socket::listen(opts_.host, opts_.port);
   listener_.set_nonblocking(true);
   port_ = listener_.local_port();
@@ -389,6 +392,7 @@ void PsServer::stop(int drain_timeout_ms) {
   wake();
   if (loop_.joinable()) loop_.join();
   pool_->shutdown();
+  snapshots_->stop();  // after the requests: one waiting in admit() needs the snapshot thread
   running_ = false;
 }
 
@@ -414,6 +418,8 @@ std::string PsServer::stats_json() const {
   extra.set("dense_elements", dense_elems);
   extra.set("uptime_s", static_cast<double>(now_us() - started_us_) / 1e6);
   extra.set("incarnation", std::to_string(incarnation_));
+  extra.set("log_bytes", shard_->log_bytes());
+  extra.set("snapshots_written", snapshots_->snapshots_written());
   std::string e = extra.dump();
   return stats_.to_json(e.substr(1, e.size() - 2));
 }

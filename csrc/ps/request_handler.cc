@@ -74,6 +74,7 @@ void RequestHandler::handle(const std::shared_ptr<ServerConnection>& conn, InFra
   uint32_t code = 0;
   std::string message;
   try {
+    if (before_request) before_request();
     dispatch(conn, frame);
     return;
   } catch (const std::invalid_argument& e) {

@@ -18,6 +18,11 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+uint64_t file_bytes(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
 std::string real_path(const std::string& path) {
   char buf[PATH_MAX];
   if (::realpath(path.c_str(), buf)) return buf;
@@ -61,6 +66,7 @@ uint64_t ShardState::recover() {
   if (file_exists(snap)) {
     ReplyOutbox none;  // recovery runs before any worker connects
     load_locked(snap, none);
+    snapshot_bytes_ = file_bytes(snap);
   }
   uint64_t replayed = 0, intact = 0;
   uint64_t next = UpdateLog::replay(
@@ -130,8 +136,8 @@ std::pair<TableLayout, bool> ShardState::catalog_create(const TableSpec& spec) {
   if (it != catalog_.end()) {
     if (!it->second.spec.same_as(spec))
       throw std::invalid_argument("table '" + spec.name +
-                                  "' already exists with a different kind, shape, initializer, "
-                                  "optimizer or consistency");
+                                  "' already exists with other settings (existing vs requested): " +
+                                  it->second.spec.describe_differences(spec));
     return {it->second, false};
   }
   TableLayout layout;
@@ -205,7 +211,9 @@ bool ShardState::create_part(const TableLayout& layout, const float* init, int64
   if (it != tables_.end()) {
     if (!it->second->spec().same_as(layout.spec))
       throw std::invalid_argument("table '" + layout.spec.name + "' already exists on shard " +
-                                  std::to_string(opts_.shard) + " with a different spec");
+                                  std::to_string(opts_.shard) +
+                                  " with other settings (existing vs requested): " +
+                                  it->second->spec().describe_differences(layout.spec));
     return false;
   }
   if (log_) {
@@ -268,9 +276,12 @@ void ShardState::save(const std::string& dir) {
 
 void ShardState::write_snapshot(const CheckpointImage& image, const std::string& dir,
                                 const UpdateLog::Mark& mark) {
-  image.write(snapshot_path(dir));
+  const std::string path = snapshot_path(dir);
+  image.write(path);
+  if (!log_ || real_path(dir) != real_path(opts_.recover_dir)) return;
+  snapshot_bytes_ = file_bytes(path);
   // The snapshot covers the records before the mark; those appended since stay for replay.
-  if (log_ && real_path(dir) == real_path(opts_.recover_dir)) log_->drop_before(mark);
+  log_->drop_before(mark);
 }
 
 void ShardState::load(const std::string& dir, ReplyOutbox& parked) {

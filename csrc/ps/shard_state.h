@@ -5,6 +5,7 @@
 // releasing it, so requests wait for the copy, not for the disk; loads hold it throughout.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,6 +74,9 @@ class ShardState {
   std::string snapshot_path(const std::string& dir) const;
   std::vector<int64_t> catalog_shard_bytes() const;
   bool logging() const { return log_ != nullptr; }
+  uint64_t log_bytes() const { return log_ ? log_->bytes() : 0; }
+  // The size of the last snapshot in recover_dir (written or recovered from); 0 when none.
+  uint64_t snapshot_bytes() const { return snapshot_bytes_.load(std::memory_order_relaxed); }
 
  private:
   friend class ShardCheckpoint;
@@ -94,6 +98,7 @@ class ShardState {
   int64_t global_step_ = 0;
   std::unique_ptr<UpdateLog> log_;
   uint64_t snapshot_wal_index_ = 0;  // where the loaded snapshot's log replay starts
+  std::atomic<uint64_t> snapshot_bytes_{0};
 };
 
 }  // namespace pscore::ps

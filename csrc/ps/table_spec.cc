@@ -1,6 +1,8 @@
 #include "ps/table_spec.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace pscore::ps {
@@ -10,9 +12,35 @@ void require(bool ok, const std::string& table, const std::string& what) {
   if (!ok) throw std::invalid_argument("table '" + table + "': " + what);
 }
 
-std::string num(double v) {
-  std::string s = std::to_string(v);
-  return s;
+// The shortest text that reads back as v exactly (so two values that differ never show alike).
+std::string shown(double v) {
+  char buf[40];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string shown(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+// "zeros", "uniform(low=0, high=1)", "normal(mean=0, std=0.1)", "constant(value=2)".
+std::string init_shown(const InitializerSpec& i) {
+  switch (i.kind) {
+    case InitKind::kZeros:
+      return "zeros";
+    case InitKind::kUniform:
+      return "uniform(low=" + shown(i.a) + ", high=" + shown(i.b) + ")";
+    case InitKind::kNormal:
+      return "normal(mean=" + shown(i.a) + ", std=" + shown(i.b) + ")";
+    case InitKind::kConstant:
+      return "constant(value=" + shown(i.a) + ")";
+  }
+  return "?";
 }
 
 constexpr int64_t kMaxNumel = int64_t(1) << 40;
@@ -40,19 +68,19 @@ void OptimizerSpec::validate() const {
     if (!ok) throw std::invalid_argument(t + ": " + what);
   };
   check(static_cast<int>(kind) <= static_cast<int>(OptimizerKind::kRmsprop), "unknown kind");
-  check(std::isfinite(lr) && lr >= 0, "invalid lr " + num(lr));
+  check(std::isfinite(lr) && lr >= 0, "invalid lr " + shown(lr));
   check(std::isfinite(weight_decay) && weight_decay >= 0,
-        "invalid weight_decay " + num(weight_decay));
-  check(std::isfinite(momentum) && momentum >= 0, "invalid momentum " + num(momentum));
+        "invalid weight_decay " + shown(weight_decay));
+  check(std::isfinite(momentum) && momentum >= 0, "invalid momentum " + shown(momentum));
   check(!(nesterov && (momentum <= 0 || dampening != 0)),
         "nesterov momentum requires a momentum and zero dampening");
-  check(beta1 >= 0 && beta1 < 1, "invalid beta1 " + num(beta1));
-  check(beta2 >= 0 && beta2 < 1, "invalid beta2 " + num(beta2));
-  check(eps >= 0, "invalid eps " + num(eps));
-  check(lr_decay >= 0, "invalid lr_decay " + num(lr_decay));
+  check(beta1 >= 0 && beta1 < 1, "invalid beta1 " + shown(beta1));
+  check(beta2 >= 0 && beta2 < 1, "invalid beta2 " + shown(beta2));
+  check(eps >= 0, "invalid eps " + shown(eps));
+  check(lr_decay >= 0, "invalid lr_decay " + shown(lr_decay));
   check(initial_accumulator_value >= 0,
-        "invalid initial_accumulator_value " + num(initial_accumulator_value));
-  check(alpha >= 0, "invalid alpha " + num(alpha));
+        "invalid initial_accumulator_value " + shown(initial_accumulator_value));
+  check(alpha >= 0, "invalid alpha " + shown(alpha));
   check(clip_norm >= 0 && clip_value >= 0, "clip_norm and clip_value must be >= 0");
 }
 
@@ -99,12 +127,60 @@ void TableSpec::validate(int num_workers) const {
               std::to_string(num_workers));
 }
 
-bool TableSpec::same_as(const TableSpec& o) const {
-  std::vector<uint8_t> a, b;
-  ByteWriter wa(&a), wb(&b);
-  encode_spec(wa, *this);
-  encode_spec(wb, o);
-  return a == b;
+std::vector<std::string> TableSpec::differences(const TableSpec& o) const {
+  std::vector<std::string> out;
+  auto differ = [&](const char* setting, const std::string& mine, const std::string& theirs) {
+    if (mine != theirs) out.push_back(std::string(setting) + ": " + mine + " vs " + theirs);
+  };
+  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  differ("name", name, o.name);
+  differ("kind", kind == TableKind::kDense ? "dense" : "sparse",
+         o.kind == TableKind::kDense ? "dense" : "sparse");
+  if (kind == TableKind::kSparse && o.kind == TableKind::kSparse)
+    differ("dim", std::to_string(dim()), std::to_string(o.dim()));
+  else
+    differ("shape", shown(shape), shown(o.shape));
+  differ("initializer", init_shown(init), init_shown(o.init));
+  differ("seed", std::to_string(init.seed), std::to_string(o.init.seed));
+  const OptimizerSpec &p = optimizer, &q = o.optimizer;
+  differ("optimizer", optimizer_name(p.kind), optimizer_name(q.kind));
+  // Hyper-parameters only of the same optimizer (the defaults of another differ anyway).
+  const std::pair<const char*, double OptimizerSpec::*> hyper[] = {
+      {"lr", &OptimizerSpec::lr},
+      {"momentum", &OptimizerSpec::momentum},
+      {"dampening", &OptimizerSpec::dampening},
+      {"weight_decay", &OptimizerSpec::weight_decay},
+      {"beta1", &OptimizerSpec::beta1},
+      {"beta2", &OptimizerSpec::beta2},
+      {"eps", &OptimizerSpec::eps},
+      {"lr_decay", &OptimizerSpec::lr_decay},
+      {"initial_accumulator_value", &OptimizerSpec::initial_accumulator_value},
+      {"alpha", &OptimizerSpec::alpha}};
+  if (p.kind == q.kind) {
+    for (const auto& [setting, field] : hyper) differ(setting, shown(p.*field), shown(q.*field));
+    differ("nesterov", flag(p.nesterov), flag(q.nesterov));
+    differ("amsgrad", flag(p.amsgrad), flag(q.amsgrad));
+    differ("centered", flag(p.centered), flag(q.centered));
+  }
+  differ("clip_norm", shown(p.clip_norm), shown(q.clip_norm));
+  differ("clip_value", shown(p.clip_value), shown(q.clip_value));
+  differ("consistency", consistency_name(consistency.mode), consistency_name(o.consistency.mode));
+  differ("staleness", std::to_string(consistency.staleness),
+         std::to_string(o.consistency.staleness));
+  differ("backup_workers", std::to_string(consistency.backup_workers),
+         std::to_string(o.consistency.backup_workers));
+  differ("capacity", std::to_string(capacity), std::to_string(o.capacity));
+  differ("max_rows_per_shard", std::to_string(max_rows_per_shard),
+         std::to_string(o.max_rows_per_shard));
+  return out;
+}
+
+bool TableSpec::same_as(const TableSpec& o) const { return differences(o).empty(); }
+
+std::string TableSpec::describe_differences(const TableSpec& requested) const {
+  std::string s;
+  for (const std::string& d : differences(requested)) s += (s.empty() ? "" : "; ") + d;
+  return s;
 }
 
 uint32_t table_id_for(const std::string& name) {

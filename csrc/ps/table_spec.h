@@ -65,6 +65,10 @@ struct TableSpec {
   int64_t dim() const;    // sparse: row width
   void validate(int num_workers) const;
   bool same_as(const TableSpec& o) const;  // equal in every field that changes behaviour
+  // Each setting that differs, as "setting: mine vs other" ("dim: 64 vs 32").
+  std::vector<std::string> differences(const TableSpec& o) const;
+  // differences(requested) joined with "; ", for errors.
+  std::string describe_differences(const TableSpec& requested) const;
 };
 
 // One contiguous slice [offset, offset + numel) of a dense table, held by `shard`.
