@@ -73,7 +73,14 @@ void bind_specs(py::module_& m) {
       .def_property(
           "backup_workers", [](const TableSpec& s) { return s.consistency.backup_workers; },
           [](TableSpec& s, int v) { s.consistency.backup_workers = v; })
-      .def("validate", &TableSpec::validate, py::arg("num_workers"));
+      .def("validate", &TableSpec::validate, py::arg("num_workers"))
+      .def("settings",
+           [](const TableSpec& s) {
+             std::vector<std::pair<std::string, std::string>> out;
+             for (const TableSetting& t : s.settings()) out.emplace_back(t.key, t.value);
+             return out;
+           })
+      .def("differences", &TableSpec::differences, py::arg("other"));
   py::class_<TableLayout>(m, "TableLayout")
       .def_readonly("id", &TableLayout::id)
       .def_readonly("spec", &TableLayout::spec)
@@ -179,6 +186,9 @@ void bind_client(py::module_& m) {
           },
           Release())
       .def("lookup_table", &PsClient::lookup_table, Release())
+      .def("list_tables", &PsClient::list_tables, Release())
+      .def("drop_table", &PsClient::drop_table, Release())
+      .def("table_status", &PsClient::table_status, Release())
       .def(
           "push",
           [](PsClient& c, const std::string& name, uintptr_t g, int64_t n) {

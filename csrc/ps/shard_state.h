@@ -51,12 +51,17 @@ class ShardState {
   // Catalog (shard 0): the layout of `spec`, placing it when new. Second: true when created.
   std::pair<TableLayout, bool> catalog_create(const TableSpec& spec);
   TableLayout catalog_lookup(const std::string& name) const;
+  std::vector<TableLayout> catalog_list() const;  // every table, by name
 
   // Creates this shard's part of a table (idempotent: an existing part is kept, and a spec that
   // differs from it is an error). init: this part's initial values, or null.
   bool create_part(const TableLayout& layout, const float* init, int64_t init_numel);
   std::shared_ptr<ServerTable> table(uint32_t id) const;  // throws TableNotFound
   std::vector<std::shared_ptr<ServerTable>> tables() const;
+  // Removes table `name`: this shard's part and (shard 0) its catalog entry, logged; pushes
+  // parked in it are answered as dropped through `parked`. Waits for the requests in flight.
+  // Returns false when the shard held neither.
+  bool drop_table(const std::string& name, ReplyOutbox& parked);
 
   void worker_done(int worker, ReplyOutbox& out);
   int64_t add_global_step(int64_t delta);
@@ -82,6 +87,7 @@ class ShardState {
   friend class ShardCheckpoint;
   void replay_record(LogKind kind, ByteReader& r);
   void add_part_locked(const TableLayout& layout, const float* init, int64_t init_numel);
+  bool drop_locked(const std::string& name, ReplyOutbox& parked);
   void catalog_add_locked(const TableLayout& layout);
   void write_snapshot(const CheckpointImage& image, const std::string& dir,
                       const UpdateLog::Mark& mark);
@@ -93,6 +99,7 @@ class ShardState {
   mutable std::mutex mu_;  // tables_, catalog_, done_, global_step_
   std::map<uint32_t, std::shared_ptr<ServerTable>> tables_;
   std::map<std::string, TableLayout> catalog_;
+  std::map<uint32_t, std::string> dropped_;  // ids dropped since start (for clearer errors)
   std::vector<int64_t> shard_bytes_;
   std::vector<uint8_t> done_;
   int64_t global_step_ = 0;

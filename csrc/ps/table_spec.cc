@@ -127,24 +127,21 @@ void TableSpec::validate(int num_workers) const {
               std::to_string(num_workers));
 }
 
-std::vector<std::string> TableSpec::differences(const TableSpec& o) const {
-  std::vector<std::string> out;
-  auto differ = [&](const char* setting, const std::string& mine, const std::string& theirs) {
-    if (mine != theirs) out.push_back(std::string(setting) + ": " + mine + " vs " + theirs);
+std::vector<TableSetting> TableSpec::settings() const {
+  std::vector<TableSetting> out;
+  auto add = [&](const char* key, std::string value, bool of_optimizer = false) {
+    out.push_back({key, std::move(value), of_optimizer});
   };
   auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-  differ("name", name, o.name);
-  differ("kind", kind == TableKind::kDense ? "dense" : "sparse",
-         o.kind == TableKind::kDense ? "dense" : "sparse");
-  if (kind == TableKind::kSparse && o.kind == TableKind::kSparse)
-    differ("dim", std::to_string(dim()), std::to_string(o.dim()));
+  add("kind", kind == TableKind::kDense ? "dense" : "sparse");
+  if (kind == TableKind::kSparse)
+    add("dim", std::to_string(dim()));
   else
-    differ("shape", shown(shape), shown(o.shape));
-  differ("initializer", init_shown(init), init_shown(o.init));
-  differ("seed", std::to_string(init.seed), std::to_string(o.init.seed));
-  const OptimizerSpec &p = optimizer, &q = o.optimizer;
-  differ("optimizer", optimizer_name(p.kind), optimizer_name(q.kind));
-  // Hyper-parameters only of the same optimizer (the defaults of another differ anyway).
+    add("shape", shown(shape));
+  add("initializer", init_shown(init));
+  add("seed", std::to_string(init.seed));
+  const OptimizerSpec& o = optimizer;
+  add("optimizer", optimizer_name(o.kind));
   const std::pair<const char*, double OptimizerSpec::*> hyper[] = {
       {"lr", &OptimizerSpec::lr},
       {"momentum", &OptimizerSpec::momentum},
@@ -156,22 +153,34 @@ std::vector<std::string> TableSpec::differences(const TableSpec& o) const {
       {"lr_decay", &OptimizerSpec::lr_decay},
       {"initial_accumulator_value", &OptimizerSpec::initial_accumulator_value},
       {"alpha", &OptimizerSpec::alpha}};
-  if (p.kind == q.kind) {
-    for (const auto& [setting, field] : hyper) differ(setting, shown(p.*field), shown(q.*field));
-    differ("nesterov", flag(p.nesterov), flag(q.nesterov));
-    differ("amsgrad", flag(p.amsgrad), flag(q.amsgrad));
-    differ("centered", flag(p.centered), flag(q.centered));
+  for (const auto& [key, field] : hyper) add(key, shown(o.*field), true);
+  add("nesterov", flag(o.nesterov), true);
+  add("amsgrad", flag(o.amsgrad), true);
+  add("centered", flag(o.centered), true);
+  add("clip_norm", shown(o.clip_norm));
+  add("clip_value", shown(o.clip_value));
+  add("consistency", consistency_name(consistency.mode));
+  add("staleness", std::to_string(consistency.staleness));
+  add("backup_workers", std::to_string(consistency.backup_workers));
+  add("capacity", std::to_string(capacity));
+  add("max_rows_per_shard", std::to_string(max_rows_per_shard));
+  return out;
+}
+
+// Settings are compared by their text, which shows every value exactly. Hyper-parameters are
+// compared only between equal optimizers (another optimizer's defaults differ anyway), and a
+// table's shape only between tables of one kind.
+std::vector<std::string> TableSpec::differences(const TableSpec& o) const {
+  std::vector<std::string> out;
+  if (name != o.name) out.push_back("name: " + name + " vs " + o.name);
+  const bool same_optimizer = optimizer.kind == o.optimizer.kind;
+  const std::vector<TableSetting> theirs = o.settings();
+  for (const TableSetting& mine : settings()) {
+    if (mine.of_optimizer && !same_optimizer) continue;
+    for (const TableSetting& other : theirs)
+      if (other.key == mine.key && other.value != mine.value)
+        out.push_back(mine.key + ": " + mine.value + " vs " + other.value);
   }
-  differ("clip_norm", shown(p.clip_norm), shown(q.clip_norm));
-  differ("clip_value", shown(p.clip_value), shown(q.clip_value));
-  differ("consistency", consistency_name(consistency.mode), consistency_name(o.consistency.mode));
-  differ("staleness", std::to_string(consistency.staleness),
-         std::to_string(o.consistency.staleness));
-  differ("backup_workers", std::to_string(consistency.backup_workers),
-         std::to_string(o.consistency.backup_workers));
-  differ("capacity", std::to_string(capacity), std::to_string(o.capacity));
-  differ("max_rows_per_shard", std::to_string(max_rows_per_shard),
-         std::to_string(o.max_rows_per_shard));
   return out;
 }
 

@@ -23,6 +23,7 @@ enum class LogKind : uint8_t {
   kCreatePart = 5,
   kWorkerDone = 6,
   kGlobalStep = 7,
+  kDropTable = 8,
 };
 
 class UpdateLog {
