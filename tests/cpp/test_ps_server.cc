@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -22,7 +23,8 @@ namespace {
 
 struct Cluster {
   std::vector<std::unique_ptr<PsServer>> servers;
-  Cluster(int shards, int workers, const std::string& token = "", const std::string& dir = "") {
+  Cluster(int shards, int workers, const std::string& token = "", const std::string& dir = "",
+          const SnapshotPolicy& snapshots = {}) {
     for (int s = 0; s < shards; ++s) {
       ServerOptions o;
       o.shard = s;
@@ -30,6 +32,7 @@ struct Cluster {
       o.num_workers = workers;
       o.auth_token = token;
       o.recover_dir = dir;
+      o.snapshots = snapshots;
       o.log_connections = false;
       servers.push_back(std::make_unique<PsServer>(o));
       servers.back()->start();
@@ -285,4 +288,73 @@ TEST(PsServer, UnreadRepliesPauseTheConnectionWithBoundedMemory) {
     s.recv_all(out.data(), length, Deadline(20000), "reply");
     ASSERT_EQ(out[n - 1], 3.0f);
   }
+}
+
+TEST(PsServer, AutoSnapshotsKeepTheLogBoundedAndLoseNoPush) {
+  // Three workers push 16 KB gradients with no snapshot asked for: the policy snapshots at
+  // 64 KB of log, and requests wait at twice that, so the log never holds more than 128 KB
+  // plus the records of the requests admitted before the wait (one per handler thread and the
+  // event loop).
+  const std::string dir = temp_dir();
+  SnapshotPolicy policy;
+  policy.log_min_bytes = 64 << 10;
+  const int64_t n = 4096;
+  const uint64_t record = n * 4 + 256;
+  const int pushes = 150;
+  {
+    Cluster cl(1, 3, "", dir, policy);
+    auto creator = cl.client(0);
+    creator->create_table(dense_spec("w", n, 1.0), nullptr, 0);
+    const uint64_t due = policy.due_bytes(cl.servers[0]->shard().snapshot_bytes() + record);
+    std::atomic<uint64_t> largest{0};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 3; ++w)
+      workers.emplace_back([&, w] {
+        auto c = cl.client(w);
+        std::vector<float> g(n, 1.0f);
+        for (int i = 0; i < pushes; ++i) {
+          c->push("w", g.data(), n)->wait(-1);
+          uint64_t now = cl.servers[0]->shard().log_bytes(), seen = largest.load();
+          while (now > seen && !largest.compare_exchange_weak(seen, now)) {
+          }
+        }
+      });
+    for (auto& t : workers) t.join();
+    EXPECT_LE(largest.load(), 2 * due + 3 * record);
+    EXPECT_GE(cl.servers[0]->snapshots_written(), 10u);
+  }
+  Cluster cl(1, 3, "", dir, policy);
+  std::vector<float> out(n);
+  cl.client(0)->pull("w", out.data(), n)->wait(-1);
+  EXPECT_FLOAT_EQ(out[0], -3.0f * pushes);
+  EXPECT_FLOAT_EQ(out[n - 1], -3.0f * pushes);
+}
+
+TEST(PsServer, DropAndListTablesAcrossShardsAndRecovery) {
+  const std::string dir = temp_dir();
+  {
+    Cluster cl(2, 1, "", dir);
+    auto c = cl.client(0);
+    c->create_table(dense_spec("w", 100000, 1.0), nullptr, 0);
+    TableSpec e = dense_spec("e", 0, 1.0);
+    e.kind = TableKind::kSparse;
+    e.shape = {8};
+    c->create_table(e, nullptr, 0);
+    ASSERT_EQ(c->list_tables().size(), 2u);
+    c->drop_table("w");
+    auto left = c->list_tables();
+    ASSERT_EQ(left.size(), 1u);
+    EXPECT_EQ(left[0].spec.name, "e");
+    std::vector<float> g(100000, 1.0f);
+    EXPECT_THROW(c->push("w", g.data(), 100000), TableNotFound);
+    EXPECT_THROW(c->drop_table("w"), TableNotFound);
+    c->create_table(dense_spec("w", 10, 1.0), nullptr, 0);  // the name again, other settings
+    c->push("w", g.data(), 10)->wait(-1);
+  }
+  Cluster cl(2, 1, "", dir);  // replays the log: create, drop, create again
+  auto c = cl.client(0);
+  EXPECT_EQ(c->list_tables().size(), 2u);
+  std::vector<float> out(10);
+  c->pull("w", out.data(), 10)->wait(-1);
+  EXPECT_FLOAT_EQ(out[9], -1.0f);
 }
