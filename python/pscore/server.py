@@ -82,7 +82,7 @@ class PServer:
                 raise TypeError(f"{name} must be an int, not {type(v).__name__}")
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} is outside 0..65535")
-        if checkpoint_every is not None and not recover:
+        if checkpoint_every and not recover:
             raise ValueError("checkpoint_every needs recover= (the snapshot directory)")
         for name, v in (
             ("checkpoint_every", checkpoint_every or 0),

@@ -5,6 +5,7 @@ acknowledged push."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -128,3 +129,37 @@ def test_size_trigger_off_lets_the_log_grow(tmp_path):
 def test_snapshot_options_are_checked(tmp_path, bad):
     with pytest.raises(ValueError, match=f"{next(iter(bad))} must be a number >= 0"):
         PServer(recover=str(tmp_path), **bad)
+
+
+def test_failed_snapshot_is_reported_and_retried_without_holding_requests(tmp_path, capfd):
+    """A snapshot that cannot be written (its temp file's name is taken by a directory) is
+    reported on stderr; pushes go on although the log passes twice the bound, and once the disk
+    is writable again the next attempt succeeds and truncates the log."""
+    blocker = tmp_path / f"shard-00000-of-00001.safetensors.tmp.{os.getpid()}"
+    blocker.mkdir()
+    server = PServer(recover=str(tmp_path), snapshot_log_mb=0.25, log_connections=False)
+    try:
+        c = PSClient([server.address], timeout=30)
+        c.create_dense("p", (MB // 4,), optimizer=SGD(lr=1.0))
+        pushes = 8
+        for _ in range(pushes):  # 8 MB of log, 32 x the bound
+            c.push("p", np.ones(MB // 4, np.float32))
+        assert wal_bytes(tmp_path) >= 8 * MB
+        assert server.snapshots_written == 0
+        assert "automatic snapshot into" in capfd.readouterr().err
+        blocker.rmdir()
+        c.push("p", np.ones(MB // 4, np.float32))  # asks for a snapshot again
+        pushes += 1
+        deadline = time.monotonic() + 60
+        while server.snapshots_written == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the retry comes a second after the last failure
+        assert server.snapshots_written == 1
+        assert wal_bytes(tmp_path) <= MB + 1024  # at most that push, if it came after the cut
+    finally:
+        server.stop(0)
+    again = PServer(recover=str(tmp_path), log_connections=False)  # the snapshot plus the log
+    try:
+        got = PSClient([again.address]).pull("p")
+        np.testing.assert_array_equal(got, np.full(MB // 4, -float(pushes), np.float32))
+    finally:
+        again.stop(0)
