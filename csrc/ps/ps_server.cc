@@ -75,7 +75,6 @@ void PsServer::start() {
   if (opts_.max_queued_requests < 1)
     throw std::invalid_argument("max_queued_requests must be >= 1");
   replayed_ = shard_->recover();
-  snapshots_->start();
   listener_ = Socket::listen(opts_.host, opts_.port);
   listener_.set_nonblocking(true);
   port_ = listener_.local_port();
@@ -85,6 +84,7 @@ void PsServer::start() {
   epoll_add(epoll_fd_, listener_.fd(), EPOLLIN, kListenId);
   epoll_add(epoll_fd_, wake_fd_, EPOLLIN, kWakeId);
   pool_ = std::make_unique<ThreadPool>(opts_.num_threads);
+  snapshots_->start();
   started_us_ = now_us();
   running_ = true;
   loop_ = std::thread([this] { run_loop(); });

@@ -6,10 +6,17 @@ out (the round and the workers it waits for named)."""
 from __future__ import annotations
 
 import re
+import signal
 
 import numpy as np
 import pytest
-from test_ps_support import addresses, start_cluster, stop_cluster
+from test_ps_support import (
+    address_from_banner,
+    addresses,
+    pserver_process,
+    start_cluster,
+    stop_cluster,
+)
 
 import pscore
 from pscore.ps import SGD, Adam, PSClient
@@ -151,3 +158,22 @@ def test_drop_is_replayed_on_recovery(tmp_path):
         np.testing.assert_array_equal(c2.pull_sparse("a", np.array([7])), [[-1.0, -1.0, -1.0]])
     finally:
         again.stop(0)
+
+
+def test_sync_push_timeout_on_a_frozen_shard_says_the_state_is_unknown():
+    """A shard that stops answering (SIGSTOP) cannot say what its round waits for: the timeout
+    names the shard and says why the round's state is missing."""
+    proc = pserver_process("--num-workers", "2")
+    try:
+        c = PSClient([address_from_banner(proc.banner)], timeout=0.5)
+        c.create_dense("frozen", (4,), consistency="sync")
+        proc.send_signal(signal.SIGSTOP)
+        with pytest.raises(
+            pscore.TimeoutError,
+            match=r"push 'frozen' on shard 0 \(127\.0\.0\.1:\d+\) timed out after 500 ms.*; the "
+            r"shards could not say what the table waits for \(.*shard 0",
+        ):
+            c.push("frozen", np.ones(4, np.float32))
+    finally:
+        proc.kill()
+        proc.wait()

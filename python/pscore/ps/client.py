@@ -169,8 +169,9 @@ class PSClient:
         return {i.name: i for i in map(table_info, self._call(self._cpp.list_tables))}
 
     def drop_table(self, name: str) -> None:
-        """Removes the table from every shard (its values, optimizer state and, with --recover,
-        its log records); pushes parked in its sync round or ssp bound are answered as dropped.
+        """Removes the table from every shard (values, optimizer state, catalog entry; with
+        --recover the drop is logged, so a recovered shard does not bring the table back).
+        Pushes parked in its sync round or ssp bound are answered as dropped.
         Using the name afterwards raises KeyError until a worker creates the table again (with
         any settings). KeyError when no shard holds it."""
         self._tables.pop(name, None)
@@ -179,17 +180,17 @@ class PSClient:
     def _waits_for(self, name: str) -> str:
         """What a sync or ssp table's shards wait for, said after a push to it timed out ("" for
         an async table)."""
-        info = self._tables.get(name)
-        if info is None or info.consistency == "async":
-            return ""
         try:
+            info = self.table(name)
+            if info.consistency == "async":
+                return ""
             lost = [s for s in range(self.num_shards) if not self._cpp.connected(s)]
             self._reconnect(lost, time.monotonic() + self.timeout)
             work = self._cpp.table_status(name)
             if not work.wait(int(self.timeout * 1000)):
                 return "; the shards did not say what the table waits for"
             states = [json.loads(r) for r in work.replies()]
-        except errors.Error as e:
+        except (errors.Error, KeyError) as e:
             return f"; the shards could not say what the table waits for ({e})"
         done = sorted({w for s in states for w in s["done"]})
         if info.consistency == "ssp":
