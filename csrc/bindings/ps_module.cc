@@ -110,6 +110,7 @@ void bind_server(py::module_& m) {
       .def_readwrite("every_ms", &SnapshotPolicy::every_ms)
       .def_readwrite("log_min_bytes", &SnapshotPolicy::log_min_bytes)
       .def_readwrite("log_ratio", &SnapshotPolicy::log_ratio)
+      .def_readwrite("stop_timeout_ms", &SnapshotPolicy::stop_timeout_ms)
       .def("due_bytes", &SnapshotPolicy::due_bytes, py::arg("snapshot_bytes"));
   py::class_<ServerOptions>(m, "ServerOptions")
       .def(py::init<>())

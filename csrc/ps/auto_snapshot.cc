@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/error.h"
+
 namespace pscore::ps {
 
 uint64_t SnapshotPolicy::due_bytes(uint64_t snapshot_bytes) const {
@@ -22,7 +24,15 @@ AutoSnapshot::AutoSnapshot(ShardState& shard, const SnapshotPolicy& policy)
                                 std::to_string(policy.every_ms));
 }
 
-AutoSnapshot::~AutoSnapshot() { stop(); }
+AutoSnapshot::~AutoSnapshot() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  finished_.notify_all();
+  if (thread_.joinable()) thread_.join();  // the shard outlives no snapshot of it
+}
 
 void AutoSnapshot::start() {
   if (!shard_.logging() || (policy_.every_ms == 0 && policy_.log_min_bytes == 0)) return;
@@ -46,12 +56,25 @@ void AutoSnapshot::admit() {
 
 void AutoSnapshot::stop() {
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
     stop_ = true;
+    wake_.notify_all();
+    finished_.notify_all();
+    const auto limit = std::chrono::milliseconds(policy_.stop_timeout_ms);
+    if (!finished_.wait_for(lk, limit, [&] { return !writing_; }))
+      throw TimeoutError("shard " + std::to_string(shard_.options().shard) +
+                         ": the snapshot into " + shard_.options().recover_dir +
+                         " is still being written after " +
+                         std::to_string(policy_.stop_timeout_ms) +
+                         " ms (is the disk stuck?); the server is stopped, but that directory "
+                         "may still change");
   }
-  wake_.notify_all();
-  finished_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+bool AutoSnapshot::writing() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return writing_;
 }
 
 uint64_t AutoSnapshot::snapshots_written() const {
@@ -80,9 +103,11 @@ void AutoSnapshot::run() {
       continue;
     }
     due_ = false;
+    writing_ = true;
     lk.unlock();
     const bool ok = snapshot();
     lk.lock();
+    writing_ = false;
     last = Clock::now();
     failed_ = !ok;
     ++attempts_;

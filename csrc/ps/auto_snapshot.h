@@ -18,6 +18,8 @@ struct SnapshotPolicy {
   // log_min_bytes 0: not by size (the log grows until a timed or requested snapshot).
   uint64_t log_min_bytes = uint64_t(64) << 20;
   double log_ratio = 2.0;
+  // How long stop() waits for a snapshot being written (a stuck disk) before it gives up.
+  int64_t stop_timeout_ms = 120000;
 
   // The log size at which a snapshot is due (0: never by size). Requests wait at twice it.
   uint64_t due_bytes(uint64_t snapshot_bytes) const;
@@ -35,9 +37,12 @@ class AutoSnapshot {
   // has passed due_bytes; while it is at twice that or more, blocks until the next snapshot is
   // written or fails (after a failure requests pass until one succeeds) or stop().
   void admit();
-  // Stops the thread after the snapshot being written, if any. Idempotent.
+  // Stops the thread after the snapshot being written, if any; throws TimeoutError when that
+  // snapshot is still being written after stop_timeout_ms (the thread is then joined by the
+  // destructor, which waits for it). Idempotent.
   void stop();
   uint64_t snapshots_written() const;
+  bool writing() const;  // a snapshot is being written now
 
  private:
   void run();
@@ -49,7 +54,7 @@ class AutoSnapshot {
   mutable std::mutex mu_;
   std::condition_variable wake_;      // the thread: a snapshot is due, or stop
   std::condition_variable finished_;  // admit(): a snapshot attempt ended, or stop
-  bool due_ = false, stop_ = false, failed_ = false;
+  bool due_ = false, stop_ = false, failed_ = false, writing_ = false;
   uint64_t attempts_ = 0, written_ = 0;
 };
 

@@ -60,7 +60,11 @@ PsServer::PsServer(const ServerOptions& opts) : opts_(opts) {
 }
 
 PsServer::~PsServer() {
-  stop(0);
+  try {
+    stop(0);
+  } catch (const TimeoutError&) {
+    // A snapshot is stuck on the disk: the snapshot thread's destructor waits for it.
+  }
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
@@ -392,8 +396,8 @@ void PsServer::stop(int drain_timeout_ms) {
   wake();
   if (loop_.joinable()) loop_.join();
   pool_->shutdown();
-  snapshots_->stop();  // after the requests: one waiting in admit() needs the snapshot thread
   running_ = false;
+  snapshots_->stop();  // after the requests: one waiting in admit() needs the snapshot thread
 }
 
 std::string PsServer::stats_json() const {

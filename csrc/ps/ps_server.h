@@ -64,10 +64,13 @@ class PsServer {
   uint64_t incarnation() const { return incarnation_; }
   uint64_t replayed_records() const { return replayed_; }
   // Stops accepting, lets queued requests finish and replies flush (up to drain_timeout_ms),
-  // then closes every connection. Parked sync/ssp pushes are not acknowledged. Idempotent.
+  // then closes every connection, then waits for a snapshot being written (TimeoutError after
+  // the snapshot policy's stop_timeout_ms). Parked sync/ssp pushes are not acknowledged.
+  // Idempotent.
   void stop(int drain_timeout_ms);
   bool running() const { return running_; }
   uint64_t snapshots_written() const { return snapshots_->snapshots_written(); }
+  bool snapshot_in_progress() const { return snapshots_->writing(); }
   std::string stats_json() const;
   ShardState& shard() { return *shard_; }
   // Loads a checkpoint into this shard (as a load request does); parked pushes are answered as

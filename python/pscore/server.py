@@ -172,12 +172,14 @@ class PServer:
     def stop(self, drain_timeout: float = 10.0, checkpoint: str | None = None) -> None:
         """Stops accepting, lets queued requests finish and replies flush (at most
         drain_timeout seconds), closes connections and waits for a snapshot being written (a
-        server started on the same directory next must not race it); then writes `checkpoint`
-        if given."""
-        self._cpp.stop(int(max(0.0, drain_timeout) * 1000))
-        if self._metrics:
-            self._metrics.close()
-            self._metrics = None
+        server started on the same directory next must not race it; pscore.TimeoutError after
+        two minutes of a stuck disk); then writes `checkpoint` if given."""
+        try:
+            self._cpp.stop(int(max(0.0, drain_timeout) * 1000))
+        finally:
+            if self._metrics:
+                self._metrics.close()
+                self._metrics = None
         if checkpoint:
             self._cpp.save(os.path.abspath(checkpoint))
 

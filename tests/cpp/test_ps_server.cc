@@ -1,7 +1,10 @@
 // The parameter server over loopback with clients on threads: round trips, sync rounds with
 // several workers, exactly-once retries, recovery from the log, and hostile connections.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -357,4 +360,43 @@ TEST(PsServer, DropAndListTablesAcrossShardsAndRecovery) {
   std::vector<float> out(10);
   c->pull("w", out.data(), 10)->wait(-1);
   EXPECT_FLOAT_EQ(out[9], -1.0f);
+}
+
+TEST(PsServer, StopGivesUpOnASnapshotStuckOnTheDisk) {
+  // The snapshot's temp file is a FIFO nobody reads: opening it blocks, as a stuck disk would.
+  const std::string dir = temp_dir();
+  const std::string fifo =
+      dir + "/shard-00000-of-00001.safetensors.tmp." + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  SnapshotPolicy policy;
+  policy.log_min_bytes = 4096;
+  policy.stop_timeout_ms = 200;
+  auto cl = std::make_unique<Cluster>(1, 1, "", dir, policy);
+  auto c = cl->client(0);
+  c->create_table(dense_spec("w", 1024, 1.0), nullptr, 0);
+  std::vector<float> g(1024, 1.0f);
+  c->push("w", g.data(), 1024)->wait(-1);  // the log passes 4 KB (not 8: no request waits)
+  c->push("w", g.data(), 1024)->wait(-1);  // asks for a snapshot, which blocks on the FIFO
+  Deadline started(10000);
+  while (!cl->servers[0]->snapshot_in_progress() && !started.expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(cl->servers[0]->snapshot_in_progress());
+  try {
+    cl->servers[0]->stop(0);
+    ADD_FAILURE() << "stop() returned while the snapshot was stuck";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("is still being written after 200 ms"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(cl->servers[0]->running());
+  std::thread reader([&] {  // unsticks the snapshot (whose fsync then fails on the FIFO)
+    int fd = ::open(fifo.c_str(), O_RDONLY);
+    char buf[65536];
+    while (fd >= 0 && ::read(fd, buf, sizeof(buf)) > 0) {
+    }
+    if (fd >= 0) ::close(fd);
+  });
+  c.reset();
+  cl.reset();  // joins the snapshot thread once its write ends
+  reader.join();
 }
