@@ -35,6 +35,25 @@ void clip(const OptimizerSpec& opt, float clip_factor, float* g, int64_t n) {
 
 std::string name_of(const ServerTable& t) { return "table '" + t.spec().name + "'"; }
 
+// Requests that append to the write-ahead log (the others never wait for a snapshot).
+bool appends_to_log(uint8_t type) {
+  switch (static_cast<MsgType>(type)) {
+    case MsgType::kCreateTable:
+    case MsgType::kCreatePart:
+    case MsgType::kDropTable:
+    case MsgType::kPushDense:
+    case MsgType::kPushPullDense:
+    case MsgType::kAssignDense:
+    case MsgType::kPushSparse:
+    case MsgType::kPushPullSparse:
+    case MsgType::kWorkerDone:
+    case MsgType::kGlobalStep:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // A table's consistency state on this shard (kTableStatus): the open sync round, the workers
 // whose push it holds and those it still waits for, the finished workers, the ssp clocks.
 std::string table_status_json(ServerTable& t, int num_workers) {
@@ -102,7 +121,7 @@ void RequestHandler::handle(const std::shared_ptr<ServerConnection>& conn, InFra
   uint32_t code = 0;
   std::string message;
   try {
-    if (before_request) before_request();
+    if (before_request && appends_to_log(frame.header.type)) before_request();
     dispatch(conn, frame);
     return;
   } catch (const std::invalid_argument& e) {

@@ -381,6 +381,12 @@ TEST(PsServer, StopGivesUpOnASnapshotStuckOnTheDisk) {
   while (!cl->servers[0]->snapshot_in_progress() && !started.expired())
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(cl->servers[0]->snapshot_in_progress());
+  // The log is at twice the bound: a push would wait for the snapshot, reads do not.
+  ASSERT_GE(cl->servers[0]->shard().log_bytes(), 2 * policy.log_min_bytes);
+  std::vector<float> out(1024);
+  c->pull("w", out.data(), 1024)->wait(-1);
+  EXPECT_FLOAT_EQ(out[0], -2.0f);
+  c->stats()->wait(-1);
   try {
     cl->servers[0]->stop(0);
     ADD_FAILURE() << "stop() returned while the snapshot was stuck";
