@@ -73,7 +73,14 @@ void bind_specs(py::module_& m) {
       .def_property(
           "backup_workers", [](const TableSpec& s) { return s.consistency.backup_workers; },
           [](TableSpec& s, int v) { s.consistency.backup_workers = v; })
-      .def("validate", &TableSpec::validate, py::arg("num_workers"));
+      .def("validate", &TableSpec::validate, py::arg("num_workers"))
+      .def("settings",
+           [](const TableSpec& s) {
+             std::vector<std::pair<std::string, std::string>> out;
+             for (const TableSetting& t : s.settings()) out.emplace_back(t.key, t.value);
+             return out;
+           })
+      .def("differences", &TableSpec::differences, py::arg("other"));
   py::class_<TableLayout>(m, "TableLayout")
       .def_readonly("id", &TableLayout::id)
       .def_readonly("spec", &TableLayout::spec)
@@ -98,6 +105,13 @@ void bind_specs(py::module_& m) {
 }
 
 void bind_server(py::module_& m) {
+  py::class_<SnapshotPolicy>(m, "SnapshotPolicy")
+      .def(py::init<>())
+      .def_readwrite("every_ms", &SnapshotPolicy::every_ms)
+      .def_readwrite("log_min_bytes", &SnapshotPolicy::log_min_bytes)
+      .def_readwrite("log_ratio", &SnapshotPolicy::log_ratio)
+      .def_readwrite("stop_timeout_ms", &SnapshotPolicy::stop_timeout_ms)
+      .def("due_bytes", &SnapshotPolicy::due_bytes, py::arg("snapshot_bytes"));
   py::class_<ServerOptions>(m, "ServerOptions")
       .def(py::init<>())
       .def_readwrite("host", &ServerOptions::host)
@@ -118,6 +132,7 @@ void bind_server(py::module_& m) {
       .def_readwrite("handshake_timeout_ms", &ServerOptions::handshake_timeout_ms)
       .def_readwrite("recover_dir", &ServerOptions::recover_dir)
       .def_readwrite("fsync_log", &ServerOptions::fsync_log)
+      .def_readwrite("snapshots", &ServerOptions::snapshots)
       .def_readwrite("min_part_bytes", &ServerOptions::min_part_bytes)
       .def_readwrite("log_connections", &ServerOptions::log_connections);
   py::class_<PsServer>(m, "Server")
@@ -128,6 +143,7 @@ void bind_server(py::module_& m) {
       .def_property_readonly("running", &PsServer::running)
       .def_property_readonly("incarnation", &PsServer::incarnation)
       .def_property_readonly("replayed_records", &PsServer::replayed_records)
+      .def_property_readonly("snapshots_written", &PsServer::snapshots_written)
       .def("stats_json", &PsServer::stats_json, Release())
       .def(
           "save", [](PsServer& s, const std::string& dir) { s.shard().save(dir); }, Release())
@@ -171,6 +187,9 @@ void bind_client(py::module_& m) {
           },
           Release())
       .def("lookup_table", &PsClient::lookup_table, Release())
+      .def("list_tables", &PsClient::list_tables, Release())
+      .def("drop_table", &PsClient::drop_table, Release())
+      .def("table_status", &PsClient::table_status, Release())
       .def(
           "push",
           [](PsClient& c, const std::string& name, uintptr_t g, int64_t n) {

@@ -172,9 +172,10 @@ void ClientLink::complete_current(std::vector<std::shared_ptr<SubRequest>>& done
     std::string full = s.what + " on " + name_ + " failed: " + msg;
     if (code == static_cast<uint32_t>(ErrorCode::kInvalidArgument))
       s.error = std::make_exception_ptr(std::invalid_argument(full));
-    else if (code == static_cast<uint32_t>(ErrorCode::kNotFound))
+    else if (code == static_cast<uint32_t>(ErrorCode::kNotFound)) {
       s.error = std::make_exception_ptr(TableNotFound(full));
-    else
+      s.table_missing = msg;
+    } else
       s.error = std::make_exception_ptr(Error(full));
     s.retryable_error = false;
   }

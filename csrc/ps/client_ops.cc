@@ -125,11 +125,7 @@ TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int
   r.get<uint8_t>();
   TableLayout layout = decode_layout(r);
 
-  const int64_t step = join_parts(layout, init, "create_table " + quoted(spec.name));
-  std::lock_guard<std::mutex> lk(state_mu_);
-  TableState& st = tables_[layout.spec.name];
-  st.layout = layout;
-  st.step = std::max(st.step, step);
+  remember(layout, join_parts(layout, init, "create_table " + quoted(spec.name)));
   return layout;
 }
 
@@ -146,10 +142,7 @@ TableLayout PsClient::lookup_table(const std::string& name) {
   const int64_t step = layout.spec.consistency.mode == Consistency::kAsync
                            ? 0
                            : join_parts(layout, nullptr, "lookup_table " + quoted(name));
-  std::lock_guard<std::mutex> lk(state_mu_);
-  TableState& st = tables_[name];
-  st.layout = layout;
-  st.step = std::max(st.step, step);
+  remember(layout, step);
   return layout;
 }
 
@@ -157,7 +150,7 @@ TableLayout PsClient::layout_of(const std::string& name) {
   {
     std::lock_guard<std::mutex> lk(state_mu_);
     auto it = tables_.find(name);
-    if (it != tables_.end()) return it->second.layout;
+    if (it != tables_.end() && !it->second.missing) return it->second.layout;
   }
   return lookup_table(name);
 }

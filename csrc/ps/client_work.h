@@ -46,6 +46,7 @@ struct SubRequest {
   bool sending = false;  // handed to a link and not yet answered
   std::exception_ptr error;
   bool retryable_error = false;
+  std::string table_missing;  // the shard's message when it does not hold the table
   std::weak_ptr<Work> owner;
 };
 

@@ -25,6 +25,7 @@ PsClient::PsClient(const ClientOptions& opts, int num_shards)
       link_up_(num_shards, 0),
       link_error_(num_shards),
       incarnations_(num_shards, 0),
+      addresses_(num_shards),
       links_(num_shards),
       want_out_(num_shards, false) {
   if (num_shards < 1) throw std::invalid_argument("num_shards must be >= 1");
@@ -83,6 +84,7 @@ void PsClient::connect(int shard, const std::string& host, int port, int64_t tim
     link_up_[shard] = 1;
     link_error_[shard].clear();
     incarnations_[shard] = w.incarnation;
+    addresses_[shard] = address;
   }
   wake();
 }
@@ -174,6 +176,7 @@ void PsClient::fail_unconnected(const std::shared_ptr<SubRequest>& s) {
 void PsClient::finish(const std::shared_ptr<SubRequest>& s) {
   auto w = s->owner.lock();
   if (!w) return;  // nobody waits, and the caller's arrays may be gone
+  if (!s->table_missing.empty() && s->header.tag != 0) s->error = missing_table_error(*s);
   if (!s->error && s->on_reply) {
     try {
       s->on_reply(*s);

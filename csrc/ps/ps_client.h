@@ -51,6 +51,12 @@ class PsClient {
   // the shards; init (numel floats, may be null) seeds a new dense table. Idempotent.
   TableLayout create_table(const TableSpec& spec, const float* init, int64_t init_numel);
   TableLayout lookup_table(const std::string& name);
+  std::vector<TableLayout> list_tables();  // every table in the catalog (shard 0), by name
+  // Removes the table from every shard; using the name fails until a worker creates it again.
+  // Throws TableNotFound when no shard held it.
+  void drop_table(const std::string& name);
+  // Replies: the table's consistency state on each shard holding a part, as JSON.
+  std::shared_ptr<Work> table_status(const std::string& name);
 
   std::shared_ptr<Work> push(const std::string& name, const float* grad, int64_t n);
   std::shared_ptr<Work> pull(const std::string& name, float* out, int64_t n);
@@ -82,12 +88,19 @@ class PsClient {
   struct TableState {
     TableLayout layout;
     int64_t step = 0;
+    std::vector<uint64_t> incarnations;  // each shard's, when the table was created or found
+    bool missing = false;  // a shard did not hold it: look the layout up again before use
   };
   TableState& table_state(const std::string& name);  // caller holds state_mu_
   std::string ask_catalog(MsgType type, std::vector<uint8_t> body, const std::string& what);
   int64_t join_parts(const TableLayout& layout, const float* init, const std::string& what);
   std::function<void(SubRequest&)> push_reply_handler(const std::string& name, Consistency mode);
   TableLayout layout_of(const std::string& name);
+  void remember(const TableLayout& layout, int64_t step);
+  // The error for a request a shard answered "no such table": names the table and the shard,
+  // says when the shard restarted since, and marks the table's layout for a new lookup.
+  std::exception_ptr missing_table_error(const SubRequest& s);
+  std::string missing_table_message(const SubRequest& s);
   std::shared_ptr<SubRequest> make_sub(int shard, uint8_t type, uint32_t tag, std::string what);
   std::shared_ptr<Work> dense_op(const std::string& name, uint8_t type, const float* grad,
                                  float* out, int64_t n);
@@ -122,6 +135,7 @@ class PsClient {
   std::vector<uint8_t> link_up_;
   std::vector<std::string> link_error_;
   std::vector<uint64_t> incarnations_;
+  std::vector<std::string> addresses_;
 
   // Guards links_, want_out_ and the links themselves: the I/O thread reads and flushes them,
   // and a caller submitting a request writes it to the socket itself (no thread hand-off).

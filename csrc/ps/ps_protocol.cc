@@ -18,6 +18,12 @@ const char* msg_type_name(uint8_t type) {
       return "lookup_table";
     case MsgType::kCreatePart:
       return "create_part";
+    case MsgType::kListTables:
+      return "list_tables";
+    case MsgType::kDropTable:
+      return "drop_table";
+    case MsgType::kTableStatus:
+      return "table_status";
     case MsgType::kPushDense:
       return "push";
     case MsgType::kPullDense:

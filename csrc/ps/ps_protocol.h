@@ -23,6 +23,9 @@ enum class MsgType : uint8_t {
   kCreateTable = 10,  // catalog (shard 0): spec -> layout
   kLookupTable = 11,  // catalog (shard 0): name -> layout
   kCreatePart = 12,   // layout + optional initial values -> this shard's part exists
+  kListTables = 13,   // catalog (shard 0): -> count + every layout
+  kDropTable = 14,    // every shard: name -> its part (and on shard 0 the entry) removed
+  kTableStatus = 15,  // a table's consistency state on this shard, as JSON
   kPushDense = 20,
   kPullDense = 21,
   kPushPullDense = 22,

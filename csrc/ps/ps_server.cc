@@ -51,14 +51,20 @@ PsServer::PsServer(const ServerOptions& opts) : opts_(opts) {
   so.fsync_log = opts.fsync_log;
   so.partition.min_part_bytes = opts.min_part_bytes;
   shard_ = std::make_unique<ShardState>(so);
+  snapshots_ = std::make_unique<AutoSnapshot>(*shard_, opts.snapshots);
   handler_ = std::make_unique<RequestHandler>(*shard_, stats_);
   handler_->stats_json = [this] { return stats_json(); };
+  handler_->before_request = [this] { snapshots_->admit(); };
   std::random_device rd;
   incarnation_ = (uint64_t(rd()) << 32) | rd();
 }
 
 PsServer::~PsServer() {
-  stop(0);
+  try {
+    stop(0);
+  } catch (const TimeoutError&) {
+    // A snapshot is stuck on the disk: the snapshot thread's destructor waits for it.
+  }
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
@@ -82,6 +88,7 @@ void PsServer::start() {
   epoll_add(epoll_fd_, listener_.fd(), EPOLLIN, kListenId);
   epoll_add(epoll_fd_, wake_fd_, EPOLLIN, kWakeId);
   pool_ = std::make_unique<ThreadPool>(opts_.num_threads);
+  snapshots_->start();
   started_us_ = now_us();
   running_ = true;
   loop_ = std::thread([this] { run_loop(); });
@@ -390,6 +397,7 @@ void PsServer::stop(int drain_timeout_ms) {
   if (loop_.joinable()) loop_.join();
   pool_->shutdown();
   running_ = false;
+  snapshots_->stop();  // after the requests: one waiting in admit() needs the snapshot thread
 }
 
 std::string PsServer::stats_json() const {
@@ -414,6 +422,8 @@ std::string PsServer::stats_json() const {
   extra.set("dense_elements", dense_elems);
   extra.set("uptime_s", static_cast<double>(now_us() - started_us_) / 1e6);
   extra.set("incarnation", std::to_string(incarnation_));
+  extra.set("log_bytes", shard_->log_bytes());
+  extra.set("snapshots_written", snapshots_->snapshots_written());
   std::string e = extra.dump();
   return stats_.to_json(e.substr(1, e.size() - 2));
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/socket.h"
+#include "ps/auto_snapshot.h"
 #include "ps/request_handler.h"
 #include "ps/server_connection.h"
 #include "ps/server_stats.h"
@@ -43,6 +44,7 @@ struct ServerOptions {
   int handshake_timeout_ms = 10000;
   std::string recover_dir;  // snapshot + write-ahead log directory (see ShardOptions)
   bool fsync_log = false;
+  SnapshotPolicy snapshots;  // automatic snapshots into recover_dir (bounds the log)
   int64_t min_part_bytes = 64 * 1024;
   bool log_connections = true;  // log dropped connections to stderr
 };
@@ -62,9 +64,13 @@ class PsServer {
   uint64_t incarnation() const { return incarnation_; }
   uint64_t replayed_records() const { return replayed_; }
   // Stops accepting, lets queued requests finish and replies flush (up to drain_timeout_ms),
-  // then closes every connection. Parked sync/ssp pushes are not acknowledged. Idempotent.
+  // then closes every connection, then waits for a snapshot being written (TimeoutError after
+  // the snapshot policy's stop_timeout_ms). Parked sync/ssp pushes are not acknowledged.
+  // Idempotent.
   void stop(int drain_timeout_ms);
   bool running() const { return running_; }
+  uint64_t snapshots_written() const { return snapshots_->snapshots_written(); }
+  bool snapshot_in_progress() const { return snapshots_->writing(); }
   std::string stats_json() const;
   ShardState& shard() { return *shard_; }
   // Loads a checkpoint into this shard (as a load request does); parked pushes are answered as
@@ -86,6 +92,7 @@ class PsServer {
 
   ServerOptions opts_;
   std::unique_ptr<ShardState> shard_;
+  std::unique_ptr<AutoSnapshot> snapshots_;
   ServerStats stats_;
   std::unique_ptr<RequestHandler> handler_;
   std::unique_ptr<ThreadPool> pool_;

@@ -4,6 +4,7 @@
 #include <shared_mutex>
 
 #include "common/clock.h"
+#include "ps/json.h"
 #include "ps/optimizer.h"
 #include "ps/ps_protocol.h"
 
@@ -33,6 +34,52 @@ void clip(const OptimizerSpec& opt, float clip_factor, float* g, int64_t n) {
 }
 
 std::string name_of(const ServerTable& t) { return "table '" + t.spec().name + "'"; }
+
+// Requests that append to the write-ahead log (the others never wait for a snapshot).
+bool appends_to_log(uint8_t type) {
+  switch (static_cast<MsgType>(type)) {
+    case MsgType::kCreateTable:
+    case MsgType::kCreatePart:
+    case MsgType::kDropTable:
+    case MsgType::kPushDense:
+    case MsgType::kPushPullDense:
+    case MsgType::kAssignDense:
+    case MsgType::kPushSparse:
+    case MsgType::kPushPullSparse:
+    case MsgType::kWorkerDone:
+    case MsgType::kGlobalStep:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A table's consistency state on this shard (kTableStatus): the open sync round, the workers
+// whose push it holds and those it still waits for, the finished workers, the ssp clocks.
+std::string table_status_json(ServerTable& t, int num_workers) {
+  auto lk = t.lock();
+  const ConsistencyState& c = t.consistency();
+  Json pushed = Json::array(), waiting = Json::array(), done = Json::array(),
+       clocks = Json::array();
+  for (int w = 0; w < num_workers; ++w) {
+    if (c.done(w))
+      done.push_back(w);
+    else if (c.contributed(w))
+      pushed.push_back(w);
+    else
+      waiting.push_back(w);
+    clocks.push_back(c.clock(w));
+  }
+  Json j = Json::object();
+  j.set("table", t.spec().name);
+  j.set("consistency", consistency_name(t.spec().consistency.mode));
+  j.set("round", c.round());
+  j.set("pushed", std::move(pushed));
+  j.set("waiting_for", std::move(waiting));
+  j.set("done", std::move(done));
+  j.set("clocks", std::move(clocks));
+  return j.dump();
+}
 
 }  // namespace
 
@@ -74,6 +121,7 @@ void RequestHandler::handle(const std::shared_ptr<ServerConnection>& conn, InFra
   uint32_t code = 0;
   std::string message;
   try {
+    if (before_request && appends_to_log(frame.header.type)) before_request();
     dispatch(conn, frame);
     return;
   } catch (const std::invalid_argument& e) {
@@ -203,6 +251,30 @@ void RequestHandler::dispatch(const std::shared_ptr<ServerConnection>& conn, InF
       ByteWriter w(&body);
       encode_layout(w, layout);
       return reply(conn, f, from_bytes(body));
+    }
+    case MsgType::kListTables: {
+      if (shard_.options().shard != 0)
+        throw std::invalid_argument("the table catalog lives on shard 0");
+      const std::vector<TableLayout> layouts = shard_.catalog_list();
+      std::vector<uint8_t> body;
+      ByteWriter w(&body);
+      w.put<uint32_t>(static_cast<uint32_t>(layouts.size()));
+      for (const TableLayout& l : layouts) encode_layout(w, l);
+      return reply(conn, f, from_bytes(body));
+    }
+    case MsgType::kDropTable: {
+      ReplyOutbox parked;
+      const bool dropped = shard_.drop_table(r.get_string(256), parked);
+      send_all(parked);
+      ByteBuffer body;
+      body.put<uint8_t>(dropped ? 1 : 0);
+      return reply(conn, f, std::move(body));
+    }
+    case MsgType::kTableStatus: {
+      std::string j = table_status_json(*shard_.table(f.header.tag), shard_.options().num_workers);
+      ByteBuffer body;
+      body.append(j.data(), j.size());
+      return reply(conn, f, std::move(body));
     }
     case MsgType::kCreatePart: {
       TableLayout layout = decode_layout(r);

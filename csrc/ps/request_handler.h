@@ -19,6 +19,9 @@ class RequestHandler {
   void handle(const std::shared_ptr<ServerConnection>& conn, InFrame&& frame);
   // Produces the kStats reply (the server's counters as JSON).
   std::function<std::string()> stats_json;
+  // Runs before each request that appends to the log, with no lock held (may block:
+  // AutoSnapshot::admit).
+  std::function<void()> before_request;
   // Sends the replies that table operations produced, and empties `out`.
   static void send_all(ReplyOutbox& out);
 

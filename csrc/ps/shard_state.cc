@@ -18,6 +18,11 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+uint64_t file_bytes(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
 std::string real_path(const std::string& path) {
   char buf[PATH_MAX];
   if (::realpath(path.c_str(), buf)) return buf;
@@ -61,6 +66,7 @@ uint64_t ShardState::recover() {
   if (file_exists(snap)) {
     ReplyOutbox none;  // recovery runs before any worker connects
     load_locked(snap, none);
+    snapshot_bytes_ = file_bytes(snap);
   }
   uint64_t replayed = 0, intact = 0;
   uint64_t next = UpdateLog::replay(
@@ -112,6 +118,11 @@ void ShardState::replay_record(LogKind kind, ByteReader& r) {
       global_step_ = r.get<int64_t>();
       return;
     }
+    case LogKind::kDropTable: {
+      ReplyOutbox none;  // recovery runs before any worker connects
+      drop_locked(r.get_string(256), none);
+      return;
+    }
   }
   throw NetworkError("write-ahead log: unknown record kind " + std::to_string(int(kind)));
 }
@@ -130,8 +141,8 @@ std::pair<TableLayout, bool> ShardState::catalog_create(const TableSpec& spec) {
   if (it != catalog_.end()) {
     if (!it->second.spec.same_as(spec))
       throw std::invalid_argument("table '" + spec.name +
-                                  "' already exists with a different kind, shape, initializer, "
-                                  "optimizer or consistency");
+                                  "' already exists with other settings (existing vs requested): " +
+                                  it->second.spec.describe_differences(spec));
     return {it->second, false};
   }
   TableLayout layout;
@@ -158,6 +169,13 @@ TableLayout ShardState::catalog_lookup(const std::string& name) const {
   auto it = catalog_.find(name);
   if (it == catalog_.end()) throw TableNotFound("table '" + name + "' does not exist");
   return it->second;
+}
+
+std::vector<TableLayout> ShardState::catalog_list() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<TableLayout> out;
+  for (const auto& [name, layout] : catalog_) out.push_back(layout);
+  return out;
 }
 
 std::vector<int64_t> ShardState::catalog_shard_bytes() const {
@@ -205,7 +223,9 @@ bool ShardState::create_part(const TableLayout& layout, const float* init, int64
   if (it != tables_.end()) {
     if (!it->second->spec().same_as(layout.spec))
       throw std::invalid_argument("table '" + layout.spec.name + "' already exists on shard " +
-                                  std::to_string(opts_.shard) + " with a different spec");
+                                  std::to_string(opts_.shard) +
+                                  " with other settings (existing vs requested): " +
+                                  it->second->spec().describe_differences(layout.spec));
     return false;
   }
   if (log_) {
@@ -214,16 +234,59 @@ bool ShardState::create_part(const TableLayout& layout, const float* init, int64
     log_->append(LogKind::kCreatePart, {{bytes.data(), bytes.size()}, {&n, 8}, {init, n * 4}});
   }
   add_part_locked(layout, init, init_numel);
+  dropped_.erase(layout.id);
   return true;
+}
+
+bool ShardState::drop_table(const std::string& name, ReplyOutbox& parked) {
+  if (name.empty() || name.size() > 256)
+    throw std::invalid_argument("drop_table: a table name has 1 to 256 characters");
+  // Exclusive: no request holds the table, so no record of it follows the drop in the log.
+  std::unique_lock<std::shared_mutex> gate(gate_);
+  if (!drop_locked(name, parked)) return false;
+  if (log_) {
+    std::vector<uint8_t> bytes;
+    ByteWriter w(&bytes);
+    w.put_string(name);
+    log_->append(LogKind::kDropTable, {{bytes.data(), bytes.size()}});
+  }
+  return true;
+}
+
+bool ShardState::drop_locked(const std::string& name, ReplyOutbox& parked) {
+  const uint32_t id = table_id_for(name);
+  std::shared_ptr<ServerTable> part;
+  bool listed = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto t = tables_.find(id);
+    if (t != tables_.end() && t->second->spec().name == name) {
+      part = t->second;
+      tables_.erase(t);
+    }
+    auto c = catalog_.find(name);
+    listed = c != catalog_.end();
+    if (listed) {
+      for (const DensePart& p : c->second.parts)
+        if (p.shard >= 0 && p.shard < opts_.num_shards) shard_bytes_[p.shard] -= p.numel * 4;
+      catalog_.erase(c);
+    }
+    if (part || listed) dropped_[id] = name;
+  }
+  if (part) part->abandon_waiters(parked);
+  return part || listed;
 }
 
 std::shared_ptr<ServerTable> ShardState::table(uint32_t id) const {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = tables_.find(id);
-  if (it == tables_.end())
-    throw TableNotFound("table id " + std::to_string(id) + " is not on shard " +
-                        std::to_string(opts_.shard) + " (create the table first)");
-  return it->second;
+  if (it != tables_.end()) return it->second;
+  auto gone = dropped_.find(id);
+  if (gone != dropped_.end())
+    throw TableNotFound("table '" + gone->second + "' (id " + std::to_string(id) +
+                        ") was dropped from shard " + std::to_string(opts_.shard));
+  throw TableNotFound("table id " + std::to_string(id) + " is not on shard " +
+                      std::to_string(opts_.shard) + " (create the table first)");
 }
 
 std::vector<std::shared_ptr<ServerTable>> ShardState::tables() const {
@@ -268,9 +331,12 @@ void ShardState::save(const std::string& dir) {
 
 void ShardState::write_snapshot(const CheckpointImage& image, const std::string& dir,
                                 const UpdateLog::Mark& mark) {
-  image.write(snapshot_path(dir));
+  const std::string path = snapshot_path(dir);
+  image.write(path);
+  if (!log_ || real_path(dir) != real_path(opts_.recover_dir)) return;
+  snapshot_bytes_ = file_bytes(path);
   // The snapshot covers the records before the mark; those appended since stay for replay.
-  if (log_ && real_path(dir) == real_path(opts_.recover_dir)) log_->drop_before(mark);
+  log_->drop_before(mark);
 }
 
 void ShardState::load(const std::string& dir, ReplyOutbox& parked) {

@@ -5,6 +5,7 @@
 // releasing it, so requests wait for the copy, not for the disk; loads hold it throughout.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,12 +51,17 @@ class ShardState {
   // Catalog (shard 0): the layout of `spec`, placing it when new. Second: true when created.
   std::pair<TableLayout, bool> catalog_create(const TableSpec& spec);
   TableLayout catalog_lookup(const std::string& name) const;
+  std::vector<TableLayout> catalog_list() const;  // every table, by name
 
   // Creates this shard's part of a table (idempotent: an existing part is kept, and a spec that
   // differs from it is an error). init: this part's initial values, or null.
   bool create_part(const TableLayout& layout, const float* init, int64_t init_numel);
   std::shared_ptr<ServerTable> table(uint32_t id) const;  // throws TableNotFound
   std::vector<std::shared_ptr<ServerTable>> tables() const;
+  // Removes table `name`: this shard's part and (shard 0) its catalog entry, logged; pushes
+  // parked in it are answered as dropped through `parked`. Waits for the requests in flight.
+  // Returns false when the shard held neither.
+  bool drop_table(const std::string& name, ReplyOutbox& parked);
 
   void worker_done(int worker, ReplyOutbox& out);
   int64_t add_global_step(int64_t delta);
@@ -73,11 +79,15 @@ class ShardState {
   std::string snapshot_path(const std::string& dir) const;
   std::vector<int64_t> catalog_shard_bytes() const;
   bool logging() const { return log_ != nullptr; }
+  uint64_t log_bytes() const { return log_ ? log_->bytes() : 0; }
+  // The size of the last snapshot in recover_dir (written or recovered from); 0 when none.
+  uint64_t snapshot_bytes() const { return snapshot_bytes_.load(std::memory_order_relaxed); }
 
  private:
   friend class ShardCheckpoint;
   void replay_record(LogKind kind, ByteReader& r);
   void add_part_locked(const TableLayout& layout, const float* init, int64_t init_numel);
+  bool drop_locked(const std::string& name, ReplyOutbox& parked);
   void catalog_add_locked(const TableLayout& layout);
   void write_snapshot(const CheckpointImage& image, const std::string& dir,
                       const UpdateLog::Mark& mark);
@@ -89,11 +99,13 @@ class ShardState {
   mutable std::mutex mu_;  // tables_, catalog_, done_, global_step_
   std::map<uint32_t, std::shared_ptr<ServerTable>> tables_;
   std::map<std::string, TableLayout> catalog_;
+  std::map<uint32_t, std::string> dropped_;  // ids dropped since start (for clearer errors)
   std::vector<int64_t> shard_bytes_;
   std::vector<uint8_t> done_;
   int64_t global_step_ = 0;
   std::unique_ptr<UpdateLog> log_;
   uint64_t snapshot_wal_index_ = 0;  // where the loaded snapshot's log replay starts
+  std::atomic<uint64_t> snapshot_bytes_{0};
 };
 
 }  // namespace pscore::ps

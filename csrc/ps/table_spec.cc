@@ -1,6 +1,8 @@
 #include "ps/table_spec.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace pscore::ps {
@@ -10,9 +12,35 @@ void require(bool ok, const std::string& table, const std::string& what) {
   if (!ok) throw std::invalid_argument("table '" + table + "': " + what);
 }
 
-std::string num(double v) {
-  std::string s = std::to_string(v);
-  return s;
+// The shortest text that reads back as v exactly (so two values that differ never show alike).
+std::string shown(double v) {
+  char buf[40];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string shown(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+// "zeros", "uniform(low=0, high=1)", "normal(mean=0, std=0.1)", "constant(value=2)".
+std::string init_shown(const InitializerSpec& i) {
+  switch (i.kind) {
+    case InitKind::kZeros:
+      return "zeros";
+    case InitKind::kUniform:
+      return "uniform(low=" + shown(i.a) + ", high=" + shown(i.b) + ")";
+    case InitKind::kNormal:
+      return "normal(mean=" + shown(i.a) + ", std=" + shown(i.b) + ")";
+    case InitKind::kConstant:
+      return "constant(value=" + shown(i.a) + ")";
+  }
+  return "?";
 }
 
 constexpr int64_t kMaxNumel = int64_t(1) << 40;
@@ -40,19 +68,19 @@ void OptimizerSpec::validate() const {
     if (!ok) throw std::invalid_argument(t + ": " + what);
   };
   check(static_cast<int>(kind) <= static_cast<int>(OptimizerKind::kRmsprop), "unknown kind");
-  check(std::isfinite(lr) && lr >= 0, "invalid lr " + num(lr));
+  check(std::isfinite(lr) && lr >= 0, "invalid lr " + shown(lr));
   check(std::isfinite(weight_decay) && weight_decay >= 0,
-        "invalid weight_decay " + num(weight_decay));
-  check(std::isfinite(momentum) && momentum >= 0, "invalid momentum " + num(momentum));
+        "invalid weight_decay " + shown(weight_decay));
+  check(std::isfinite(momentum) && momentum >= 0, "invalid momentum " + shown(momentum));
   check(!(nesterov && (momentum <= 0 || dampening != 0)),
         "nesterov momentum requires a momentum and zero dampening");
-  check(beta1 >= 0 && beta1 < 1, "invalid beta1 " + num(beta1));
-  check(beta2 >= 0 && beta2 < 1, "invalid beta2 " + num(beta2));
-  check(eps >= 0, "invalid eps " + num(eps));
-  check(lr_decay >= 0, "invalid lr_decay " + num(lr_decay));
+  check(beta1 >= 0 && beta1 < 1, "invalid beta1 " + shown(beta1));
+  check(beta2 >= 0 && beta2 < 1, "invalid beta2 " + shown(beta2));
+  check(eps >= 0, "invalid eps " + shown(eps));
+  check(lr_decay >= 0, "invalid lr_decay " + shown(lr_decay));
   check(initial_accumulator_value >= 0,
-        "invalid initial_accumulator_value " + num(initial_accumulator_value));
-  check(alpha >= 0, "invalid alpha " + num(alpha));
+        "invalid initial_accumulator_value " + shown(initial_accumulator_value));
+  check(alpha >= 0, "invalid alpha " + shown(alpha));
   check(clip_norm >= 0 && clip_value >= 0, "clip_norm and clip_value must be >= 0");
 }
 
@@ -99,12 +127,69 @@ void TableSpec::validate(int num_workers) const {
               std::to_string(num_workers));
 }
 
-bool TableSpec::same_as(const TableSpec& o) const {
-  std::vector<uint8_t> a, b;
-  ByteWriter wa(&a), wb(&b);
-  encode_spec(wa, *this);
-  encode_spec(wb, o);
-  return a == b;
+std::vector<TableSetting> TableSpec::settings() const {
+  std::vector<TableSetting> out;
+  auto add = [&](const char* key, std::string value, bool of_optimizer = false) {
+    out.push_back({key, std::move(value), of_optimizer});
+  };
+  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  add("kind", kind == TableKind::kDense ? "dense" : "sparse");
+  if (kind == TableKind::kSparse)
+    add("dim", std::to_string(dim()));
+  else
+    add("shape", shown(shape));
+  add("initializer", init_shown(init));
+  add("seed", std::to_string(init.seed));
+  const OptimizerSpec& o = optimizer;
+  add("optimizer", optimizer_name(o.kind));
+  const std::pair<const char*, double OptimizerSpec::*> hyper[] = {
+      {"lr", &OptimizerSpec::lr},
+      {"momentum", &OptimizerSpec::momentum},
+      {"dampening", &OptimizerSpec::dampening},
+      {"weight_decay", &OptimizerSpec::weight_decay},
+      {"beta1", &OptimizerSpec::beta1},
+      {"beta2", &OptimizerSpec::beta2},
+      {"eps", &OptimizerSpec::eps},
+      {"lr_decay", &OptimizerSpec::lr_decay},
+      {"initial_accumulator_value", &OptimizerSpec::initial_accumulator_value},
+      {"alpha", &OptimizerSpec::alpha}};
+  for (const auto& [key, field] : hyper) add(key, shown(o.*field), true);
+  add("nesterov", flag(o.nesterov), true);
+  add("amsgrad", flag(o.amsgrad), true);
+  add("centered", flag(o.centered), true);
+  add("clip_norm", shown(o.clip_norm));
+  add("clip_value", shown(o.clip_value));
+  add("consistency", consistency_name(consistency.mode));
+  add("staleness", std::to_string(consistency.staleness));
+  add("backup_workers", std::to_string(consistency.backup_workers));
+  add("capacity", std::to_string(capacity));
+  add("max_rows_per_shard", std::to_string(max_rows_per_shard));
+  return out;
+}
+
+// Settings are compared by their text, which shows every value exactly. Hyper-parameters are
+// compared only between equal optimizers (another optimizer's defaults differ anyway), and a
+// table's shape only between tables of one kind.
+std::vector<std::string> TableSpec::differences(const TableSpec& o) const {
+  std::vector<std::string> out;
+  if (name != o.name) out.push_back("name: " + name + " vs " + o.name);
+  const bool same_optimizer = optimizer.kind == o.optimizer.kind;
+  const std::vector<TableSetting> theirs = o.settings();
+  for (const TableSetting& mine : settings()) {
+    if (mine.of_optimizer && !same_optimizer) continue;
+    for (const TableSetting& other : theirs)
+      if (other.key == mine.key && other.value != mine.value)
+        out.push_back(mine.key + ": " + mine.value + " vs " + other.value);
+  }
+  return out;
+}
+
+bool TableSpec::same_as(const TableSpec& o) const { return differences(o).empty(); }
+
+std::string TableSpec::describe_differences(const TableSpec& requested) const {
+  std::string s;
+  for (const std::string& d : differences(requested)) s += (s.empty() ? "" : "; ") + d;
+  return s;
 }
 
 uint32_t table_id_for(const std::string& name) {

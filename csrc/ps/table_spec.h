@@ -51,6 +51,13 @@ struct ConsistencySpec {
   int32_t backup_workers = 0;  // sync: apply a round after num_workers - backup_workers pushes
 };
 
+// One setting of a table as text ("dim", "64"); of_optimizer: a hyper-parameter of its optimizer.
+struct TableSetting {
+  std::string key;
+  std::string value;
+  bool of_optimizer = false;
+};
+
 struct TableSpec {
   std::string name;
   TableKind kind = TableKind::kDense;
@@ -64,7 +71,12 @@ struct TableSpec {
   int64_t numel() const;  // dense: product of shape
   int64_t dim() const;    // sparse: row width
   void validate(int num_workers) const;
-  bool same_as(const TableSpec& o) const;  // equal in every field that changes behaviour
+  bool same_as(const TableSpec& o) const;      // equal in every field that changes behaviour
+  std::vector<TableSetting> settings() const;  // every setting, in a fixed order
+  // Each setting that differs, as "setting: mine vs other" ("dim: 64 vs 32").
+  std::vector<std::string> differences(const TableSpec& o) const;
+  // differences(requested) joined with "; ", for errors.
+  std::string describe_differences(const TableSpec& requested) const;
 };
 
 // One contiguous slice [offset, offset + numel) of a dense table, held by `shard`.

@@ -85,6 +85,7 @@ UpdateLog::UpdateLog(const std::string& path, uint64_t first_index, bool fsync_e
     : path_(path), fsync_each_(fsync_each), next_index_(first_index) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error(errno_message("cannot open write-ahead log " + path, errno));
+  bytes_ = size_locked();
 }
 
 UpdateLog::~UpdateLog() {
@@ -104,6 +105,7 @@ void UpdateLog::append(LogKind kind, const std::vector<std::pair<const void*, si
     if (n) iov.push_back({const_cast<void*>(p), n});
   iov.push_back({&sum, sizeof(sum)});
   write_fully(fd_, iov, path_);
+  bytes_.fetch_add(sizeof(h) + h.length + sizeof(sum), std::memory_order_relaxed);
   if (fsync_each_ && ::fdatasync(fd_) != 0)
     throw Error(errno_message("write-ahead log " + path_ + ": fdatasync", errno));
   ++next_index_;
@@ -128,6 +130,7 @@ void UpdateLog::drop_before(const Mark& m) {
   if (m.offset >= size) {  // nothing appended since the mark
     if (::ftruncate(fd_, 0) != 0)
       throw Error(errno_message("write-ahead log " + path_ + ": truncate", errno));
+    bytes_ = 0;
     return;
   }
   const std::string tmp = path_ + ".tmp";
@@ -141,6 +144,7 @@ void UpdateLog::drop_before(const Mark& m) {
   }
   ::close(fd_);
   fd_ = fd;
+  bytes_ = size - m.offset;
 }
 
 uint64_t UpdateLog::replay(const std::string& path, uint64_t from_index,

@@ -4,6 +4,7 @@
 // it. Records are length-prefixed and checksummed; a torn tail (a kill mid-write) is ignored.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -22,6 +23,7 @@ enum class LogKind : uint8_t {
   kCreatePart = 5,
   kWorkerDone = 6,
   kGlobalStep = 7,
+  kDropTable = 8,
 };
 
 class UpdateLog {
@@ -47,6 +49,7 @@ class UpdateLog {
   // as it was (replay skips records the snapshot covers) and Error is thrown.
   void drop_before(const Mark& m);
   const std::string& path() const { return path_; }
+  uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }  // the file's size
 
   // Calls fn(kind, index, payload) for each intact record with index >= from_index; returns the
   // index after the last record read (from_index when there are none). *intact_bytes receives
@@ -63,6 +66,7 @@ class UpdateLog {
   bool fsync_each_;
   mutable std::mutex mu_;
   uint64_t next_index_;
+  std::atomic<uint64_t> bytes_{0};
 };
 
 }  // namespace pscore::ps

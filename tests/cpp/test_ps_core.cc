@@ -16,6 +16,7 @@
 #include "ps/row_map.h"
 #include "ps/safetensors_file.h"
 #include "ps/seq_window.h"
+#include "ps/table_spec.h"
 #include "ps/update_log.h"
 
 using namespace pscore::ps;
@@ -281,4 +282,24 @@ TEST(PsSeqWindow, OutOfOrderRetriesAreNewDuplicatesAreNot) {
   EXPECT_TRUE(coarse.contains(50));
   EXPECT_TRUE(coarse.contains(49));
   EXPECT_FALSE(coarse.contains(51));
+}
+
+TEST(PsTableSpec, DifferencesNameEachSettingWithBothValues) {
+  TableSpec a;
+  a.name = "emb";
+  a.kind = TableKind::kSparse;
+  a.shape = {64};
+  a.optimizer.kind = OptimizerKind::kAdam;
+  a.optimizer.lr = 0.001;
+  TableSpec b = a;
+  EXPECT_TRUE(a.same_as(b));
+  EXPECT_TRUE(a.differences(b).empty());
+  b.optimizer.lr = 0.0010000000000000002;  // shown exactly, so never alike
+  EXPECT_EQ(a.describe_differences(b), "lr: 0.001 vs 0.0010000000000000002");
+  b.shape = {32};
+  b.optimizer.kind = OptimizerKind::kSgd;
+  b.consistency.mode = Consistency::kSync;
+  EXPECT_FALSE(a.same_as(b));
+  EXPECT_EQ(a.describe_differences(b),
+            "dim: 64 vs 32; optimizer: adam vs sgd; consistency: async vs sync");
 }

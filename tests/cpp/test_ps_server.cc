@@ -1,8 +1,12 @@
 // The parameter server over loopback with clients on threads: round trips, sync rounds with
 // several workers, exactly-once retries, recovery from the log, and hostile connections.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -22,7 +26,8 @@ namespace {
 
 struct Cluster {
   std::vector<std::unique_ptr<PsServer>> servers;
-  Cluster(int shards, int workers, const std::string& token = "", const std::string& dir = "") {
+  Cluster(int shards, int workers, const std::string& token = "", const std::string& dir = "",
+          const SnapshotPolicy& snapshots = {}) {
     for (int s = 0; s < shards; ++s) {
       ServerOptions o;
       o.shard = s;
@@ -30,6 +35,7 @@ struct Cluster {
       o.num_workers = workers;
       o.auth_token = token;
       o.recover_dir = dir;
+      o.snapshots = snapshots;
       o.log_connections = false;
       servers.push_back(std::make_unique<PsServer>(o));
       servers.back()->start();
@@ -285,4 +291,118 @@ TEST(PsServer, UnreadRepliesPauseTheConnectionWithBoundedMemory) {
     s.recv_all(out.data(), length, Deadline(20000), "reply");
     ASSERT_EQ(out[n - 1], 3.0f);
   }
+}
+
+TEST(PsServer, AutoSnapshotsKeepTheLogBoundedAndLoseNoPush) {
+  // Three workers push 16 KB gradients with no snapshot asked for: the policy snapshots at
+  // 64 KB of log, and requests wait at twice that, so the log never holds more than 128 KB
+  // plus the records of the requests admitted before the wait (one per handler thread and the
+  // event loop).
+  const std::string dir = temp_dir();
+  SnapshotPolicy policy;
+  policy.log_min_bytes = 64 << 10;
+  const int64_t n = 4096;
+  const uint64_t record = n * 4 + 256;
+  const int pushes = 150;
+  {
+    Cluster cl(1, 3, "", dir, policy);
+    auto creator = cl.client(0);
+    creator->create_table(dense_spec("w", n, 1.0), nullptr, 0);
+    const uint64_t due = policy.due_bytes(cl.servers[0]->shard().snapshot_bytes() + record);
+    std::atomic<uint64_t> largest{0};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 3; ++w)
+      workers.emplace_back([&, w] {
+        auto c = cl.client(w);
+        std::vector<float> g(n, 1.0f);
+        for (int i = 0; i < pushes; ++i) {
+          c->push("w", g.data(), n)->wait(-1);
+          uint64_t now = cl.servers[0]->shard().log_bytes(), seen = largest.load();
+          while (now > seen && !largest.compare_exchange_weak(seen, now)) {
+          }
+        }
+      });
+    for (auto& t : workers) t.join();
+    EXPECT_LE(largest.load(), 2 * due + 3 * record);
+    EXPECT_GE(cl.servers[0]->snapshots_written(), 10u);
+  }
+  Cluster cl(1, 3, "", dir, policy);
+  std::vector<float> out(n);
+  cl.client(0)->pull("w", out.data(), n)->wait(-1);
+  EXPECT_FLOAT_EQ(out[0], -3.0f * pushes);
+  EXPECT_FLOAT_EQ(out[n - 1], -3.0f * pushes);
+}
+
+TEST(PsServer, DropAndListTablesAcrossShardsAndRecovery) {
+  const std::string dir = temp_dir();
+  {
+    Cluster cl(2, 1, "", dir);
+    auto c = cl.client(0);
+    c->create_table(dense_spec("w", 100000, 1.0), nullptr, 0);
+    TableSpec e = dense_spec("e", 0, 1.0);
+    e.kind = TableKind::kSparse;
+    e.shape = {8};
+    c->create_table(e, nullptr, 0);
+    ASSERT_EQ(c->list_tables().size(), 2u);
+    c->drop_table("w");
+    auto left = c->list_tables();
+    ASSERT_EQ(left.size(), 1u);
+    EXPECT_EQ(left[0].spec.name, "e");
+    std::vector<float> g(100000, 1.0f);
+    EXPECT_THROW(c->push("w", g.data(), 100000), TableNotFound);
+    EXPECT_THROW(c->drop_table("w"), TableNotFound);
+    c->create_table(dense_spec("w", 10, 1.0), nullptr, 0);  // the name again, other settings
+    c->push("w", g.data(), 10)->wait(-1);
+  }
+  Cluster cl(2, 1, "", dir);  // replays the log: create, drop, create again
+  auto c = cl.client(0);
+  EXPECT_EQ(c->list_tables().size(), 2u);
+  std::vector<float> out(10);
+  c->pull("w", out.data(), 10)->wait(-1);
+  EXPECT_FLOAT_EQ(out[9], -1.0f);
+}
+
+TEST(PsServer, StopGivesUpOnASnapshotStuckOnTheDisk) {
+  // The snapshot's temp file is a FIFO nobody reads: opening it blocks, as a stuck disk would.
+  const std::string dir = temp_dir();
+  const std::string fifo =
+      dir + "/shard-00000-of-00001.safetensors.tmp." + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  SnapshotPolicy policy;
+  policy.log_min_bytes = 4096;
+  policy.stop_timeout_ms = 200;
+  auto cl = std::make_unique<Cluster>(1, 1, "", dir, policy);
+  auto c = cl->client(0);
+  c->create_table(dense_spec("w", 1024, 1.0), nullptr, 0);
+  std::vector<float> g(1024, 1.0f);
+  c->push("w", g.data(), 1024)->wait(-1);  // the log passes 4 KB (not 8: no request waits)
+  c->push("w", g.data(), 1024)->wait(-1);  // asks for a snapshot, which blocks on the FIFO
+  Deadline started(10000);
+  while (!cl->servers[0]->snapshot_in_progress() && !started.expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(cl->servers[0]->snapshot_in_progress());
+  // The log is at twice the bound: a push would wait for the snapshot, reads do not.
+  ASSERT_GE(cl->servers[0]->shard().log_bytes(), 2 * policy.log_min_bytes);
+  std::vector<float> out(1024);
+  c->pull("w", out.data(), 1024)->wait(-1);
+  EXPECT_FLOAT_EQ(out[0], -2.0f);
+  c->stats()->wait(-1);
+  try {
+    cl->servers[0]->stop(0);
+    ADD_FAILURE() << "stop() returned while the snapshot was stuck";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("is still being written after 200 ms"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(cl->servers[0]->running());
+  std::thread reader([&] {  // unsticks the snapshot (whose fsync then fails on the FIFO)
+    int fd = ::open(fifo.c_str(), O_RDONLY);
+    char buf[65536];
+    while (fd >= 0 && ::read(fd, buf, sizeof(buf)) > 0) {
+    }
+    if (fd >= 0) ::close(fd);
+  });
+  c.reset();
+  cl.reset();  // joins the snapshot thread once its write ends
+  reader.join();
 }

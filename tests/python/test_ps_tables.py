@@ -35,7 +35,7 @@ def test_create_join_and_lookup(client, servers):
     assert other.create_dense("t_join", (3, 4), initializer="constant", value=2.5) == info
     assert other.lookup_table("t_join") == info
     np.testing.assert_array_equal(other.pull("t_join"), np.full((3, 4), 2.5, np.float32))
-    with pytest.raises(ValueError, match="already exists with a different"):
+    with pytest.raises(ValueError, match="already exists with other settings"):
         other.create_dense("t_join", (3, 5))
     with pytest.raises(KeyError, match="'t_missing' does not exist"):
         other.lookup_table("t_missing")

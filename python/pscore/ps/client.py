@@ -126,10 +126,11 @@ class PSClient:
                     raise
                 self._reconnect(lost, deadline)
 
-    def _track(self, work, keep: tuple, result=None) -> PSWork:
+    def _track(self, work, keep: tuple, result=None, table: str | None = None) -> PSWork:
         """Holds the work (and the arrays C++ reads and writes) until it completes, even if the
-        caller drops its handle."""
-        w = PSWork(self, work, keep, result)
+        caller drops its handle. table: the table a push goes to (its timeout reports what the
+        table's round waits for)."""
+        w = PSWork(self, work, keep, result, table)
         with self._inflight_lock:
             self._inflight = [x for x in self._inflight if not x.is_completed()]
             self._inflight.append(w)
@@ -172,10 +173,54 @@ class PSClient:
     def table(self, name: str) -> TableInfo:
         return self._tables.get(name) or self.lookup_table(name)
 
+    def list_tables(self) -> dict[str, TableInfo]:
+        """Every table the servers hold, by name, with its settings (TableInfo.settings)."""
+        return {i.name: i for i in map(table_info, self._call(self._cpp.list_tables))}
+
+    def drop_table(self, name: str) -> None:
+        """Removes the table from every shard (values, optimizer state, catalog entry; with
+        --recover the drop is logged, so a recovered shard does not bring the table back).
+        Pushes parked in its sync round or ssp bound are answered as dropped.
+        Using the name afterwards raises KeyError until a worker creates the table again (with
+        any settings). KeyError when no shard holds it."""
+        self._tables.pop(name, None)
+        self._call(self._cpp.drop_table, name)
+
+    def _waits_for(self, name: str) -> str:
+        """What a sync or ssp table's shards wait for, said after a push to it timed out ("" for
+        an async table)."""
+        try:
+            info = self.table(name)
+            if info.consistency == "async":
+                return ""
+            lost = [s for s in range(self.num_shards) if not self._cpp.connected(s)]
+            self._reconnect(lost, time.monotonic() + self.timeout)
+            work = self._cpp.table_status(name)
+            if not work.wait(int(self.timeout * 1000)):
+                return "; the shards did not say what the table waits for"
+            states = [json.loads(r) for r in work.replies()]
+        except (errors.Error, KeyError) as e:
+            return f"; the shards could not say what the table waits for ({e})"
+        done = sorted({w for s in states for w in s["done"]})
+        if info.consistency == "ssp":
+            clocks = [max(s["clocks"][w] for s in states) for w in range(len(states[0]["clocks"]))]
+            staleness = dict(info.settings)["staleness"]
+            return (
+                f"; ssp table {name!r} (staleness {staleness}) waits for slower workers: "
+                f"worker clocks {clocks}, finished workers {done}"
+            )
+        rounds = sorted({s["round"] for s in states})
+        waiting = sorted({w for s in states for w in s["waiting_for"]})
+        pushed = sorted({w for s in states for w in s["pushed"]})
+        return (
+            f"; sync round {', '.join(map(str, rounds))} of table {name!r} still waits for "
+            f"workers {waiting} (pushed: {pushed}, finished: {done})"
+        )
+
     # ----- dense -----
     def push_async(self, name: str, grad) -> PSWork:
         g, gp, n = float_input(grad, "grad")
-        return self._track(self._cpp.push(name, gp, n), (g,))
+        return self._track(self._cpp.push(name, gp, n), (g,), table=name)
 
     def pull_async(self, name: str, out=None) -> PSWork:
         if out is None:
@@ -190,7 +235,7 @@ class PSClient:
         o, op, m = float_output(out, "out")
         if m != n:
             raise ValueError(f"push_pull {name!r}: grad has {n} elements, out {m}")
-        return self._track(self._cpp.push_pull(name, gp, op, n), (g, o), lambda: o)
+        return self._track(self._cpp.push_pull(name, gp, op, n), (g, o), lambda: o, name)
 
     def assign_async(self, name: str, value) -> PSWork:
         v, vp, n = float_input(value, "value")
@@ -229,7 +274,7 @@ class PSClient:
 
     def push_sparse_async(self, name: str, ids, grads) -> PSWork:
         i, ip, n, g, gp = self._rows(name, ids, grads, "push_sparse", False)
-        return self._track(self._cpp.push_sparse(name, ip, gp, n), (i, g))
+        return self._track(self._cpp.push_sparse(name, ip, gp, n), (i, g), table=name)
 
     def pull_sparse_async(self, name: str, ids, out=None) -> PSWork:
         i, ip, n, o, op = self._rows(name, ids, out, "pull_sparse", True)
@@ -242,7 +287,8 @@ class PSClient:
         o, op, m = float_output(out, "out")
         if m != g.size:
             raise ValueError(f"push_pull_sparse {name!r}: out has {m} values, grads {g.size}")
-        return self._track(self._cpp.push_pull_sparse(name, ip, gp, op, n), (i, g, o), lambda: o)
+        work = self._cpp.push_pull_sparse(name, ip, gp, op, n)
+        return self._track(work, (i, g, o), lambda: o, name)
 
     def push_sparse(self, name: str, ids, grads) -> None:
         """Sends gradient rows for `ids` (duplicate ids are summed before the update)."""

@@ -17,7 +17,10 @@ _CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
 
 @dataclasses.dataclass(frozen=True)
 class TableInfo:
-    """A table as the servers hold it. parts: (shard, offset, numel) slices of a dense table."""
+    """A table as the servers hold it. parts: (shard, offset, numel) slices of a dense table;
+    settings: every setting it was created with, as (name, text) pairs (``dict(settings)``:
+    kind, shape or dim, initializer, seed, optimizer and its hyper-parameters, clipping,
+    consistency, staleness, backup_workers, capacity, max_rows_per_shard)."""
 
     name: str
     id: int
@@ -25,6 +28,7 @@ class TableInfo:
     shape: tuple
     consistency: str
     parts: tuple
+    settings: tuple = ()
 
     @property
     def dim(self) -> int:
@@ -44,6 +48,7 @@ def table_info(layout) -> TableInfo:
         tuple(spec.shape),
         _CONSISTENCY_NAMES[spec.consistency],
         tuple(layout.parts),
+        tuple(spec.settings()),
     )
 
 

@@ -17,9 +17,17 @@ class PSWork:
     """Returned by the ``*_async`` methods of PSClient. Keeps the arrays it reads and writes
     alive until it completes."""
 
-    def __init__(self, client, work, keep: tuple, result: Callable[[], Any] | None = None):
+    def __init__(
+        self,
+        client,
+        work,
+        keep: tuple,
+        result: Callable[[], Any] | None = None,
+        table: str | None = None,
+    ):
         self._client = client
         self._work = work
+        self._table = table
         self._keep = keep
         self._result = result
         self._done = False
@@ -48,11 +56,11 @@ class PSWork:
         while True:
             left_ms = -1 if until is None else max(0, math.ceil((until - time.monotonic()) * 1e3))
             try:
-                if not self._work.wait(left_ms):
-                    raise errors.TimeoutError(
-                        f"{self.what}: not completed within {timeout} s (still in flight)"
-                    )
-                break
+                finished = self._work.wait(left_ms)
+            except errors.TimeoutError as e:  # a shard's reply did not come within its timeout
+                if not self._table:
+                    raise
+                raise errors.TimeoutError(f"{e}{self._client._waits_for(self._table)}") from e
             except errors.NetworkError as e:
                 if not self._work.retryable:
                     raise
@@ -66,6 +74,12 @@ class PSWork:
                 except errors.NetworkError as again:
                     raise errors.NetworkError(f"{e} (retrying failed: {again})") from e
                 self._client._cpp.retry(self._work)
+                continue
+            if not finished:
+                raise errors.TimeoutError(
+                    f"{self.what}: not completed within {timeout} s (still in flight)"
+                )
+            break
         self._done = True
         self._keep = ()
         return self._result() if self._result else None

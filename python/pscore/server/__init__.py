@@ -8,7 +8,9 @@ store=...)``) find it. Under TF_CONFIG (a ``ps`` task of a TFJob) the shard inde
 counts come from TF_CONFIG; ``PSCORE_STORE`` is the default ``--store`` (pscore.ps.environment).
 SIGTERM stops accepting, lets in-flight requests finish, writes a checkpoint when asked
 (``--checkpoint-on-exit``) and exits 0. ``--recover DIR`` keeps a write-ahead log and snapshots
-in DIR and, on start, rebuilds the shard from them.
+in DIR and, on start, rebuilds the shard from them; a snapshot (which truncates the log) is
+taken whenever the log passes ``--snapshot-log-mb`` or ``--snapshot-log-ratio`` times the last
+snapshot's size, and every ``--checkpoint-every`` seconds, so the directory stays bounded.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ import threading
 from typing import TYPE_CHECKING
 
 from pscore import _ps, errors
-from pscore.errors import TimeoutError as PscoreTimeoutError
 from pscore.ps import discovery, environment
 from pscore.ps.metrics import MetricsServer
 
-# How long stop() waits for a periodic snapshot that is being written.
-SNAPSHOT_STOP_TIMEOUT = 120.0
+# The default snapshot policy of a recoverable shard (see PServer).
+SNAPSHOT_LOG_MB = 64.0
+SNAPSHOT_LOG_RATIO = 2.0
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -37,7 +39,14 @@ class PServer:
     """One parameter-server shard served by C++ threads in this process (no GIL held while
     serving). Binds loopback unless `host` says otherwise; a non-loopback host needs an auth
     token (``auth_token`` or PSCORE_AUTH_TOKEN; workers prove they know it with an HMAC
-    challenge-response) or ``insecure=True``."""
+    challenge-response) or ``insecure=True``.
+
+    ``recover=DIR`` keeps a write-ahead log and snapshots in DIR. A snapshot, which truncates
+    the log, is written when the log passes max(``snapshot_log_mb``, ``snapshot_log_ratio`` x
+    the last snapshot's size) and, with ``checkpoint_every`` (seconds), that often while the log
+    holds records. Pushes and other updates wait while the log is at twice that bound until the
+    snapshot is on disk, so DIR stays under about the snapshot plus twice the bound. ``snapshot_log_mb=0``
+    turns the size trigger off."""
 
     def __init__(
         self,
@@ -53,6 +62,8 @@ class PServer:
         insecure: bool = False,
         recover: str | None = None,
         checkpoint_every: float | None = None,
+        snapshot_log_mb: float = SNAPSHOT_LOG_MB,
+        snapshot_log_ratio: float = SNAPSHOT_LOG_RATIO,
         fsync_log: bool = False,
         threads: int = 2,
         max_frame_bytes: int = 1 << 30,
@@ -72,6 +83,15 @@ class PServer:
                 raise TypeError(f"{name} must be an int, not {type(v).__name__}")
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} is outside 0..65535")
+        if checkpoint_every and not recover:
+            raise ValueError("checkpoint_every needs recover= (the snapshot directory)")
+        for name, v in (
+            ("checkpoint_every", checkpoint_every or 0),
+            ("snapshot_log_mb", snapshot_log_mb),
+            ("snapshot_log_ratio", snapshot_log_ratio),
+        ):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"{name} must be a number >= 0, got {v!r}")
         o = _ps.ServerOptions()
         o.host, o.port, o.shard, o.num_shards, o.num_workers = (
             host,
@@ -85,6 +105,9 @@ class PServer:
         o.insecure = bool(insecure)
         o.recover_dir = os.path.abspath(recover) if recover else ""
         o.fsync_log = bool(fsync_log)
+        o.snapshots.every_ms = int(float(checkpoint_every or 0) * 1000)
+        o.snapshots.log_min_bytes = int(float(snapshot_log_mb) * (1 << 20))
+        o.snapshots.log_ratio = float(snapshot_log_ratio)
         o.num_threads = threads
         o.max_frame_bytes = int(max_frame_bytes)
         o.max_queued_requests = int(max_queued_requests)
@@ -95,8 +118,6 @@ class PServer:
         self._cpp.start()
         self._store = store
         self._metrics = None
-        self._stop = threading.Event()
-        self._snapshots = None
         try:
             if metrics_port is not None:
                 self._metrics = MetricsServer(self._cpp.stats_json, metrics_port)
@@ -104,13 +125,6 @@ class PServer:
                 discovery.publish(
                     store, o.job_id, shard, num_shards, host, self.port, self._cpp.incarnation
                 )
-            if checkpoint_every:
-                if not recover:
-                    raise ValueError("checkpoint_every needs recover= (the snapshot directory)")
-                self._snapshots = threading.Thread(
-                    target=self._snapshot_loop, args=(float(checkpoint_every),), daemon=True
-                )
-                self._snapshots.start()
         except BaseException:
             self.stop(0)
             raise
@@ -141,6 +155,11 @@ class PServer:
         return self._cpp.replayed_records
 
     @property
+    def snapshots_written(self) -> int:
+        """Snapshots the snapshot policy has written into the recover directory."""
+        return self._cpp.snapshots_written
+
+    @property
     def running(self) -> bool:
         return self._cpp.running
 
@@ -151,40 +170,17 @@ class PServer:
         """Writes this shard to path/shard-IIIII-of-NNNNN.safetensors (zero-padded; atomically)."""
         self._cpp.save(os.path.abspath(path))
 
-    def _wait_for_snapshots(self, timeout: float) -> None:
-        """Lets a periodic snapshot in progress finish: a server started on the same directory
-        after stop() returns must not race it (it would replay a log this one still trims)."""
-        t, self._snapshots = self._snapshots, None
-        if t is None:
-            return
-        t.join(timeout)
-        if t.is_alive():
-            raise PscoreTimeoutError(
-                f"PServer.stop: shard {self.shard}'s periodic snapshot to "
-                f"{self._opts.recover_dir} is still being written after {timeout:.0f} s "
-                "(is the disk stuck?); the server is stopped, but that directory may still change"
-            )
-
-    def _snapshot_loop(self, every: float) -> None:
-        while not self._stop.wait(every):
-            try:
-                self._cpp.save(self._opts.recover_dir)
-            except Exception as e:  # noqa: BLE001 - keep serving; report it
-                print(
-                    f"[pscore.ps shard {self.shard}] periodic snapshot failed: {e}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-
     def stop(self, drain_timeout: float = 10.0, checkpoint: str | None = None) -> None:
         """Stops accepting, lets queued requests finish and replies flush (at most
-        drain_timeout seconds), closes connections; then writes `checkpoint` if given."""
-        self._stop.set()
-        self._cpp.stop(int(max(0.0, drain_timeout) * 1000))
-        if self._metrics:
-            self._metrics.close()
-            self._metrics = None
-        self._wait_for_snapshots(SNAPSHOT_STOP_TIMEOUT)
+        drain_timeout seconds), closes connections and waits for a snapshot being written (a
+        server started on the same directory next must not race it; pscore.TimeoutError after
+        two minutes of a stuck disk); then writes `checkpoint` if given."""
+        try:
+            self._cpp.stop(int(max(0.0, drain_timeout) * 1000))
+        finally:
+            if self._metrics:
+                self._metrics.close()
+                self._metrics = None
         if checkpoint:
             self._cpp.save(os.path.abspath(checkpoint))
 
@@ -275,7 +271,24 @@ def _parser() -> argparse.ArgumentParser:
         "--checkpoint-every",
         type=float,
         metavar="SECONDS",
-        help="snapshot into the --recover DIR this often (truncates the log) (default: never)",
+        help="snapshot into the --recover DIR this often while the log holds records "
+        "(truncates the log) (default: never; the log size still triggers snapshots)",
+    )
+    p.add_argument(
+        "--snapshot-log-mb",
+        type=float,
+        default=SNAPSHOT_LOG_MB,
+        metavar="MB",
+        help="snapshot when the --recover log passes max(MB, --snapshot-log-ratio x the last "
+        "snapshot's size); requests wait at twice that; 0: not by size (default: %(default)s)",
+    )
+    p.add_argument(
+        "--snapshot-log-ratio",
+        type=float,
+        default=SNAPSHOT_LOG_RATIO,
+        metavar="K",
+        help="the log may grow to K x the last snapshot's size before the next snapshot "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--checkpoint-on-exit",
@@ -368,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
             insecure=args.insecure,
             recover=args.recover,
             checkpoint_every=args.checkpoint_every,
+            snapshot_log_mb=args.snapshot_log_mb,
+            snapshot_log_ratio=args.snapshot_log_ratio,
             fsync_log=args.fsync,
             threads=args.threads,
             max_frame_bytes=args.max_frame_mb << 20,
