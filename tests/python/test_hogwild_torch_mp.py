@@ -1,5 +1,5 @@
 """A SharedParameters-bound module passed to torch.multiprocessing.Process (as mnist_hogwild
-passes `model`) stays bound on both sides, with the spawn and fork start methods: the child's
+passes `model`) stays bound on both sides, with the spawn, fork and forkserver start methods: the child's
 writes reach the parent's parameters and the table, the parent's later writes reach the child,
 and a bound tensor sent through a torch.multiprocessing queue is a view of the same table.
 model.share_memory(), which moves the storage, is caught with a clear error."""
@@ -54,7 +54,7 @@ def _expect(to_parent, kind):
     return value
 
 
-@pytest.mark.parametrize("method", ["spawn", "fork"])
+@pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
 def test_a_bound_module_passed_to_a_process_stays_bound_both_ways(method):
     ctx = mp.get_context(method)
     model = torch.nn.Linear(4, 3)

@@ -148,6 +148,27 @@ def test_sparse_sgd_momentum_is_the_dense_update_of_the_touched_rows(options):
             torch.testing.assert_close(buf[i], torch.zeros(3) if want is None else want)
 
 
+def test_table_level_momentum_and_amsgrad_state():
+    """SharedTable's own sgd/adam with the state tables: the buffer starts as the first gradient
+    (dampening applies from the second step), and amsgrad keeps the running maximum."""
+    name = _prefix("tbl")
+    with SharedTable.create(name, (3, 2), optimizer="momentum", init=np.ones((3, 2))) as t:
+        g1, g2 = np.full((1, 2), 2.0, np.float32), np.full((1, 2), 4.0, np.float32)
+        t.sgd([1], g1, 0.1, momentum=0.9, dampening=0.5)
+        np.testing.assert_allclose(t.state("momentum_buffer")[1], [2.0, 2.0])
+        t.sgd([1], g2, 0.1, momentum=0.9, dampening=0.5)
+        np.testing.assert_allclose(t.state("momentum_buffer")[1], [0.9 * 2 + 0.5 * 4] * 2)
+        np.testing.assert_allclose(t.numpy()[1], [1 - 0.1 * 2 - 0.1 * 3.8] * 2, rtol=1e-6)
+        np.testing.assert_array_equal(t.numpy()[[0, 2]], 1.0)  # untouched rows rest
+        np.testing.assert_array_equal(t.state("momentum_buffer")[[0, 2]], 0.0)
+    with SharedTable.create(name + "a", (2,), optimizer="amsgrad") as t:
+        t.adam(None, np.array([1.0, -3.0], np.float32), 0.01, amsgrad=True)
+        t.adam(None, np.array([0.0, 0.0], np.float32), 0.01, amsgrad=True)
+        v = t.state("exp_avg_sq")
+        assert (t.state("max_exp_avg_sq") > v).all()  # the maximum outlives v's decay
+        assert t.state("max_exp_avg_sq").tolist() == pytest.approx([0.001, 0.009], rel=1e-4)
+
+
 def test_bad_options_are_refused_with_the_option_named():
     model = torch.nn.Linear(3, 2)
     p = _prefix("bad")
