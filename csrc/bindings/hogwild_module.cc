@@ -177,9 +177,8 @@ void bind_options(py::module_& m) {
                        double weight_decay, bool maximize) {
              return hw::SgdOptions{lr, momentum, dampening, nesterov, weight_decay, maximize};
            }),
-           py::kw_only(), py::arg("lr") = 0.01, py::arg("momentum") = 0.0,
-           py::arg("dampening") = 0.0, py::arg("nesterov") = false, py::arg("weight_decay") = 0.0,
-           py::arg("maximize") = false)
+           py::arg("lr") = 0.01, py::arg("momentum") = 0.0, py::arg("dampening") = 0.0,
+           py::arg("nesterov") = false, py::arg("weight_decay") = 0.0, py::arg("maximize") = false)
       .def("check", [](const hw::SgdOptions& o) { hw::check_options(o, "SGD"); })
       .def_readonly("lr", &hw::SgdOptions::lr)
       .def_readonly("momentum", &hw::SgdOptions::momentum);
@@ -188,7 +187,7 @@ void bind_options(py::module_& m) {
                        uint64_t step) {
              return hw::AdagradOptions{lr, eps, lr_decay, weight_decay, maximize, step};
            }),
-           py::kw_only(), py::arg("lr") = 0.01, py::arg("eps") = 1e-10, py::arg("lr_decay") = 0.0,
+           py::arg("lr") = 0.01, py::arg("eps") = 1e-10, py::arg("lr_decay") = 0.0,
            py::arg("weight_decay") = 0.0, py::arg("maximize") = false, py::arg("step") = 0)
       .def("check", [](const hw::AdagradOptions& o) { hw::check_options(o, "Adagrad"); })
       .def_readonly("lr", &hw::AdagradOptions::lr);
@@ -208,7 +207,7 @@ void bind_options(py::module_& m) {
              o.maximize = maximize;
              return o;
            }),
-           py::kw_only(), py::arg("lr") = 1e-3, py::arg("beta1") = 0.9, py::arg("beta2") = 0.999,
+           py::arg("lr") = 1e-3, py::arg("beta1") = 0.9, py::arg("beta2") = 0.999,
            py::arg("eps") = 1e-8, py::arg("step") = 0, py::arg("weight_decay") = 0.0,
            py::arg("decoupled_weight_decay") = false, py::arg("amsgrad") = false,
            py::arg("maximize") = false)

@@ -109,26 +109,22 @@ void SharedTable::sgd(const UpdateBatch& b, const SgdOptions& o) {
   check_batch(b, "sgd on");
   check_options(o, w);
   if (o.momentum != 0 && optimizer() != OptimizerState::kMomentum) {
-    throw std::invalid_argument(w + ": momentum = " + std::to_string(o.momentum) +
-                                " needs a table created with optimizer='momentum' (its buffer " +
-                                "lives in the segment); this one has optimizer='" +
-                                optimizer_name(optimizer()) + "'");
+    throw std::invalid_argument(w + ": momentum > 0 needs a table created with " +
+                                "optimizer='momentum' (its buffer lives in the segment); this " +
+                                "one has optimizer='" + optimizer_name(optimizer()) + "'");
   }
   const LockStripes stripes = lock_stripes_for(b, "locked sgd row");
   CoalescedBatch merged;
   KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
   k.s1 = k.s2 = nullptr;
-  const bool plain = o.momentum == 0 && o.weight_decay == 0;
-  if (plain) {
-    k.s0 = nullptr;  // the parameters only (no state to prefetch)
+  if (o.momentum == 0) {  // the buffer is SGD's only state
+    k.s0 = nullptr;
     k.row_flags = nullptr;
+  }
+  if (o.momentum == 0 && o.weight_decay == 0) {
     k.c[0] = o.maximize ? o.lr : -o.lr;
     kernel(KernelOp::kAxpy, dtype())(k);
   } else {
-    if (o.momentum == 0) {
-      k.s0 = nullptr;
-      k.row_flags = nullptr;
-    }
     k.c[0] = o.lr;
     k.c[1] = o.momentum;
     k.c[2] = o.dampening;

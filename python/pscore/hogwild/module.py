@@ -165,8 +165,10 @@ class SharedParameters:
 
     def close(self) -> None:
         """Releases this process's handles; the last process to close removes the tables.
-        Bound parameters stay valid (the memory lives while a view does)."""
+        Bound parameters stay valid (the memory lives while a view does), but torch's pickler
+        no longer sends them by table name."""
         for t in self.tables.values():
+            torch_pickling.forget(t)
             t.close()
 
     def __enter__(self):
@@ -208,6 +210,7 @@ class HogwildOptimizer:
         self.locked = locked
         shared.check_bound(module)
         self._pairs = [(p, shared.tables[n]) for n, p in module.named_parameters()]
+        self._addresses = [torch_pickling.table_address(t) for _, t in self._pairs]
         self._shared, self._module = shared, module
 
     @property
@@ -222,7 +225,8 @@ class HogwildOptimizer:
                 p.grad.zero_()
 
     def step(self) -> None:
-        self._shared.check_bound(self._module)
+        if any(p.data_ptr() != a for (p, _), a in zip(self._pairs, self._addresses)):
+            self._shared.check_bound(self._module)  # raises, naming the moved parameter
         for p, t in self._pairs:
             g = p.grad
             if g is None:

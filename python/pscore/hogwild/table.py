@@ -309,15 +309,8 @@ class SharedTable:
         gradient (nn.Embedding(sparse=True)'s). Sparse ids get the dense update on their rows
         only: other rows, and their state, stay as they are. The same holds for adagrad and
         adam."""
-        opts = _hogwild.SgdOptions(
-            lr=float(lr),
-            momentum=float(momentum),
-            dampening=float(dampening),
-            nesterov=bool(nesterov),
-            weight_decay=float(weight_decay),
-            maximize=bool(maximize),
-        )
-        self.step_with(opts, ids, grads, locked=locked, coalesce=coalesce)
+        opts = _hogwild.SgdOptions(lr, momentum, dampening, nesterov, weight_decay, maximize)
+        self._h.sgd(_ids(ids, "sgd"), _array(grads), locked, coalesce, opts)
 
     def adagrad(
         self,
@@ -336,14 +329,9 @@ class SharedTable:
         """torch.optim.Adagrad's update of rows `ids` (or all), fused in one pass per row.
         step: lr_decay's step (>= 1); None takes the table's next global step."""
         opts = _hogwild.AdagradOptions(
-            lr=float(lr),
-            eps=float(eps),
-            lr_decay=float(lr_decay),
-            weight_decay=float(weight_decay),
-            maximize=bool(maximize),
-            step=_step(step, "adagrad"),
+            lr, eps, lr_decay, weight_decay, maximize, _step(step, "adagrad")
         )
-        self.step_with(opts, ids, grads, locked=locked, coalesce=coalesce)
+        self._h.adagrad(_ids(ids, "adagrad"), _array(grads), locked, coalesce, opts)
 
     def adam(
         self,
@@ -367,17 +355,17 @@ class SharedTable:
         global step."""
         b1, b2 = betas
         opts = _hogwild.AdamOptions(
-            lr=float(lr),
-            beta1=float(b1),
-            beta2=float(b2),
-            eps=float(eps),
-            step=_step(step, "adam"),
-            weight_decay=float(weight_decay),
-            decoupled_weight_decay=bool(decoupled_weight_decay),
-            amsgrad=bool(amsgrad),
-            maximize=bool(maximize),
+            lr,
+            b1,
+            b2,
+            eps,
+            _step(step, "adam"),
+            weight_decay,
+            decoupled_weight_decay,
+            amsgrad,
+            maximize,
         )
-        self.step_with(opts, ids, grads, locked=locked, coalesce=coalesce)
+        self._h.adam(_ids(ids, "adam"), _array(grads), locked, coalesce, opts)
 
     def step_with(
         self, options: Any, ids: Any, grads: Any, *, locked: bool = False, coalesce: bool = False

@@ -38,6 +38,16 @@ def track(t: SharedTable) -> None:
     _install()
 
 
+def forget(t: SharedTable) -> None:
+    """Stops pickling views of `t` by name (its handle was closed)."""
+    with _lock:
+        if _by_name.get(t.name) is t:
+            del _by_name[t.name]
+        address = table_address(t)
+        if _by_address.get(address) is t:
+            del _by_address[address]
+
+
 def attached(name: str, shape: tuple, dtype: str) -> SharedTable:
     """This process's open handle on table `name`, attaching (and tracking) it the first time."""
     with _lock:
