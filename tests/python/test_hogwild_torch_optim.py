@@ -169,6 +169,20 @@ def test_table_level_momentum_and_amsgrad_state():
         assert t.state("max_exp_avg_sq").tolist() == pytest.approx([0.001, 0.009], rel=1e-4)
 
 
+def test_optimizer_overrides_within_the_tables_state_are_taken():
+    model = torch.nn.Linear(3, 2)
+    with SharedParameters(model, optimizer="sgd", prefix=_prefix("ov"), momentum=0.5) as shared:
+        assert shared.optimizer(model, momentum=0.9, lr=0.2).options["momentum"] == 0.9
+        assert shared.optimizer(model, momentum=0).options["momentum"] == 0  # buffer unused
+    with SharedParameters(model, optimizer="adam", prefix=_prefix("ov"), amsgrad=True) as shared:
+        shared.optimizer(model, amsgrad=False)  # Adam steps amsgrad tables without the maximum
+    with (
+        SharedParameters(model, optimizer="adagrad", prefix=_prefix("ov")) as shared,
+        pytest.raises(ValueError, match="initial_accumulator_value is applied when"),
+    ):
+        shared.optimizer(model, initial_accumulator_value=0.1)
+
+
 def test_bad_options_are_refused_with_the_option_named():
     model = torch.nn.Linear(3, 2)
     p = _prefix("bad")
@@ -188,7 +202,7 @@ def test_bad_options_are_refused_with_the_option_named():
         SharedParameters(model, optimizer="rmsprop", prefix=p)
     assert not glob.glob(SharedTable.shm_path(p) + "*"), "a refused SharedParameters made tables"
     with SharedParameters(model, optimizer="sgd", prefix=_prefix("ok"), lr=0.1) as shared:
-        with pytest.raises(ValueError, match="momentum=0.5 differs from the 0.0 the shared"):
+        with pytest.raises(ValueError, match="need tables with optimizer state 'momentum'"):
             shared.optimizer(model, momentum=0.5)
         with pytest.raises(ValueError, match="lr = -0.1 must be finite and >= 0"):
             HogwildOptimizer(shared, model, lr=-0.1)

@@ -54,8 +54,8 @@ class SharedParameters:
     of the optimizer alongside: "sgd", "adagrad", "adam" or "adamw", and its options with
     torch.optim's names and defaults (lr, momentum, dampening, nesterov, weight_decay, maximize;
     lr_decay, initial_accumulator_value, eps; betas, amsgrad, decoupled_weight_decay). They are
-    the defaults of optimizer(); momentum, amsgrad and initial_accumulator_value are fixed here,
-    as they decide the state the tables hold. The module given here is bound at once."""
+    the defaults of optimizer(); whether momentum is used, amsgrad and
+    initial_accumulator_value are fixed here, as they decide the state the tables hold. The module given here is bound at once."""
 
     def __init__(
         self, module: Any, *, optimizer: str = "sgd", prefix: str | None = None, **options: Any
@@ -199,13 +199,7 @@ class HogwildOptimizer:
             options["lr"] = lr
         self.kind = shared.optimizer_name
         self.options = optim_options.resolve(self.kind, {**shared.defaults, **options})
-        for name in optim_options.CREATION_OPTIONS:
-            if name in self.options and self.options[name] != shared.defaults[name]:
-                raise ValueError(
-                    f"{name}={self.options[name]!r} differs from the {shared.defaults[name]!r} "
-                    "the shared tables were made for (their optimizer state depends on it); "
-                    f"pass it to SharedParameters(..., {name}=...)"
-                )
+        optim_options.check_tables_serve(self.kind, shared.defaults, self.options)
         self._kernel_options = optim_options.kernel_options(self.kind, self.options)
         self.locked = locked
         shared.check_bound(module)

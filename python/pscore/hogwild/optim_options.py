@@ -38,8 +38,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 DEFAULTS["adamw"] = {**DEFAULTS["adam"], "weight_decay": 1e-2, "decoupled_weight_decay": True}
 
-# Options fixed when the tables are made: they decide the state the tables carry.
-CREATION_OPTIONS = ("momentum", "amsgrad", "initial_accumulator_value")
+# The tables' optimizer state (SharedTable.create's optimizer=) each need can be served by.
+_SERVED_BY = {
+    None: {None, "momentum"},
+    "momentum": {"momentum"},
+    "adagrad": {"adagrad"},
+    "adam": {"adam", "amsgrad"},
+    "amsgrad": {"amsgrad"},
+}
 
 
 def resolve(family: str, given: dict) -> dict:
@@ -73,6 +79,24 @@ _KERNEL_OPTIONS = {
     "adam": _hogwild.AdamOptions,
     "adamw": _hogwild.AdamOptions,
 }
+
+
+def check_tables_serve(family: str, created: dict, options: dict) -> None:
+    """ValueError when `options` need optimizer state that tables made for `created` lack
+    (momentum != 0 on tables made without it, amsgrad on tables made without it), or change
+    initial_accumulator_value, which is applied when the tables are made."""
+    need, have = table_state(family, options), table_state(family, created)
+    if have not in _SERVED_BY[need]:
+        raise ValueError(
+            f"these options need tables with optimizer state {need!r} (SGD's momentum buffer "
+            f"when momentum != 0, Adam's maximum with amsgrad), but the shared tables hold "
+            f"{have or 'none'!r}; pass momentum / amsgrad to SharedParameters(...)"
+        )
+    if options.get("initial_accumulator_value") != created.get("initial_accumulator_value"):
+        raise ValueError(
+            "initial_accumulator_value is applied when the tables are made; pass it to "
+            "SharedParameters(...)"
+        )
 
 
 def kernel_options(family: str, options: dict) -> Any:
