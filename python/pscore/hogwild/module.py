@@ -139,24 +139,25 @@ class SharedParameters:
         return module
 
     def check_bound(self, module: Any) -> None:
-        """ValueError when `module` was never bound to these tables; RuntimeError naming the
-        first parameter that is no longer a view of its table, and what moves one."""
-        if module.__dict__.get(_ATTRIBUTE) is not self:
-            raise ValueError(
-                "the module's parameters are not bound to its shared tables; call "
-                "shared.bind(module) first"
-            )
+        """ValueError when `module` is not bound to these tables; RuntimeError naming the first
+        parameter of a module bound here that is no longer a view of its table, and why."""
         for name, p in module.named_parameters():
-            t = self.tables[name]
-            if p.data_ptr() != torch_pickling.table_address(t):
-                raise RuntimeError(
-                    f"parameter {name!r} is no longer bound to shared table '{t.name}': its "
-                    "storage was moved, as model.share_memory() and share_memory_() do (torch "
-                    "copies memory it did not allocate into a segment of its own; so does its "
-                    "multiprocessing pickler for a tensor it does not know is a table's view); "
-                    "SharedParameters already shares the parameters, so drop that call and bind "
-                    "again with shared.bind(module)"
+            t = self.tables.get(name)
+            if t is not None and p.data_ptr() == torch_pickling.table_address(t):
+                continue
+            if t is None or module.__dict__.get(_ATTRIBUTE) is not self:
+                raise ValueError(
+                    f"parameter {name!r} is not bound to these shared tables; call "
+                    "shared.bind(module) first"
                 )
+            raise RuntimeError(
+                f"parameter {name!r} is no longer bound to shared table '{t.name}': its "
+                "storage was moved, as model.share_memory() and share_memory_() do (torch "
+                "copies memory it did not allocate into a segment of its own; so does its "
+                "multiprocessing pickler for a tensor it does not know is a table's view); "
+                "SharedParameters already shares the parameters, so drop that call and bind "
+                "again with shared.bind(module)"
+            )
 
     def optimizer(self, module: Any, lr: float | None = None, **options: Any) -> HogwildOptimizer:
         """A HogwildOptimizer over `module`'s parameters, which must be bound to these tables;
