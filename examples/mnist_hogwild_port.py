@@ -13,6 +13,7 @@ model is shared:
 from __future__ import annotations
 
 import argparse
+import time
 
 import numpy as np
 import torch
@@ -90,10 +91,17 @@ def run(impl: str, args) -> float:
         p = ctx.Process(target=train, args=(rank, impl, args, model, train_set))
         p.start()
         processes.append(p)
+    deadline = time.monotonic() + args.timeout
     for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+    hung = [p for p in processes if p.is_alive()]
+    for p in hung:
+        p.kill()
         p.join()
     failed = [p.exitcode for p in processes if p.exitcode != 0]
     try:
+        if hung:
+            raise TimeoutError(f"{len(hung)} training processes ran past {args.timeout} s")
         if failed:
             raise RuntimeError(f"{len(failed)} training processes failed: exit codes {failed}")
         return test(model, test_set)
@@ -112,6 +120,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--num-processes", type=int, default=2)
     p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"], default="fork")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds for training to end")
     return p
 
 
