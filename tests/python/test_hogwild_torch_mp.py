@@ -1,8 +1,8 @@
 """A SharedParameters-bound module passed to torch.multiprocessing.Process (as mnist_hogwild
-passes `model`) stays bound on both sides, with the spawn, fork and forkserver start methods: the child's
-writes reach the parent's parameters and the table, the parent's later writes reach the child,
-and a bound tensor sent through a torch.multiprocessing queue is a view of the same table.
-model.share_memory(), which moves the storage, is caught with a clear error."""
+passes `model`) stays bound on both sides, with the spawn, fork and forkserver start methods:
+the child's writes reach the parent's parameters and the table, the parent's later writes reach
+the child, and a bound tensor sent through a torch.multiprocessing queue is a view of the same
+table. model.share_memory(), which moves the storage, is caught with a clear error."""
 
 from __future__ import annotations
 

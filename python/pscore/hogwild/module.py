@@ -55,7 +55,8 @@ class SharedParameters:
     torch.optim's names and defaults (lr, momentum, dampening, nesterov, weight_decay, maximize;
     lr_decay, initial_accumulator_value, eps; betas, amsgrad, decoupled_weight_decay). They are
     the defaults of optimizer(); whether momentum is used, amsgrad and
-    initial_accumulator_value are fixed here, as they decide the state the tables hold. The module given here is bound at once."""
+    initial_accumulator_value are fixed here, as they decide the state the tables hold. The
+    module given here is bound at once."""
 
     def __init__(
         self, module: Any, *, optimizer: str = "sgd", prefix: str | None = None, **options: Any
