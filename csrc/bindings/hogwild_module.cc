@@ -158,30 +158,62 @@ hw::UpdateBatch np_batch(const hw::SharedTable& t, const char* op, const py::han
   return b;
 }
 
-enum class Op : int { kSgd = 0, kAdagrad = 1, kAdam = 2, kAxpy = 3 };
-
-// One call for every update from Python: validation with the GIL, the kernel without it.
-void update(hw::SharedTable& t, int op, const py::handle& ids, const py::handle& grads, bool locked,
-            bool coalesce, double lr, double eps, double beta1, double beta2, uint64_t step) {
-  static const char* names[] = {"sgd", "adagrad", "adam", "axpy"};
-  if (op < 0 || op > 3) throw py::value_error("unknown update op " + std::to_string(op));
-  hw::UpdateBatch b = np_batch(t, names[op], ids, grads, locked);
+// One update from Python: validation with the GIL, the kernel without it.
+template <typename Options>
+void update(hw::SharedTable& t, const char* op, const py::handle& ids, const py::handle& grads,
+            bool locked, bool coalesce, const Options& o,
+            void (hw::SharedTable::*apply)(const hw::UpdateBatch&, const Options&)) {
+  hw::UpdateBatch b = np_batch(t, op, ids, grads, locked);
   b.coalesce = coalesce;
   py::gil_scoped_release release;
-  switch (static_cast<Op>(op)) {
-    case Op::kSgd:
-      t.sgd(b, hw::SgdOptions{lr});
-      break;
-    case Op::kAdagrad:
-      t.adagrad(b, hw::AdagradOptions{lr, eps});
-      break;
-    case Op::kAdam:
-      t.adam(b, hw::AdamOptions{lr, beta1, beta2, eps, step});
-      break;
-    case Op::kAxpy:
-      t.axpy(lr, b.grads, b.grads_numel, b.grads_dtype, b.locked);
-      break;
-  }
+  (t.*apply)(b, o);
+}
+
+// The optimizers' options cross as typed structs, keyword-constructed with torch's names and
+// defaults; check() raises ValueError as an update with them would.
+void bind_options(py::module_& m) {
+  py::class_<hw::SgdOptions>(m, "SgdOptions")
+      .def(py::init([](double lr, double momentum, double dampening, bool nesterov,
+                       double weight_decay, bool maximize) {
+             return hw::SgdOptions{lr, momentum, dampening, nesterov, weight_decay, maximize};
+           }),
+           py::arg("lr") = 0.01, py::arg("momentum") = 0.0, py::arg("dampening") = 0.0,
+           py::arg("nesterov") = false, py::arg("weight_decay") = 0.0, py::arg("maximize") = false)
+      .def("check", [](const hw::SgdOptions& o) { hw::check_options(o, "SGD"); })
+      .def_readonly("lr", &hw::SgdOptions::lr)
+      .def_readonly("momentum", &hw::SgdOptions::momentum);
+  py::class_<hw::AdagradOptions>(m, "AdagradOptions")
+      .def(py::init([](double lr, double eps, double lr_decay, double weight_decay, bool maximize,
+                       uint64_t step) {
+             return hw::AdagradOptions{lr, eps, lr_decay, weight_decay, maximize, step};
+           }),
+           py::arg("lr") = 0.01, py::arg("eps") = 1e-10, py::arg("lr_decay") = 0.0,
+           py::arg("weight_decay") = 0.0, py::arg("maximize") = false, py::arg("step") = 0)
+      .def("check", [](const hw::AdagradOptions& o) { hw::check_options(o, "Adagrad"); })
+      .def_readonly("lr", &hw::AdagradOptions::lr);
+  py::class_<hw::AdamOptions>(m, "AdamOptions")
+      .def(py::init([](double lr, double beta1, double beta2, double eps, uint64_t step,
+                       double weight_decay, bool decoupled_weight_decay, bool amsgrad,
+                       bool maximize) {
+             hw::AdamOptions o;
+             o.lr = lr;
+             o.beta1 = beta1;
+             o.beta2 = beta2;
+             o.eps = eps;
+             o.step = step;
+             o.weight_decay = weight_decay;
+             o.decoupled_weight_decay = decoupled_weight_decay;
+             o.amsgrad = amsgrad;
+             o.maximize = maximize;
+             return o;
+           }),
+           py::arg("lr") = 1e-3, py::arg("beta1") = 0.9, py::arg("beta2") = 0.999,
+           py::arg("eps") = 1e-8, py::arg("step") = 0, py::arg("weight_decay") = 0.0,
+           py::arg("decoupled_weight_decay") = false, py::arg("amsgrad") = false,
+           py::arg("maximize") = false)
+      .def("check", [](const hw::AdamOptions& o) { hw::check_options(o, "Adam"); })
+      .def_readonly("lr", &hw::AdamOptions::lr)
+      .def_readonly("amsgrad", &hw::AdamOptions::amsgrad);
 }
 
 void bind_table(py::module_& m) {
@@ -214,7 +246,27 @@ void bind_table(py::module_& m) {
           Release())
       .def_static("remove", &hw::Segment::remove, Release())
       .def_static("shm_path", &hw::Segment::shm_path)
-      .def("update", &update)
+      .def("sgd",
+           [](hw::SharedTable& t, const py::handle& ids, const py::handle& grads, bool locked,
+              bool coalesce, const hw::SgdOptions& o) {
+             update(t, "sgd", ids, grads, locked, coalesce, o, &hw::SharedTable::sgd);
+           })
+      .def("adagrad",
+           [](hw::SharedTable& t, const py::handle& ids, const py::handle& grads, bool locked,
+              bool coalesce, const hw::AdagradOptions& o) {
+             update(t, "adagrad", ids, grads, locked, coalesce, o, &hw::SharedTable::adagrad);
+           })
+      .def("adam",
+           [](hw::SharedTable& t, const py::handle& ids, const py::handle& grads, bool locked,
+              bool coalesce, const hw::AdamOptions& o) {
+             update(t, "adam", ids, grads, locked, coalesce, o, &hw::SharedTable::adam);
+           })
+      .def("axpy",
+           [](hw::SharedTable& t, double alpha, const py::handle& x, bool locked) {
+             hw::UpdateBatch b = np_batch(t, "axpy", py::none(), x, locked);
+             py::gil_scoped_release release;
+             t.axpy(alpha, b.grads, b.grads_numel, b.grads_dtype, b.locked);
+           })
       .def("view", &view)
       .def("close", &hw::SharedTable::close, Release())
       .def("unlink", &hw::SharedTable::unlink, Release())
@@ -231,7 +283,7 @@ void bind_table(py::module_& m) {
       .def_property_readonly("lock_stripes", &hw::SharedTable::lock_stripes)
       .def_property_readonly("is_creator", &hw::SharedTable::is_creator)
       .def_property_readonly("update_count", &hw::SharedTable::update_count)
-      .def_property_readonly("adam_step", &hw::SharedTable::adam_step);
+      .def_property_readonly("step", &hw::SharedTable::step);
 }
 
 void bind_cuda(py::module_& m) {
@@ -267,6 +319,7 @@ PYBIND11_MODULE(_hogwild, m) {
   m.doc() = "pscore Hogwild: shared-memory tables with lock-free update kernels";
   pscore::bindings::register_error_translator();
   register_segment_errors();
+  bind_options(m);
   bind_table(m);
   bind_cuda(m);
   m.def("kernel_isa", [] { return hw::kernel_isa_name(hw::kernel_isa()); });

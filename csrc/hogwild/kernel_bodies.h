@@ -40,6 +40,7 @@ PSCORE_ALWAYS_INLINE void prefetch_row(const KernelCall& k, uint64_t row) {
   prefetch_bytes(static_cast<T*>(k.w) + off, nbytes);
   if (k.s0) prefetch_bytes(static_cast<T*>(k.s0) + off, nbytes);
   if (k.s1) prefetch_bytes(static_cast<T*>(k.s1) + off, nbytes);
+  if (k.s2) prefetch_bytes(static_cast<T*>(k.s2) + off, nbytes);
 }
 
 inline LockWord& stripe_for(const LockStripes& l, uint64_t row) {
@@ -104,12 +105,36 @@ void run_axpy(const KernelCall& k) {
 }
 
 template <typename T>
+GradTransform<T> grad_transform(const KernelCall& k) {
+  return GradTransform<T>{static_cast<T>(k.grad_sign), static_cast<T>(k.weight_decay)};
+}
+
+// Row by row, even inside a dense span: each row has its own momentum-started flag.
+template <typename T>
+void run_sgd(const KernelCall& k) {
+  T* w = static_cast<T*>(k.w);
+  T* buf = static_cast<T*>(k.s0);
+  const SgdCoeffs<T> c{static_cast<T>(k.c[0]), static_cast<T>(k.c[1]), static_cast<T>(k.c[2]),
+                       k.c[3] != 0};
+  const GradTransform<T> t = grad_transform<T>(k);
+  for_rows<T>(k, [&](uint64_t off, const T* g, uint64_t n) {
+    for (uint64_t r = off / k.dim, end = (off + n) / k.dim; r < end; ++r, g += k.dim) {
+      const uint64_t at = r * k.dim;
+      sgd_row(w + at, buf ? buf + at : nullptr, k.row_flags ? k.row_flags + r : nullptr, g, k.dim,
+              c, t);
+    }
+  });
+}
+
+template <typename T>
 void run_adagrad(const KernelCall& k) {
   T* w = static_cast<T*>(k.w);
   T* acc = static_cast<T*>(k.s0);
   const AdagradCoeffs<T> c{static_cast<T>(k.c[0]), static_cast<T>(k.c[1])};
-  for_rows<T>(
-      k, [&](uint64_t off, const T* g, uint64_t n) { adagrad_row(w + off, acc + off, g, n, c); });
+  const GradTransform<T> t = grad_transform<T>(k);
+  for_rows<T>(k, [&](uint64_t off, const T* g, uint64_t n) {
+    adagrad_row(w + off, acc + off, g, n, c, t);
+  });
 }
 
 template <typename T>
@@ -117,10 +142,12 @@ void run_adam(const KernelCall& k) {
   T* w = static_cast<T*>(k.w);
   T* m = static_cast<T*>(k.s0);
   T* v = static_cast<T*>(k.s1);
+  T* vmax = static_cast<T*>(k.s2);
   const AdamCoeffs<T> c{static_cast<T>(k.c[0]), static_cast<T>(k.c[1]), static_cast<T>(k.c[2]),
-                        static_cast<T>(k.c[3]), static_cast<T>(k.c[4])};
+                        static_cast<T>(k.c[3]), static_cast<T>(k.c[4]), static_cast<T>(k.c[5])};
+  const GradTransform<T> t = grad_transform<T>(k);
   for_rows<T>(k, [&](uint64_t off, const T* g, uint64_t n) {
-    adam_row(w + off, m + off, v + off, g, n, c);
+    adam_row(w + off, m + off, v + off, vmax ? vmax + off : nullptr, g, n, c, t);
   });
 }
 
@@ -129,6 +156,8 @@ KernelFn kernel(KernelOp op, DType dtype) {
   switch (op) {
     case KernelOp::kAxpy:
       return f32 ? &run_axpy<float> : &run_axpy<double>;
+    case KernelOp::kSgd:
+      return f32 ? &run_sgd<float> : &run_sgd<double>;
     case KernelOp::kAdagrad:
       return f32 ? &run_adagrad<float> : &run_adagrad<double>;
     case KernelOp::kAdam:

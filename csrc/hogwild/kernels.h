@@ -21,16 +21,20 @@ struct LockStripes {
   const LockOwner* owner;  // that handle: tells whether another holder still lives
 };
 
-enum class KernelOp : int { kAxpy = 0, kAdagrad = 1, kAdam = 2 };
+enum class KernelOp : int { kAxpy = 0, kAdagrad = 1, kAdam = 2, kSgd = 3 };
 
 // One call: the arrays (rows x dim each), the batch (dense: grads for every row in order, ids
 // unused) and the coefficients as doubles, converted to T by the kernel:
-// axpy {alpha}; adagrad {lr, eps}; adam {beta1, beta2, step_size, inv_sqrt_bc2, eps}.
+// axpy {alpha}; sgd {lr, momentum, dampening, nesterov (0/1)}; adagrad {decayed lr, eps};
+// adam {beta1, beta2, step_size, inv_sqrt_bc2, eps, param_scale}. sgd, adagrad and adam step
+// with grad_sign * g + weight_decay * w (maximize, L2 weight decay).
 // The caller has validated everything; kernels never throw except a lock TimeoutError.
 struct KernelCall {
   void* w = nullptr;
   void* s0 = nullptr;
   void* s1 = nullptr;
+  void* s2 = nullptr;            // amsgrad's max_exp_avg_sq
+  uint8_t* row_flags = nullptr;  // sgd with momentum: per row, 1 once its buffer has started
   uint64_t rows = 0;
   uint64_t dim = 0;
   bool dense = false;
@@ -39,7 +43,9 @@ struct KernelCall {
   DType ids_dtype = DType::kInt64;
   const void* grads = nullptr;
   const LockStripes* locks = nullptr;  // nullptr: lock-free
-  double c[5] = {0, 0, 0, 0, 0};
+  double c[6] = {0, 0, 0, 0, 0, 0};
+  double grad_sign = 1.0;
+  double weight_decay = 0.0;
 };
 
 using KernelFn = void (*)(const KernelCall&);

@@ -22,7 +22,7 @@
 namespace pscore::hogwild {
 
 constexpr uint64_t kSegmentMagic = 0x444c574748435350ull;  // "PSCHGWLD"
-constexpr uint32_t kSegmentVersion = 2;
+constexpr uint32_t kSegmentVersion = 3;
 constexpr int kMaxAttachments = 1024;
 // Leased bytes of the segment file: one per registry slot, then the registry's own lock, then
 // the creator's (held from shm_open until its handle closes, so attachers see a creator die).
@@ -55,7 +55,7 @@ struct SegmentHeader {
   TableLayout layout;
   int32_t creator_pid;  // in the creator's pid namespace; for messages only
   alignas(64) std::atomic<uint64_t> update_count;  // update calls applied, by all processes
-  alignas(64) std::atomic<uint64_t> adam_step;     // global Adam step when callers pass none
+  alignas(64) std::atomic<uint64_t> step;  // global Adam / Adagrad step when callers pass none
   // The registry, changed under the registry lease. Each live handle's slot holds its tag
   // (segment.cc's make_tag: a reused slot gets a new one).
   alignas(64) uint32_t registrations;

@@ -66,6 +66,14 @@ void* SharedTable::array(int slot) const {
   return segment_->base() + l.state_offset[slot];
 }
 
+uint8_t* SharedTable::row_flags() const {
+  if (optimizer() != OptimizerState::kMomentum) {
+    throw std::invalid_argument(what("row flags of") +
+                                ": only optimizer='momentum' tables have them");
+  }
+  return reinterpret_cast<uint8_t*>(segment_->base() + header().layout.row_flags_offset);
+}
+
 LockWord& SharedTable::row_lock(uint64_t row) const {
   const SegmentHeader& h = header();
   return segment_->locks()[(row / h.layout.granule_rows) % h.lock_stripes];

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "hogwild/optimizer_options.h"
 #include "hogwild/segment.h"
 #include "hogwild/table_spec.h"
 
@@ -34,23 +35,6 @@ struct UpdateBatch {
   bool coalesce = false;                // sum repeated ids first, as torch's sparse optimizers
 };
 
-struct SgdOptions {
-  double lr = 0.01;
-};
-
-struct AdagradOptions {
-  double lr = 0.01;
-  double eps = 1e-10;
-};
-
-struct AdamOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  uint64_t step = 0;  // bias-correction step (>= 1); 0 takes the table's next global step
-};
-
 // How create() fills the new table before attachers can see it.
 struct CreateOptions {
   SegmentOptions segment;
@@ -67,8 +51,10 @@ class SharedTable {
   // Throws as Segment::attach.
   static std::shared_ptr<SharedTable> attach(const std::string& name, const SegmentOptions& opts);
 
-  // Updates in place. Everything is checked (dtypes, sizes, every id in range, optimizer state
-  // present) before the first write: a bad batch throws std::invalid_argument and writes nothing.
+  // Updates in place, as torch.optim's SGD, Adagrad and Adam (optimizer_options.h). Everything is
+  // checked (options, dtypes, sizes, every id in range, optimizer state present) before the first
+  // write: a bad batch throws std::invalid_argument and writes nothing. A sparse batch applies the
+  // dense update to the rows it names and leaves every other row (and its state) alone.
   void sgd(const UpdateBatch& batch, const SgdOptions& opts);
   void adagrad(const UpdateBatch& batch, const AdagradOptions& opts);
   void adam(const UpdateBatch& batch, const AdamOptions& opts);
@@ -93,9 +79,12 @@ class SharedTable {
   uint64_t array_nbytes() const { return rows() * dim() * dtype_size(dtype()); }
   bool is_creator() const { return segment_->is_creator(); }
   uint64_t update_count() const { return header().update_count.load(std::memory_order_relaxed); }
-  uint64_t adam_step() const { return header().adam_step.load(std::memory_order_relaxed); }
-  // The parameters (slot -1) or optimizer state slot 0/1; throws std::invalid_argument if absent.
+  // The global optimizer step: Adam and Adagrad calls that passed no step so far.
+  uint64_t step() const { return header().step.load(std::memory_order_relaxed); }
+  // The parameters (slot -1) or optimizer state slot 0..2; throws std::invalid_argument if absent.
   void* array(int slot) const;
+  // kMomentum tables: one byte per row, 1 once the row's momentum buffer has started.
+  uint8_t* row_flags() const;
   // The stripe lock that locked updates of `row` take (row < rows()).
   LockWord& row_lock(uint64_t row) const;
   // Who this handle's locked updates lock as.
@@ -106,6 +95,7 @@ class SharedTable {
   SegmentHeader& header() const { return segment_->header(); }
   void check_batch(const UpdateBatch& batch, const char* op) const;
   void require_state(OptimizerState needed, const char* op) const;
+  uint64_t next_step(uint64_t given);
   LockStripes lock_stripes_for(const UpdateBatch& batch, const char* what) const;
   KernelCall kernel_call(const UpdateBatch& batch, const LockStripes* locks) const;
   std::string what(const char* op) const;

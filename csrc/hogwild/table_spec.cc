@@ -30,6 +30,10 @@ uint32_t state_slots(OptimizerState opt) {
       return 1;
     case OptimizerState::kAdam:
       return 2;
+    case OptimizerState::kMomentum:
+      return 1;
+    case OptimizerState::kAmsgrad:
+      return 3;
   }
   return 0;
 }
@@ -42,12 +46,16 @@ const char* optimizer_name(OptimizerState opt) {
       return "adagrad";
     case OptimizerState::kAdam:
       return "adam";
+    case OptimizerState::kMomentum:
+      return "momentum";
+    case OptimizerState::kAmsgrad:
+      return "amsgrad";
   }
   return "?";
 }
 
 OptimizerState optimizer_from_code(uint32_t code) {
-  if (code > 2) throw std::invalid_argument("unknown optimizer state code " + std::to_string(code));
+  if (code > 4) throw std::invalid_argument("unknown optimizer state code " + std::to_string(code));
   return static_cast<OptimizerState>(code);
 }
 
@@ -92,8 +100,13 @@ TableLayout plan_layout(const TableSpec& spec, size_t header_bytes) {
   for (uint32_t s = 0; s < l.state_slots; ++s) {
     l.state_offset[s] = l.data_offset + (s + 1) * (array_bytes + kStateStagger);
   }
-  l.total_bytes =
-      round_up(l.data_offset + (l.state_slots + 1) * (array_bytes + kStateStagger), kPage);
+  const uint64_t arrays_end = l.data_offset + (l.state_slots + 1) * (array_bytes + kStateStagger);
+  if (spec.optimizer == OptimizerState::kMomentum) {
+    l.row_flags_offset = round_up(arrays_end, 64);
+    l.total_bytes = round_up(l.row_flags_offset + l.rows, kPage);
+  } else {
+    l.total_bytes = round_up(arrays_end, kPage);
+  }
   return l;
 }
 

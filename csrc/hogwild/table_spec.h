@@ -12,8 +12,19 @@
 
 namespace pscore::hogwild {
 
-// Which per-element optimizer state the segment carries next to the parameters.
-enum class OptimizerState : uint32_t { kNone = 0, kAdagrad = 1, kAdam = 2 };
+// Which per-element optimizer state the segment carries next to the parameters, in torch's names:
+// none (plain SGD); Adagrad's "sum"; Adam's "exp_avg", "exp_avg_sq"; SGD's "momentum_buffer" (and
+// one byte per row saying whether the row's buffer has started); Adam with amsgrad's
+// "exp_avg", "exp_avg_sq", "max_exp_avg_sq".
+enum class OptimizerState : uint32_t {
+  kNone = 0,
+  kAdagrad = 1,
+  kAdam = 2,
+  kMomentum = 3,
+  kAmsgrad = 4,
+};
+
+constexpr uint32_t kMaxStateSlots = 3;
 
 constexpr int kMaxDims = 4;
 constexpr uint32_t kDefaultLockStripes = 1024;
@@ -33,9 +44,10 @@ struct TableLayout {
   uint64_t granule_rows = 1;  // rows guarded by one lock stripe
   uint64_t locks_offset = 0;
   uint64_t data_offset = 0;
-  uint64_t state_offset[2] = {0, 0};
+  uint64_t state_offset[kMaxStateSlots] = {0, 0, 0};
+  uint64_t row_flags_offset = 0;  // kMomentum: one byte per row, 1 once its buffer has started
   uint64_t total_bytes = 0;
-  uint32_t state_slots = 0;  // 0 (none/SGD), 1 (Adagrad accumulator), 2 (Adam m and v)
+  uint32_t state_slots = 0;  // arrays shaped like the parameters: 0, 1, 2 or 3
 };
 
 // Throws std::invalid_argument for a dtype other than float32/float64, 0 or >4 dims, a zero

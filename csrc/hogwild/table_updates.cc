@@ -22,13 +22,6 @@ void check_ids(const Id* ids, uint64_t n, uint64_t rows, const std::string& what
   }
 }
 
-void check_finite(double x, const char* name, const std::string& what) {
-  if (!std::isfinite(x) || x < 0) {
-    throw std::invalid_argument(what + ": " + name + " = " + std::to_string(x) +
-                                " must be finite and >= 0");
-  }
-}
-
 // The batch the kernel gets: `b`, or its coalesced form (stored in `merged`) when asked for and
 // some id repeats.
 const UpdateBatch& batch_to_apply(const UpdateBatch& b, uint64_t dim, CoalescedBatch* merged) {
@@ -92,6 +85,8 @@ KernelCall SharedTable::kernel_call(const UpdateBatch& b, const LockStripes* loc
   const uint32_t slots = header().layout.state_slots;
   if (slots > 0) k.s0 = array(0);
   if (slots > 1) k.s1 = array(1);
+  if (slots > 2) k.s2 = array(2);
+  if (optimizer() == OptimizerState::kMomentum) k.row_flags = row_flags();
   k.rows = rows();
   k.dim = dim();
   k.dense = b.dense;
@@ -103,15 +98,41 @@ KernelCall SharedTable::kernel_call(const UpdateBatch& b, const LockStripes* loc
   return k;
 }
 
+uint64_t SharedTable::next_step(uint64_t given) {
+  return given != 0 ? given : header().step.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// Plain SGD (maximize only flips the sign) is an axpy; weight decay or momentum take the SGD
+// kernel, momentum with its buffer and row flags.
 void SharedTable::sgd(const UpdateBatch& b, const SgdOptions& o) {
+  const std::string w = what("sgd on");
   check_batch(b, "sgd on");
-  check_finite(o.lr, "lr", what("sgd on"));
+  check_options(o, w);
+  if (o.momentum != 0 && optimizer() != OptimizerState::kMomentum) {
+    throw std::invalid_argument(w + ": momentum > 0 needs a table created with " +
+                                "optimizer='momentum' (its buffer lives in the segment); this " +
+                                "one has optimizer='" + optimizer_name(optimizer()) + "'");
+  }
   const LockStripes stripes = lock_stripes_for(b, "locked sgd row");
   CoalescedBatch merged;
   KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
-  k.s0 = k.s1 = nullptr;  // SGD touches the parameters only (no state to prefetch)
-  k.c[0] = -o.lr;
-  kernel(KernelOp::kAxpy, dtype())(k);
+  k.s1 = k.s2 = nullptr;
+  if (o.momentum == 0) {  // the buffer is SGD's only state
+    k.s0 = nullptr;
+    k.row_flags = nullptr;
+  }
+  if (o.momentum == 0 && o.weight_decay == 0) {
+    k.c[0] = o.maximize ? o.lr : -o.lr;
+    kernel(KernelOp::kAxpy, dtype())(k);
+  } else {
+    k.c[0] = o.lr;
+    k.c[1] = o.momentum;
+    k.c[2] = o.dampening;
+    k.c[3] = o.nesterov ? 1.0 : 0.0;
+    k.grad_sign = o.maximize ? -1.0 : 1.0;
+    k.weight_decay = o.weight_decay;
+    kernel(KernelOp::kSgd, dtype())(k);
+  }
   header().update_count.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -138,13 +159,15 @@ void SharedTable::axpy(double alpha, const void* x, uint64_t numel, DType dt, bo
 void SharedTable::adagrad(const UpdateBatch& b, const AdagradOptions& o) {
   check_batch(b, "adagrad on");
   require_state(OptimizerState::kAdagrad, "adagrad");
-  check_finite(o.lr, "lr", what("adagrad on"));
-  check_finite(o.eps, "eps", what("adagrad on"));
+  check_options(o, what("adagrad on"));
+  const uint64_t step = next_step(o.step);
   const LockStripes stripes = lock_stripes_for(b, "locked adagrad row");
   CoalescedBatch merged;
   KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
-  k.c[0] = o.lr;
+  k.c[0] = o.lr / (1.0 + static_cast<double>(step - 1) * o.lr_decay);
   k.c[1] = o.eps;
+  k.grad_sign = o.maximize ? -1.0 : 1.0;
+  k.weight_decay = o.weight_decay;
   kernel(KernelOp::kAdagrad, dtype())(k);
   header().update_count.fetch_add(1, std::memory_order_relaxed);
 }
@@ -152,27 +175,27 @@ void SharedTable::adagrad(const UpdateBatch& b, const AdagradOptions& o) {
 void SharedTable::adam(const UpdateBatch& b, const AdamOptions& o) {
   const std::string w = what("adam on");
   check_batch(b, "adam on");
-  require_state(OptimizerState::kAdam, "adam");
-  check_finite(o.lr, "lr", w);
-  check_finite(o.eps, "eps", w);
-  for (double beta : {o.beta1, o.beta2}) {
-    if (!(beta >= 0.0 && beta < 1.0)) {
-      throw std::invalid_argument(w + ": betas (" + std::to_string(o.beta1) + ", " +
-                                  std::to_string(o.beta2) + ") must lie in [0, 1)");
-    }
+  if (o.amsgrad) {
+    require_state(OptimizerState::kAmsgrad, "adam with amsgrad");
+  } else if (optimizer() != OptimizerState::kAmsgrad) {
+    require_state(OptimizerState::kAdam, "adam");
   }
-  uint64_t step = o.step;
-  if (step == 0) step = header().adam_step.fetch_add(1, std::memory_order_relaxed) + 1;
+  check_options(o, w);
+  const uint64_t step = next_step(o.step);
   const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
   const LockStripes stripes = lock_stripes_for(b, "locked adam row");
   CoalescedBatch merged;
   KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
+  if (!o.amsgrad) k.s2 = nullptr;  // an amsgrad table stepped without it keeps its maximum
   k.c[0] = o.beta1;
   k.c[1] = o.beta2;
   k.c[2] = o.lr / bc1;
   k.c[3] = 1.0 / std::sqrt(bc2);
   k.c[4] = o.eps;
+  k.c[5] = o.decoupled_weight_decay ? 1.0 - o.lr * o.weight_decay : 1.0;
+  k.grad_sign = o.maximize ? -1.0 : 1.0;
+  k.weight_decay = o.decoupled_weight_decay ? 0.0 : o.weight_decay;
   kernel(KernelOp::kAdam, dtype())(k);
   header().update_count.fetch_add(1, std::memory_order_relaxed);
 }

@@ -35,7 +35,8 @@ std::shared_ptr<hw::SharedTable> make(const std::string& name, uint64_t rows,
 }
 
 // Each step: every id in `ids` gets a gradient of -1 (so sgd with lr 1 adds +1 per occurrence).
-void run_steps(hw::SharedTable& t, const std::vector<int64_t>& ids, bool locked) {
+void run_steps(hw::SharedTable& t, const std::vector<int64_t>& ids, bool locked,
+               const hw::SgdOptions& opts = {1.0}) {
   std::vector<float> g(ids.size() * kDim, -1.f);
   hw::UpdateBatch b;
   b.ids = ids.data();
@@ -43,7 +44,7 @@ void run_steps(hw::SharedTable& t, const std::vector<int64_t>& ids, bool locked)
   b.grads = g.data();
   b.grads_numel = g.size();
   b.locked = locked;
-  for (int s = 0; s < kSteps; ++s) t.sgd(b, {1.0});
+  for (int s = 0; s < kSteps; ++s) t.sgd(b, opts);
 }
 
 const float* params(const hw::SharedTable& t) { return static_cast<const float*>(t.array(-1)); }
@@ -84,6 +85,30 @@ TEST(Concurrency, LockedThreadsOnCollidingRowsAreExact) {
     EXPECT_EQ(w[2 * kDim + j], kThreads * kSteps);
     EXPECT_EQ(w[3 * kDim + j], 0);
   }
+}
+
+// With momentum 0.5, dampening 0.5 and a constant gradient -1, a buffer that starts as the first
+// gradient stays exactly -1 (0.5 * -1 + 0.5 * -1), so every update adds exactly lr; a row whose
+// buffer started from zero would move by fractions. Shared buffers and row flags under threads.
+TEST(Concurrency, LockedMomentumFromThreadsStartsEachRowsBufferAsItsFirstGradient) {
+  auto t = make(unique_name("momentum"), 5, hw::OptimizerState::kMomentum);
+  const hw::SgdOptions momentum{1.0, 0.5, 0.5};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] { run_steps(*t, {0, 1, 2, 0}, true, momentum); });
+  }
+  for (auto& th : threads) th.join();
+  const float* w = params(*t);
+  const float* buf = static_cast<const float*>(t->array(0));
+  for (uint64_t j = 0; j < kDim; ++j) {
+    EXPECT_EQ(w[0 * kDim + j], 2 * kThreads * kSteps);
+    EXPECT_EQ(w[2 * kDim + j], kThreads * kSteps);
+    EXPECT_EQ(w[3 * kDim + j], 0);
+    EXPECT_EQ(buf[1 * kDim + j], -1.f);
+    EXPECT_EQ(buf[3 * kDim + j], 0.f);
+  }
+  EXPECT_EQ(t->row_flags()[2], 1);
+  EXPECT_EQ(t->row_flags()[4], 0);
 }
 
 TEST(Concurrency, LockedDenseAxpyFromThreadsIsExact) {

@@ -132,7 +132,7 @@ def test_bad_modules_and_unbound_optimizers_are_refused():
         )
         with pytest.raises(ValueError, match=r"parameter '0.weight' is \(33, 64\)"):
             shared.bind(wider)
-        with pytest.raises(ValueError, match="not bound to its shared table"):
+        with pytest.raises(ValueError, match="not bound to these shared tables"):
             HogwildOptimizer(shared, _mlp(), lr=0.1)
     with pytest.raises(TypeError, match="'weight' is torch.float16"):
         SharedParameters(torch.nn.Linear(2, 2).half(), prefix=_prefix("half"))

@@ -1,21 +1,23 @@
 """A torch module's parameters in shared tables, so Hogwild workers train one model in place:
 PyTorch's mnist_hogwild pattern (model.share_memory() and an optimizer per process), with
-pscore's fused update kernels and tables that any process can attach to by name.
+pscore's fused update kernels, optimizer state shared by every process, and tables that any
+process can attach to by name.
 
-    shared = SharedParameters(model, optimizer="adagrad")   # once, in the parent
-    train(worker, num_procs=4, args=(shared,))               # it travels by table names
+    model = Net()
+    shared = SharedParameters(model, optimizer="sgd", lr=0.01, momentum=0.5)  # once, the parent
+    procs = [mp.Process(target=worker, args=(model,)) for _ in range(2)]      # model stays bound
 
-    def worker(rank, shared):
-        model = Net()
-        shared.bind(model)               # the parameters become views of the tables, no copy
-        opt = shared.optimizer(model, lr=0.01)
+    def worker(model):
+        opt = SharedParameters.of(model).optimizer(model)   # torch.optim.SGD(lr, momentum)'s step
         for x, y in batches:
             opt.zero_grad()
             loss_fn(model(x), y).backward()
             opt.step()                   # lock-free, in place, seen by every worker at once
 
-Dense gradients update the whole table; sparse ones (nn.Embedding(sparse=True)) update only
-their rows, with repeated rows summed first as torch's optimizers do.
+A module travels bound through torch.multiprocessing (spawn, fork, queues; torch_pickling.py);
+or a worker binds its own copy of the architecture with shared.bind(model). Dense gradients
+update the whole table; sparse ones (nn.Embedding(sparse=True)) apply the dense update to their
+rows only, with repeated rows summed first as torch's optimizers do.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from . import optim_options, torch_pickling
 from .table import SharedTable, _default_name
 
-_OPTIMIZERS = ("sgd", "adagrad", "adam")
+_ATTRIBUTE = "_pscore_hogwild"  # a bound module's SharedParameters
 
 
 def _table_shape(shape: tuple) -> tuple:
@@ -48,20 +51,20 @@ def _check_parameter(name: str, p: Any) -> None:
 
 class SharedParameters:
     """One SharedTable per parameter of `module`, initialised from its values, with the state
-    of `optimizer` ("sgd", "adagrad" or "adam") alongside. The module given here is bound at
-    once; other processes bind their own copy of the architecture with bind()."""
+    of the optimizer alongside: "sgd", "adagrad", "adam" or "adamw", and its options with
+    torch.optim's names and defaults (lr, momentum, dampening, nesterov, weight_decay, maximize;
+    lr_decay, initial_accumulator_value, eps; betas, amsgrad, decoupled_weight_decay). They are
+    the defaults of optimizer(); whether momentum is used, amsgrad and
+    initial_accumulator_value are fixed here, as they decide the state the tables hold. The
+    module given here is bound at once."""
 
     def __init__(
-        self,
-        module: Any,
-        *,
-        optimizer: str = "sgd",
-        prefix: str | None = None,
-        initial_accumulator: float = 0.0,
+        self, module: Any, *, optimizer: str = "sgd", prefix: str | None = None, **options: Any
     ):
-        if optimizer not in _OPTIMIZERS:
-            raise ValueError(f"optimizer {optimizer!r} is not one of {', '.join(_OPTIMIZERS)}")
         self.optimizer_name = optimizer
+        self.defaults = optim_options.resolve(optimizer, options)
+        optim_options.kernel_options(optimizer, self.defaults)  # bad options fail before tables
+        state = optim_options.table_state(optimizer, self.defaults)
         self.tables: dict[str, SharedTable] = {}
         prefix = prefix or _default_name()
         try:
@@ -72,9 +75,9 @@ class SharedParameters:
                     f"{prefix}.{name}",
                     shape,
                     dtype=str(p.dtype).replace("torch.", ""),
-                    optimizer=None if optimizer == "sgd" else optimizer,
+                    optimizer=state,
                     init=p.detach().reshape(shape),
-                    initial_accumulator=initial_accumulator,
+                    initial_accumulator=self.defaults.get("initial_accumulator_value", 0.0),
                 )
         except BaseException:
             self.close()
@@ -84,15 +87,31 @@ class SharedParameters:
         self.bind(module)
 
     @classmethod
-    def _from_tables(cls, optimizer: str, tables: dict) -> SharedParameters:
+    def _from_tables(cls, optimizer: str, defaults: dict, tables: dict) -> SharedParameters:
         self = cls.__new__(cls)
         self.optimizer_name = optimizer
-        self.tables = tables
+        self.defaults = defaults
+        # The same handle the module's pickled parameters rebuild on, so they stay bound to it.
+        self.tables = {n: torch_pickling.attached(*spec) for n, spec in tables.items()}
         return self
 
     def __reduce__(self):
         # The tables pickle by name: a spawned worker attaches to the same memory.
-        return (SharedParameters._from_tables, (self.optimizer_name, self.tables))
+        tables = {n: (t.name, t.shape, t.dtype.name) for n, t in self.tables.items()}
+        return (SharedParameters._from_tables, (self.optimizer_name, self.defaults, tables))
+
+    @staticmethod
+    def of(module: Any) -> SharedParameters:
+        """The SharedParameters `module` is bound to (it travels with the module through
+        torch.multiprocessing). ValueError if it is not bound or a parameter came unbound."""
+        shared = module.__dict__.get(_ATTRIBUTE)
+        if shared is None:
+            raise ValueError(
+                "the module is not bound to shared tables; make SharedParameters(module) or "
+                "call shared.bind(module)"
+            )
+        shared.check_bound(module)
+        return shared
 
     def bind(self, module: Any) -> Any:
         """Points every parameter of `module` (the same architecture) at its table, in place
@@ -115,17 +134,43 @@ class SharedParameters:
                     f"{t.shape} {t.dtype}"
                 )
         for name, p in params.items():
+            torch_pickling.track(self.tables[name])
             p.data = self.tables[name].torch().view(p.shape)
+        module.__dict__[_ATTRIBUTE] = self
         return module
 
-    def optimizer(self, module: Any, lr: float, **kwargs: Any) -> HogwildOptimizer:
-        """A HogwildOptimizer over `module`'s parameters, which must be bound to these tables."""
-        return HogwildOptimizer(self, module, lr, **kwargs)
+    def check_bound(self, module: Any) -> None:
+        """ValueError when `module` is not bound to these tables; RuntimeError naming the first
+        parameter of a module bound here that is no longer a view of its table, and why."""
+        for name, p in module.named_parameters():
+            t = self.tables.get(name)
+            if t is not None and p.data_ptr() == torch_pickling.table_address(t):
+                continue
+            if t is None or module.__dict__.get(_ATTRIBUTE) is not self:
+                raise ValueError(
+                    f"parameter {name!r} is not bound to these shared tables; call "
+                    "shared.bind(module) first"
+                )
+            raise RuntimeError(
+                f"parameter {name!r} is no longer bound to shared table '{t.name}': its "
+                "storage was moved, as model.share_memory() and share_memory_() do (torch "
+                "copies memory it did not allocate into a segment of its own; so does its "
+                "multiprocessing pickler for a tensor it does not know is a table's view); "
+                "SharedParameters already shares the parameters, so drop that call and bind "
+                "again with shared.bind(module)"
+            )
+
+    def optimizer(self, module: Any, lr: float | None = None, **options: Any) -> HogwildOptimizer:
+        """A HogwildOptimizer over `module`'s parameters, which must be bound to these tables;
+        `options` override the defaults given at creation."""
+        return HogwildOptimizer(self, module, lr, **options)
 
     def close(self) -> None:
         """Releases this process's handles; the last process to close removes the tables.
-        Bound parameters stay valid (the memory lives while a view does)."""
+        Bound parameters stay valid (the memory lives while a view does), but torch's pickler
+        no longer sends them by table name."""
         for t in self.tables.values():
+            torch_pickling.forget(t)
             t.close()
 
     def __enter__(self):
@@ -137,32 +182,36 @@ class SharedParameters:
 
 class HogwildOptimizer:
     """torch.optim-style zero_grad() / step() that applies each parameter's gradient to its
-    shared table with the fused kernels: SGD, Adagrad, or Adam (no weight decay; its bias
-    correction counts steps on each table across all processes). Lock-free unless locked=True.
-    Sparse gradients update only their rows, repeated rows summed first (coalesce)."""
+    shared table with the fused kernels, as torch.optim.SGD, Adagrad, Adam or AdamW would, with
+    the optimizer state (momentum buffers, accumulators, moments) in the tables: every process
+    steps the same state. The step count of Adagrad's lr_decay and Adam's bias correction is
+    each table's, counted over all processes. Lock-free unless locked=True. Sparse gradients
+    update only their rows, repeated rows summed first (coalesce)."""
 
     def __init__(
         self,
         shared: SharedParameters,
         module: Any,
-        lr: float,
+        lr: float | None = None,
         *,
-        betas: tuple = (0.9, 0.999),
-        eps: float | None = None,
         locked: bool = False,
+        **options: Any,
     ):
+        if lr is not None:
+            options["lr"] = lr
         self.kind = shared.optimizer_name
-        self.lr, self.betas, self.locked = float(lr), tuple(betas), locked
-        self.eps = eps if eps is not None else (1e-10 if self.kind == "adagrad" else 1e-8)
-        self._pairs = []
-        for name, p in module.named_parameters():
-            t = shared.tables.get(name)
-            if t is None or p.data_ptr() != t.torch().data_ptr():
-                raise ValueError(
-                    f"parameter {name!r} is not bound to its shared table; call "
-                    "shared.bind(module) first"
-                )
-            self._pairs.append((p, t))
+        self.options = optim_options.resolve(self.kind, {**shared.defaults, **options})
+        optim_options.check_tables_serve(self.kind, shared.defaults, self.options)
+        self._kernel_options = optim_options.kernel_options(self.kind, self.options)
+        self.locked = locked
+        shared.check_bound(module)
+        self._pairs = [(p, shared.tables[n]) for n, p in module.named_parameters()]
+        self._addresses = [torch_pickling.table_address(t) for _, t in self._pairs]
+        self._shared, self._module = shared, module
+
+    @property
+    def lr(self) -> float:
+        return self.options["lr"]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p, _ in self._pairs:
@@ -172,20 +221,14 @@ class HogwildOptimizer:
                 p.grad.zero_()
 
     def step(self) -> None:
+        if any(p.data_ptr() != a for (p, _), a in zip(self._pairs, self._addresses)):
+            self._shared.check_bound(self._module)  # raises, naming the moved parameter
         for p, t in self._pairs:
             g = p.grad
             if g is None:
                 continue
             if g.is_sparse:
-                self._apply(t, g._indices()[0], g._values(), coalesce=True)
+                ids, g, coalesce = g._indices()[0], g._values(), True
             else:
-                self._apply(t, None, g.detach().reshape(t.shape).contiguous(), coalesce=False)
-
-    def _apply(self, t: SharedTable, ids: Any, g: Any, coalesce: bool) -> None:
-        kw = {"locked": self.locked, "coalesce": coalesce}
-        if self.kind == "sgd":
-            t.sgd(ids, g, lr=self.lr, **kw)
-        elif self.kind == "adagrad":
-            t.adagrad(ids, g, lr=self.lr, eps=self.eps, **kw)
-        else:
-            t.adam(ids, g, lr=self.lr, betas=self.betas, eps=self.eps, **kw)
+                ids, g, coalesce = None, g.detach().reshape(t.shape).contiguous(), False
+            t.step_with(self._kernel_options, ids, g, locked=self.locked, coalesce=coalesce)

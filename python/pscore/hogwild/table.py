@@ -20,8 +20,21 @@ import numpy as np
 from .. import _hogwild
 from ..tensor import DTYPE_CODES, is_torch_tensor
 
-OPTIMIZERS = {None: 0, "none": 0, "sgd": 0, "adagrad": 1, "adam": 2}
-STATE_NAMES = {"none": (), "adagrad": ("sum",), "adam": ("exp_avg", "exp_avg_sq")}
+# The optimizer state a table carries, by the name create() takes, and its arrays by torch's
+# names: "momentum" is SGD's momentum buffer, "amsgrad" Adam's state with amsgrad's maximum.
+OPTIMIZERS = {None: 0, "none": 0, "sgd": 0, "adagrad": 1, "adam": 2, "momentum": 3, "amsgrad": 4}
+STATE_NAMES = {
+    "none": (),
+    "adagrad": ("sum",),
+    "adam": ("exp_avg", "exp_avg_sq"),
+    "momentum": ("momentum_buffer",),
+    "amsgrad": ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"),
+}
+_OPTIONS = {
+    _hogwild.SgdOptions: "sgd",
+    _hogwild.AdagradOptions: "adagrad",
+    _hogwild.AdamOptions: "adam",
+}
 _TABLE_DTYPES = ("float32", "float64")
 _counter = {"n": 0}
 _counter_lock = threading.Lock()
@@ -84,6 +97,15 @@ def _array(x: Any, what: str = "grads") -> Any:
     return x  # other ndarray subclasses pass; anything else gets the binding's TypeError
 
 
+def _step(step: Any, op: str) -> int:
+    """An optimizer step as the binding takes it: >= 1, or 0 for the table's next global one."""
+    if step is None:
+        return 0
+    if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 1:
+        raise ValueError(f"{op} step must be an int >= 1 or None, got {step!r}")
+    return int(step)
+
+
 def _ids(ids: Any, op: str) -> Any:
     if ids is None or type(ids) is np.ndarray:
         return ids
@@ -135,9 +157,10 @@ class SharedTable:
     ) -> SharedTable:
         """Creates table `name` (a fresh unique name when None), zero-filled or copied from init.
 
-        optimizer: None/"sgd" (no state), "adagrad" (accumulator "sum") or "adam" ("exp_avg",
-        "exp_avg_sq"): the state lives in the segment too. exist_ok attaches to an existing table
-        of the same shape, dtype and optimizer (ValueError if it differs). A name left behind by
+        optimizer: None/"sgd" (no state), "momentum" (SGD's "momentum_buffer"), "adagrad"
+        (accumulator "sum"), "adam" ("exp_avg", "exp_avg_sq") or "amsgrad" (Adam's with
+        "max_exp_avg_sq"): the state lives in the segment too. exist_ok attaches to an existing
+        table of the same shape, dtype and optimizer (ValueError if it differs). A name left behind by
         processes that all died is reclaimed. Raises FileExistsError when the name is taken.
         """
         if shape is None:
@@ -145,7 +168,9 @@ class SharedTable:
         dims = _check_shape(shape)
         dt = _check_dtype(dtype)
         if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer {optimizer!r} is not one of sgd, adagrad, adam")
+            raise ValueError(
+                f"optimizer {optimizer!r} is not one of sgd, momentum, adagrad, adam, amsgrad"
+            )
         if not isinstance(lock_stripes, int) or lock_stripes < 1:
             raise ValueError(f"lock_stripes must be an int >= 1, got {lock_stripes!r}")
         init_arr = None
@@ -245,7 +270,8 @@ class SharedTable:
         return torch.from_numpy(self._h.view(-1))
 
     def state(self, name: str, as_torch: bool = False):
-        """Optimizer state by torch's name: "sum" (Adagrad), "exp_avg" / "exp_avg_sq" (Adam)."""
+        """Optimizer state by torch's name: "momentum_buffer" (SGD), "sum" (Adagrad), "exp_avg",
+        "exp_avg_sq", "max_exp_avg_sq" (Adam)."""
         names = STATE_NAMES[self.optimizer]
         if name not in names:
             raise KeyError(
@@ -266,16 +292,25 @@ class SharedTable:
         grads: Any,
         lr: float = 0.01,
         *,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        nesterov: bool = False,
+        weight_decay: float = 0.0,
+        maximize: bool = False,
         locked: bool = False,
         coalesce: bool = False,
     ) -> None:
-        """table[ids[i]] -= lr * grads[i] (ids=None: the whole table, grads shaped like it).
+        """torch.optim.SGD's update of rows `ids` (ids=None: the whole table, grads shaped like
+        it); plain SGD is table[ids[i]] -= lr * grads[i]. momentum > 0 needs a table created
+        with optimizer="momentum": each row's buffer starts as its first gradient.
 
         A repeated id applies once per occurrence, in order; coalesce=True sums its gradients
         first and applies them once, as torch's optimizers do with an uncoalesced sparse
-        gradient (nn.Embedding(sparse=True)'s). The same holds for adagrad and adam."""
-        ids = _ids(ids, "sgd")
-        self._h.update(0, ids, _array(grads), locked, coalesce, float(lr), 0.0, 0.0, 0.0, 0)
+        gradient (nn.Embedding(sparse=True)'s). Sparse ids get the dense update on their rows
+        only: other rows, and their state, stay as they are. The same holds for adagrad and
+        adam."""
+        opts = _hogwild.SgdOptions(lr, momentum, dampening, nesterov, weight_decay, maximize)
+        self._h.sgd(_ids(ids, "sgd"), _array(grads), locked, coalesce, opts)
 
     def adagrad(
         self,
@@ -284,12 +319,19 @@ class SharedTable:
         lr: float = 0.01,
         eps: float = 1e-10,
         *,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        maximize: bool = False,
+        step: int | None = None,
         locked: bool = False,
         coalesce: bool = False,
     ) -> None:
-        """torch.optim.Adagrad's update of rows `ids` (or all), fused in one pass per row."""
-        ids = _ids(ids, "adagrad")
-        self._h.update(1, ids, _array(grads), locked, coalesce, float(lr), float(eps), 0.0, 0.0, 0)
+        """torch.optim.Adagrad's update of rows `ids` (or all), fused in one pass per row.
+        step: lr_decay's step (>= 1); None takes the table's next global step."""
+        opts = _hogwild.AdagradOptions(
+            lr, eps, lr_decay, weight_decay, maximize, _step(step, "adagrad")
+        )
+        self._h.adagrad(_ids(ids, "adagrad"), _array(grads), locked, coalesce, opts)
 
     def adam(
         self,
@@ -300,31 +342,44 @@ class SharedTable:
         eps: float = 1e-8,
         step: int | None = None,
         *,
+        weight_decay: float = 0.0,
+        decoupled_weight_decay: bool = False,
+        amsgrad: bool = False,
+        maximize: bool = False,
         locked: bool = False,
         coalesce: bool = False,
     ) -> None:
-        """torch.optim.Adam's update (no weight decay) of rows `ids` (or all) in one pass per
-        row, lazy over rows as SparseAdam. step: the bias-correction step (>= 1); None takes
-        the table's next global step."""
-        if step is not None and (not isinstance(step, (int, np.integer)) or step < 1):
-            raise ValueError(f"adam step must be an int >= 1 or None, got {step!r}")
+        """torch.optim.Adam's update of rows `ids` (or all) in one pass per row, lazy over rows
+        as SparseAdam; decoupled_weight_decay=True is AdamW; amsgrad needs a table created with
+        optimizer="amsgrad". step: the bias-correction step (>= 1); None takes the table's next
+        global step."""
         b1, b2 = betas
-        self._h.update(
-            2,
-            _ids(ids, "adam"),
-            _array(grads),
-            locked,
-            coalesce,
-            float(lr),
-            float(eps),
-            float(b1),
-            float(b2),
-            int(step or 0),
+        opts = _hogwild.AdamOptions(
+            lr,
+            b1,
+            b2,
+            eps,
+            _step(step, "adam"),
+            weight_decay,
+            decoupled_weight_decay,
+            amsgrad,
+            maximize,
         )
+        self._h.adam(_ids(ids, "adam"), _array(grads), locked, coalesce, opts)
+
+    def step_with(
+        self, options: Any, ids: Any, grads: Any, *, locked: bool = False, coalesce: bool = False
+    ) -> None:
+        """One update with prebuilt options (pscore._hogwild.SgdOptions, AdagradOptions or
+        AdamOptions): what sgd/adagrad/adam do, without building the options on every call."""
+        kind = _OPTIONS.get(type(options))
+        if kind is None:
+            raise TypeError(f"options must be Sgd/Adagrad/AdamOptions, got {type(options)}")
+        getattr(self._h, kind)(_ids(ids, kind), _array(grads), locked, coalesce, options)
 
     def axpy(self, alpha: float, x: Any, *, locked: bool = False) -> None:
         """table += alpha * x over the whole table (x shaped like the table)."""
-        self._h.update(3, None, _array(x), locked, False, float(alpha), 0.0, 0.0, 0.0, 0)
+        self._h.axpy(float(alpha), _array(x), locked)
 
     # ---- lifetime -------------------------------------------------------------------------------
     @property
