@@ -1,69 +1,12 @@
 """pscore as a torch.distributed backend: unmodified DDP code trains to the same weights as on
 gloo, and the torch.distributed collectives dispatch to pscore."""
 
-import datetime
-import multiprocessing as mp
-import os
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
-
-import pscore.torch_backend  # noqa: F401 - registers "pscore"
-
-# Ranks are spawned, not forked: the test process serves a torch TCPStore (a libuv thread), and
-# a forked rank once hung early in CI, likely on state inherited from that thread; spawned ranks
-# start clean.
-_ctx = mp.get_context("spawn")
-# Objects a rank must not free: torch 2.13 can deadlock when a DDP reducer holding a gloo group
-# is freed (its destructor joins gloo's worker thread while holding the GIL, and the worker
-# needs the GIL to free a tensor). Ranks leave with os._exit, so nothing here is ever freed.
-_KEEP_ALIVE = []
-
-
-def init(backend, rank, world, port, timeout_s):
-    timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
-
-
-def _rank_main(target, rank, args, queue):
-    """Runs one rank and sends back ("ok", reply) or ("error", repr); leaves with os._exit once
-    the reply is flushed (see _KEEP_ALIVE)."""
-    try:
-        queue.put((rank, "ok", target(rank, *args)))
-    except BaseException as e:  # noqa: BLE001 - reported to the test
-        queue.put((rank, "error", repr(e)))
-    queue.close()
-    queue.join_thread()
-    os._exit(0)
-
-
-def run_ranks(target, world, *args, timeout_s):
-    """Runs target(rank, world, *args, port) in spawned ranks, with a torch TCPStore served here
-    on a port the kernel picked; returns {rank: reply}. Ranks still running when the replies
-    are in or the time is up are killed."""
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    queue = _ctx.Queue()
-    procs = [
-        _ctx.Process(target=_rank_main, args=(target, r, (world, *args, store.port), queue))
-        for r in range(world)
-    ]
-    try:
-        for p in procs:
-            p.start()
-        replies = [queue.get(timeout=timeout_s) for _ in procs]
-        for p in procs:
-            p.join(10)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    errors = {r: v for r, status, v in replies if status != "ok"}
-    assert not errors, errors
-    return {r: v for r, _, v in replies}
+from torch_ranks import KEEP_ALIVE, init, run_ranks
 
 
 def ddp_train(rank, world, backend, port):
@@ -90,7 +33,7 @@ def ddp_train(rank, world, backend, port):
     assert all(torch.equal(o, torch.arange(6, dtype=torch.float32) + r) for r, o in enumerate(outs))
     reply = (flat.numpy().copy(), dist.get_backend())
     dist.destroy_process_group()
-    _KEEP_ALIVE.append(model)
+    KEEP_ALIVE.append(model)
     return reply
 
 
