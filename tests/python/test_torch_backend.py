@@ -1,6 +1,8 @@
 """pscore as a torch.distributed backend: unmodified DDP code trains to the same weights as on
 gloo, and the torch.distributed collectives dispatch to pscore."""
 
+import datetime
+import re
 import time
 
 import pytest
@@ -120,3 +122,80 @@ def async_ops(rank, world, port):
 
 def test_operations_run_asynchronously_through_the_backend():
     assert all(run_ranks(async_ops, 3, timeout_s=60).values())
+
+
+def profiled_ops(rank, world, backend, port):
+    """The profiler's event names for a run of operations, from its events and its trace."""
+    import json
+    import pathlib
+    import tempfile
+
+    from torch.profiler import profile
+
+    init(backend, rank, world, port, timeout_s=30)
+    t = torch.ones(8)
+    outs = [torch.empty(8) for _ in range(world)]
+    with profile() as prof:
+        dist.all_reduce(t)
+        dist.all_reduce(t, async_op=True).wait()
+        dist.broadcast(t, src=0)
+        dist.all_gather(outs, t)
+        dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * world))
+        if rank == 0:
+            dist.send(t, 1)
+        elif rank == 1:
+            dist.recv(t, 0)
+        dist.barrier()
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = pathlib.Path(tmp, "trace.json")
+        prof.export_chrome_trace(str(trace))
+        traced = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}
+    names = {e.name for e in prof.events()}
+    dist.destroy_process_group()
+    return names, traced
+
+
+def test_profiler_shows_the_backends_operations():
+    """Each operation gloo's profile names `gloo:<op>` shows as `pscore:<op>` in the events and
+    in the exported trace."""
+    gloo = run_ranks(profiled_ops, 2, "gloo", timeout_s=120)
+    ours = run_ranks(profiled_ops, 2, "pscore", timeout_s=120)
+    for rank in range(2):
+        gloo_ops = {n.split(":", 1)[1] for n in gloo[rank][0] if n.startswith("gloo:")}
+        assert {"all_reduce", "broadcast", "all_gather", "barrier"} <= gloo_ops, gloo_ops
+        for names in ours[rank]:
+            shown = {n.split(":", 1)[1] for n in names if n and n.startswith("pscore:")}
+            assert gloo_ops <= shown, (rank, gloo_ops - shown)
+
+
+def absent_ranks(rank, world, backend, absent, wait_all, port):
+    """monitored_barrier with the ranks in `absent` never arriving; returns the error or None."""
+    init(backend, rank, world, port, timeout_s=30)
+    dist.barrier()
+    if rank in absent:
+        time.sleep(4)  # alive, but never reaching the barrier
+        return None
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=2), wait_all_ranks=wait_all)
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return str(e)
+    return "passed"
+
+
+def named_ranks(message: str) -> list[int]:
+    found = re.search(r"[Rr]anks? ([\d, ]+) (?:failed|did not)", message)
+    return [int(r) for r in found.group(1).split(",")] if found else []
+
+
+@pytest.mark.parametrize(
+    ("absent", "wait_all", "named"), [((2,), False, [2]), ((1, 2), True, [1, 2])]
+)
+def test_monitored_barrier_names_the_absent_ranks_as_gloo_does(absent, wait_all, named):
+    outcomes = {
+        b: run_ranks(absent_ranks, 3, b, absent, wait_all, timeout_s=120)
+        for b in ("gloo", "pscore")
+    }
+    for outcome in outcomes.values():
+        assert named_ranks(outcome[0]) == named, outcome[0]
+        for rank in set(range(1, 3)) - set(absent):  # arrived, never released: a timeout
+            assert outcome[rank] not in (None, "passed"), outcome[rank]
