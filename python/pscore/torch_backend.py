@@ -206,6 +206,15 @@ class PscoreProcessGroup(_TorchProcessGroup):
     def setGroupDesc(self, desc: str) -> None:
         self._desc = desc
 
+    def _start_coalescing(self, device) -> None:
+        raise RuntimeError(
+            "pscore backend: no device-level coalescing (nor on gloo); "
+            "_coalescing_manager() without a device coalesces all_reduce, "
+            "all_gather_into_tensor and reduce_scatter_tensor"
+        )
+
+    _end_coalescing = _start_coalescing
+
     def _run(self, name: str, start, result=(), staging: Staging | None = None) -> _AsyncWork:
         """Starts operation `name`: start() issues pscore's calls and returns their works. The
         returned Work's future resolves to `result` once staged outputs are written back;

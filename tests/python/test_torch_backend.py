@@ -51,21 +51,44 @@ def test_ddp_matches_gloo(world):
         )
 
 
-def silent_peer(rank, world, port):
-    init("pscore", rank, world, port, timeout_s=2)
+def silent_peer(rank, world, backend, port):
+    """Rank 1 stays silent; rank 0's all_reduce fails: what its Work and future then say."""
+    init(backend, rank, world, port, timeout_s=2)
     if rank == 1:
         time.sleep(4)  # alive but silent
         return "slept"
+    work = dist.all_reduce(torch.ones(4), async_op=True)
+    future = work.get_future()
     try:
-        dist.all_reduce(torch.ones(4))
+        work.wait()
     except Exception as e:  # noqa: BLE001 - reported to the test
-        return f"{type(e).__name__}: {e}"
-    return "no error"
+        waited = f"{type(e).__name__}: {e}"
+    else:
+        waited = "no error"
+    try:
+        future.wait()
+    except Exception:  # noqa: BLE001 - reported to the test
+        future_raised = True
+    else:
+        future_raised = False
+    return {
+        "wait": waited,
+        "future raised": future_raised,
+        "completed": work.is_completed(),
+        "success": work.is_success(),
+        "exception": work.exception() is not None,
+    }
 
 
 def test_failure_reaches_the_torch_caller():
-    out = run_ranks(silent_peer, 2, timeout_s=60)
-    assert "rank 0 <- rank 1: allreduce #" in out[0] and "timed out after 2000 ms" in out[0], out
+    """The error names the silent rank; the Work and its future fail as gloo's do."""
+    ours = run_ranks(silent_peer, 2, "pscore", timeout_s=60)[0]
+    gloo = run_ranks(silent_peer, 2, "gloo", timeout_s=60)[0]
+    assert "rank 0 <- rank 1: allreduce #" in ours["wait"], ours
+    assert "timed out after 2000 ms" in ours["wait"], ours
+    assert {k: v for k, v in ours.items() if k != "wait"} == {
+        k: v for k, v in gloo.items() if k != "wait"
+    }, (ours, gloo)
 
 
 def any_source(rank, world, port):

@@ -424,6 +424,21 @@ def coalescing_manager(rank, world):
 
 
 @case
+def coalescing_manager_with_device(rank, world):
+    """The older form that hands the device to the group's start/end of coalescing."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    t = data(rank, 3)
+
+    def run():
+        with _coalescing_manager(device=torch.device("cpu")):
+            dist.all_reduce(t)
+        return t
+
+    return attempt(run)
+
+
+@case
 def sparse_all_reduce(rank, world):
     idx = torch.tensor([[rank, rank + 1, 0], [0, 1, rank]])
     t = torch.sparse_coo_tensor(idx, torch.tensor([1.0, 2.0, 3.0]) * (rank + 1), (world + 1, 4))
