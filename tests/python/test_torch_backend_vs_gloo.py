@@ -65,3 +65,10 @@ def test_pscore_gives_the_expected_values(outcomes, name):
     for rank, results in outcomes["pscore"].items():
         for key, (got, expected) in results[name].items():
             assert_same(got, expected, f"rank {rank}: {name}[{key!r}]")
+
+
+def test_both_backends_end_in_step(outcomes):
+    for backend, results in outcomes.items():
+        for rank, cases in results.items():
+            got, expected = cases["still_in_step"]["sum"]
+            assert_same(got, expected, f"{backend} rank {rank}: still_in_step")

@@ -425,8 +425,10 @@ def coalescing_manager(rank, world):
 
 @case
 def coalescing_manager_with_device(rank, world):
-    """The older form that hands the device to the group's start/end of coalescing."""
-    from torch.distributed.distributed_c10d import _coalescing_manager
+    """The older form that hands the device to the group (gloo refuses it). torch leaves the
+    group marked as coalescing when the group refuses, and would then drop every later
+    all_reduce silently: the mark is cleared here."""
+    from torch.distributed.distributed_c10d import _coalescing_manager, _world
 
     t = data(rank, 3)
 
@@ -435,7 +437,9 @@ def coalescing_manager_with_device(rank, world):
             dist.all_reduce(t)
         return t
 
-    return attempt(run)
+    outcome = attempt(run)
+    _world.pg_coalesce_state.pop(dist.group.WORLD, None)
+    return outcome
 
 
 @case
@@ -540,9 +544,10 @@ def mismatched_arguments(rank, world):
     }
 
 
-@case
+@self_checked
 def still_in_step(rank, world):
-    """After every case above, the ranks still agree on their next collective."""
+    """After every case above, the ranks still agree on their next collective (checked on both
+    backends: a case that left torch's state broken would hide later differences)."""
     t = data(rank)
     dist.all_reduce(t)
-    return t
+    return {"sum": (t, sum(data(r) for r in range(world)))}
