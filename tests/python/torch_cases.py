@@ -390,6 +390,20 @@ def object_collectives(rank, world):
 
 
 @case
+def object_send_recv(rank, world):
+    """send_object_list / recv_object_list around a ring."""
+    outgoing = [{"from": rank, "payload": list(range(rank * 3))}, f"rank {rank}"]
+    incoming = [None, None]
+    if rank % 2 == 0:
+        dist.send_object_list(outgoing, dst=(rank + 1) % world)
+        dist.recv_object_list(incoming, src=(rank - 1) % world)
+    else:
+        dist.recv_object_list(incoming, src=(rank - 1) % world)
+        dist.send_object_list(outgoing, dst=(rank + 1) % world)
+    return incoming
+
+
+@case
 def coalesced(rank, world):
     ins = [data(rank, 3), data(rank + 5, 4)]
     outs = [[torch.empty(3), torch.empty(4)] for _ in range(world)]
@@ -484,6 +498,13 @@ def subgroups(rank, world):
     if dist.get_world_size(mine) > 1:
         dist.broadcast(got.fill_(rank), src=dist.get_process_group_ranks(mine)[0], group=mine)
         out["subgroup_broadcast"] = got
+        me = dist.get_rank(mine)
+        message = data(rank, 3) * 11 if me == 0 else torch.empty(3)
+        if me == 0:
+            dist.send(message, group=mine, group_dst=1)
+        else:
+            out["subgroup_sender"] = dist.recv(message, group=mine, group_src=0)
+        out["subgroup_message"] = message
     dist.barrier()
     return out
 
