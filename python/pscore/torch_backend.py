@@ -75,13 +75,7 @@ class _AsyncWork(_TorchWork):
 
     def exception(self):
         """The operation's failure, or None (also while it runs)."""
-        if not self.is_completed():
-            return None
-        try:
-            self._works.wait(None)
-        except Exception as e:  # noqa: BLE001 - returned, not raised
-            return e
-        return None
+        return self._works.exception()
 
     def get_future(self):
         return self._future
@@ -100,6 +94,13 @@ class _AllOf:
 
     def is_completed(self) -> bool:
         return all(w.is_completed() for w in self._works)
+
+    def exception(self):
+        """The first failure among the completed works, or None."""
+        for w in self._works:
+            if w.is_completed() and w.exception() is not None:
+                return w.exception()
+        return None
 
     def source_rank(self) -> int:
         return self._works[0].source_rank() if self._works else -1
