@@ -222,3 +222,32 @@ def test_monitored_barrier_names_the_absent_ranks_as_gloo_does(absent, wait_all,
         assert named_ranks(outcome[0]) == named, outcome[0]
         for rank in set(range(1, 3)) - set(absent):  # arrived, never released: a timeout
             assert outcome[rank] not in (None, "passed"), outcome[rank]
+
+
+def wait_with_timeout(rank, world, port):
+    """A receive whose wait times out (nothing sent yet), completed by a later send."""
+    init("pscore", rank, world, port, timeout_s=30)
+    got = torch.zeros(3)
+    if rank == 0:
+        work = dist.irecv(got, 1, tag=9)
+        try:
+            work.wait(datetime.timedelta(milliseconds=200))
+        except TimeoutError as e:
+            first = str(e)
+        else:
+            first = "no timeout"
+        dist.barrier()
+        work.wait()
+        reply = (first, work.is_completed(), got.tolist())
+    else:
+        dist.barrier()
+        dist.send(torch.ones(3), 0, tag=9)
+        reply = None
+    dist.destroy_process_group()
+    return reply
+
+
+def test_wait_timeout_leaves_the_operation_running():
+    first, completed, got = run_ranks(wait_with_timeout, 2, timeout_s=60)[0]
+    assert "still running after waiting" in first, first
+    assert completed and got == [1.0, 1.0, 1.0]
