@@ -56,6 +56,12 @@ const char* reduce_op_name(ReduceOp op) {
       return "max";
     case ReduceOp::kAvg:
       return "avg";
+    case ReduceOp::kBand:
+      return "band";
+    case ReduceOp::kBor:
+      return "bor";
+    case ReduceOp::kBxor:
+      return "bxor";
   }
   return "unknown";
 }
@@ -67,7 +73,7 @@ DType dtype_from_code(int code) {
 }
 
 ReduceOp reduce_op_from_code(int code) {
-  if (code < 0 || code > static_cast<int>(ReduceOp::kAvg))
+  if (code < 0 || code > static_cast<int>(ReduceOp::kBxor))
     throw std::invalid_argument("unknown reduce op code " + std::to_string(code));
   return static_cast<ReduceOp>(code);
 }

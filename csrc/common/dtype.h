@@ -18,7 +18,17 @@ enum class DType : uint8_t {
   kInt64 = 7,
 };
 
-enum class ReduceOp : uint8_t { kSum = 0, kProd = 1, kMin = 2, kMax = 3, kAvg = 4 };
+// kBand, kBor and kBxor are bitwise and apply to integer types only.
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kProd = 1,
+  kMin = 2,
+  kMax = 3,
+  kAvg = 4,
+  kBand = 5,
+  kBor = 6,
+  kBxor = 7,
+};
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);

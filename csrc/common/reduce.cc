@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "common/half.h"
@@ -38,6 +39,19 @@ struct WrapProd {
       return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
     }
   }
+};
+
+template <typename T>
+struct OpBand {
+  static T apply(T a, T b) { return static_cast<T>(a & b); }
+};
+template <typename T>
+struct OpBor {
+  static T apply(T a, T b) { return static_cast<T>(a | b); }
+};
+template <typename T>
+struct OpBxor {
+  static T apply(T a, T b) { return static_cast<T>(a ^ b); }
 };
 
 template <typename T, template <typename> class Op>
@@ -94,6 +108,28 @@ void dispatch_types(void* d, const void* a, const void* b, size_t n, DType t) {
   throw std::invalid_argument("reduce: unknown dtype");
 }
 
+// Bitwise ops exist for the integer types only.
+template <template <typename> class Op>
+void dispatch_integers(void* d, const void* a, const void* b, size_t n, DType t, ReduceOp op) {
+  switch (t) {
+    case DType::kInt8:
+      return kernel<int8_t, Op>(static_cast<int8_t*>(d), static_cast<const int8_t*>(a),
+                                static_cast<const int8_t*>(b), n);
+    case DType::kUInt8:
+      return kernel<uint8_t, Op>(static_cast<uint8_t*>(d), static_cast<const uint8_t*>(a),
+                                 static_cast<const uint8_t*>(b), n);
+    case DType::kInt32:
+      return kernel<int32_t, Op>(static_cast<int32_t*>(d), static_cast<const int32_t*>(a),
+                                 static_cast<const int32_t*>(b), n);
+    case DType::kInt64:
+      return kernel<int64_t, Op>(static_cast<int64_t*>(d), static_cast<const int64_t*>(a),
+                                 static_cast<const int64_t*>(b), n);
+    default:
+      throw std::invalid_argument(std::string("reduce: ") + reduce_op_name(op) +
+                                  " needs an integer dtype, got " + dtype_name(t));
+  }
+}
+
 // Sum and prod on signed integers must wrap (as torch does); min/max are safe natively.
 template <typename T>
 struct SumSel {
@@ -130,6 +166,12 @@ void reduce_to(void* dst, const void* a, const void* b, size_t count, DType dtyp
       return dispatch_types<OpMin>(dst, a, b, count, dtype);
     case ReduceOp::kMax:
       return dispatch_types<OpMax>(dst, a, b, count, dtype);
+    case ReduceOp::kBand:
+      return dispatch_integers<OpBand>(dst, a, b, count, dtype, op);
+    case ReduceOp::kBor:
+      return dispatch_integers<OpBor>(dst, a, b, count, dtype, op);
+    case ReduceOp::kBxor:
+      return dispatch_integers<OpBxor>(dst, a, b, count, dtype, op);
   }
   throw std::invalid_argument("reduce: unknown op");
 }

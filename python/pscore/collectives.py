@@ -21,14 +21,23 @@ class ReduceOp:
     MIN = "min"
     MAX = "max"
     AVG = "avg"
+    BAND = "band"
+    BOR = "bor"
+    BXOR = "bxor"
 
 
-def _op_code(op: Any) -> int:
+_BITWISE = ("band", "bor", "bxor")
+_INTEGER_DTYPES = ("int8", "uint8", "int32", "int64")
+
+
+def _op_code(op: Any, dtype: str) -> int:
     name = op if isinstance(op, str) else str(op).split(".")[-1].split(":")[0]
     name = name.strip("<> ").lower()
     name = {"product": "prod"}.get(name, name)
     if name not in REDUCE_OPS:
-        raise ValueError(f"reduce op {op!r} is not supported; use sum, prod, min, max or avg")
+        raise ValueError(f"reduce op {op!r} is not supported; use one of {sorted(REDUCE_OPS)}")
+    if name in _BITWISE and dtype not in _INTEGER_DTYPES:
+        raise TypeError(f"reduce op {name} needs an integer dtype, got {dtype}")
     return REDUCE_OPS[name]
 
 
@@ -56,7 +65,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     b = as_buffer(tensor)
     return _finish(
         g,
-        lambda: g.native.allreduce(b.ptr, b.numel, b.dtype_code, _op_code(op), async_op),
+        lambda: g.native.allreduce(b.ptr, b.numel, b.dtype_code, _op_code(op, b.dtype), async_op),
         async_op,
         b,
     )
@@ -85,7 +94,9 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
     root = g.group_rank(dst, "dst")
     return _finish(
         g,
-        lambda: g.native.reduce(b.ptr, b.numel, b.dtype_code, _op_code(op), root, async_op),
+        lambda: g.native.reduce(
+            b.ptr, b.numel, b.dtype_code, _op_code(op, b.dtype), root, async_op
+        ),
         async_op,
         b,
     )
@@ -154,7 +165,12 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
     return _finish(
         g,
         lambda: g.native.reduce_scatter(
-            [i.ptr for i in ins], out.ptr, out.numel, out.dtype_code, _op_code(op), async_op
+            [i.ptr for i in ins],
+            out.ptr,
+            out.numel,
+            out.dtype_code,
+            _op_code(op, out.dtype),
+            async_op,
         ),
         async_op,
         (out, ins),
@@ -175,7 +191,12 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     return _finish(
         g,
         lambda: g.native.reduce_scatter(
-            _split(inp, g.size, "input"), out.ptr, out.numel, out.dtype_code, _op_code(op), async_op
+            _split(inp, g.size, "input"),
+            out.ptr,
+            out.numel,
+            out.dtype_code,
+            _op_code(op, out.dtype),
+            async_op,
         ),
         async_op,
         (out, inp),

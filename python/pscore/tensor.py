@@ -23,7 +23,8 @@ DTYPE_CODES = {
     "int32": 6,
     "int64": 7,
 }
-REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+# band, bor and bxor are bitwise and take integer dtypes only.
+REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "band": 5, "bor": 6, "bxor": 7}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,49 +11,55 @@ computing while gradient buckets are reduced.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import queue
 import threading
+import time
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup as _TorchProcessGroup
 from torch._C._distributed_c10d import Work as _TorchWork
 
-from . import collectives as c
+from . import torch_barrier
 from .group import build_group
 from .store_base import Store
+from .torch_ops import TorchOperations
+from .torch_tensors import Staging
 
 BACKEND_NAME = "pscore"
 
-_OPS = {
-    dist.ReduceOp.SUM: "sum",
-    dist.ReduceOp.PRODUCT: "prod",
-    dist.ReduceOp.MIN: "min",
-    dist.ReduceOp.MAX: "max",
-    dist.ReduceOp.AVG: "avg",
-}
 
-
-def _op_name(op) -> str:
-    for torch_op, name in _OPS.items():
-        if op == torch_op:
-            return name
-    raise ValueError(f"pscore backend: reduce op {op} is not supported")
+def _seconds(timeout) -> float | None:
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
+    return None if seconds <= 0 else seconds  # torch's "no timeout" is zero
 
 
 class _AsyncWork(_TorchWork):
     """An operation still running in pscore; its future resolves on the completer thread, and
-    wait() waits on pscore's works directly (no hand-off through that thread)."""
+    wait() waits on pscore's works directly (no hand-off through that thread). `finish` (the
+    write-back of staged outputs) runs once, on whichever thread sees the works done first."""
 
-    def __init__(self, works):
+    def __init__(self, works, finish=None):
         super().__init__()
         self._works = works
+        self._finish = finish
+        self._finish_lock = threading.Lock()
         self._future = torch.futures.Future()
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
-        self._works.wait()  # raises the operation's error
+        self._works.wait(_seconds(timeout))  # raises the operation's error
+        self._finished()
         return True
+
+    def _finished(self) -> None:
+        with self._finish_lock:
+            finish, self._finish = self._finish, None
+            if finish is not None:
+                finish()
 
     def is_completed(self) -> bool:
         return self._works.is_completed()
@@ -65,30 +71,36 @@ class _AsyncWork(_TorchWork):
     _source_rank = source_rank  # what torch.distributed.recv(src=None) asks
 
     def is_success(self) -> bool:
-        if not self.is_completed():
-            return False
-        try:
-            self._works.wait()
-        except Exception:  # noqa: BLE001 - a failed operation is simply not a success
-            return False
-        return True
+        return self.is_completed() and self.exception() is None
+
+    def exception(self):
+        """The operation's failure, or None (also while it runs)."""
+        return self._works.exception()
 
     def get_future(self):
         return self._future
 
 
 class _AllOf:
-    """Waits for several pscore works, first error wins."""
+    """Waits for several pscore works, first error wins; a timeout bounds them all together."""
 
     def __init__(self, works):
         self._works = works
 
-    def wait(self) -> None:
+    def wait(self, timeout_s: float | None = None) -> None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for w in self._works:
-            w.wait()
+            w.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def is_completed(self) -> bool:
         return all(w.is_completed() for w in self._works)
+
+    def exception(self):
+        """The first failure among the completed works, or None."""
+        for w in self._works:
+            if w.is_completed() and w.exception() is not None:
+                return w.exception()
+        return None
 
     def source_rank(self) -> int:
         return self._works[0].source_rank() if self._works else -1
@@ -105,8 +117,8 @@ class _Completer:
         )
         self._thread.start()
 
-    def track(self, work, result) -> _AsyncWork:
-        torch_work = _AsyncWork(work)
+    def track(self, work, result, finish=None) -> _AsyncWork:
+        torch_work = _AsyncWork(work, finish)
         self._queue.put((work, result, torch_work))
         return torch_work
 
@@ -115,6 +127,7 @@ class _Completer:
             work, result, torch_work = self._queue.get()
             try:
                 work.wait()
+                torch_work._finished()
             except Exception as e:  # noqa: BLE001 - handed to whoever waits on the future
                 torch_work.get_future().set_exception(e)
             else:
@@ -159,7 +172,7 @@ class TorchStore(Store):
         self._store.set_timeout(datetime.timedelta(seconds=seconds))
 
 
-class PscoreProcessGroup(_TorchProcessGroup):
+class PscoreProcessGroup(TorchOperations, _TorchProcessGroup):
     """A torch ProcessGroup whose collectives run on a pscore group."""
 
     def __init__(self, store, rank: int, world_size: int, timeout: datetime.timedelta):
@@ -174,106 +187,41 @@ class PscoreProcessGroup(_TorchProcessGroup):
             list(range(world_size)),
         )
 
+    # Set by torch after __init__; a Python group has no backend object to hold them.
+    _name = ""
+    _desc = ""
+
     def getBackendName(self) -> str:
         return BACKEND_NAME
 
-    def _track(self, works, result) -> _AsyncWork:
-        return self._completer.track(_AllOf(works), result)
+    def getGroupName(self) -> str:
+        return self._name
 
-    def allreduce(self, tensors, opts=None):
-        op = _op_name(opts.reduceOp) if opts is not None else "sum"
-        g = self._group
-        return self._track(
-            [c.all_reduce(t, op=op, group=g, async_op=True) for t in tensors], tensors
+    def setGroupName(self, name: str) -> None:
+        self._name = name
+
+    def getGroupDesc(self) -> str:
+        return self._desc
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._desc = desc
+
+    def _run(self, name: str, start, result=(), staging: Staging | None = None) -> _AsyncWork:
+        """Starts operation `name`: start() issues pscore's calls and returns their works. The
+        returned Work's future resolves to `result` once staged outputs are written back;
+        a profiler sees the operation as "pscore:<name>" from here until it completes."""
+        profiled = torch.autograd._profiler_enabled()
+        span = (
+            torch.autograd.profiler.record_function(f"{BACKEND_NAME}:{name}")
+            if profiled
+            else contextlib.nullcontext()
         )
-
-    def allreduce_coalesced(self, tensors, opts=None):
-        return self.allreduce(tensors, opts)
-
-    def broadcast(self, tensors, opts):
-        root, g = opts.rootRank, self._group
-        return self._track(
-            [c.broadcast(t, src=root, group=g, async_op=True) for t in tensors], tensors
-        )
-
-    def reduce(self, tensors, opts):
-        root, op, g = opts.rootRank, _op_name(opts.reduceOp), self._group
-        works = [c.reduce(t, dst=root, op=op, group=g, async_op=True) for t in tensors]
-        return self._track(works, tensors)
-
-    def allgather(self, output_lists, inputs, opts=None):
-        g = self._group
-        works = [c.all_gather(o, t, group=g, async_op=True) for o, t in zip(output_lists, inputs)]
-        return self._track(works, output_lists)
-
-    def all_gather_single(self, output, input, opts=None):
-        work = c.all_gather_into_tensor(output, input, group=self._group, async_op=True)
-        return self._track([work], [output])
-
-    _allgather_base = all_gather_single  # the name torch used before 2.13
-
-    def reduce_scatter(self, outputs, input_lists, opts):
-        op, g = _op_name(opts.reduceOp), self._group
-        works = [
-            c.reduce_scatter(o, ins, op=op, group=g, async_op=True)
-            for o, ins in zip(outputs, input_lists)
-        ]
-        return self._track(works, outputs)
-
-    def reduce_scatter_single(self, output, input, opts):
-        op = _op_name(opts.reduceOp)
-        work = c.reduce_scatter_tensor(output, input, op=op, group=self._group, async_op=True)
-        return self._track([work], [output])
-
-    _reduce_scatter_base = reduce_scatter_single  # the name torch used before 2.13
-
-    def _at_root(self, lists, root: int) -> list:
-        """The root's tensor lists; None for each on the other ranks."""
-        return lists if self.rank() == root else [None] * len(lists)
-
-    def gather(self, output_lists, inputs, opts):
-        root, g = opts.rootRank, self._group
-        outs = self._at_root(output_lists, root)
-        works = [c.gather(t, o, dst=root, group=g, async_op=True) for t, o in zip(inputs, outs)]
-        return self._track(works, output_lists)
-
-    def scatter(self, outputs, input_lists, opts):
-        root, g = opts.rootRank, self._group
-        ins = self._at_root(input_lists, root)
-        works = [c.scatter(t, i, src=root, group=g, async_op=True) for t, i in zip(outputs, ins)]
-        return self._track(works, outputs)
-
-    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        work = c.all_to_all_single(
-            output,
-            input,
-            output_split_sizes or None,
-            input_split_sizes or None,
-            group=self._group,
-            async_op=True,
-        )
-        return self._track([work], [output])
-
-    alltoall_base = all_to_all_single  # the name torch used before 2.13
-
-    def alltoall(self, outputs, inputs, opts=None):
-        return self._track(
-            [c.all_to_all(outputs, inputs, group=self._group, async_op=True)], outputs
-        )
-
-    def barrier(self, opts=None):
-        return self._track([c.barrier(group=self._group, async_op=True)], [])
-
-    def send(self, tensors, dst: int, tag: int):
-        g = self._group
-        return self._track([c.isend(t, dst, group=g, tag=tag) for t in tensors], tensors)
-
-    def recv(self, tensors, src: int, tag: int):
-        g = self._group
-        return self._track([c.irecv(t, src, group=g, tag=tag) for t in tensors], tensors)
-
-    def recv_anysource(self, tensors, tag: int):
-        return self.recv(tensors, None, tag)
+        with span:  # a call that raises ends the span here, one that starts ends it on completion
+            finish = staging.finish if staging is not None else None
+            work = self._completer.track(_AllOf(start()), list(result), finish)
+            if profiled:
+                span._call_end_callbacks_on_future(work.get_future())
+        return work
 
 
 def _create(store, rank: int, world_size: int, timeout: datetime.timedelta):
@@ -284,6 +232,7 @@ def register() -> None:
     """Registers the "pscore" backend with torch.distributed (idempotent)."""
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])
+    torch_barrier.install(PscoreProcessGroup)
 
 
 register()

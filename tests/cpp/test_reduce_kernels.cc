@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "common/half.h"
@@ -104,6 +105,30 @@ TEST(Reduce, EveryOpEveryType) {
     EXPECT_EQ(run(t, ReduceOp::kMin), (std::vector<double>{1, 2, -4, 7}));
     EXPECT_EQ(run(t, ReduceOp::kMax), (std::vector<double>{3, 5, -2, 7}));
   }
+}
+
+TEST(Reduce, BitwiseOpsOnEveryIntegerType) {
+  auto run = [](auto zero, DType t, ReduceOp op) {
+    using T = decltype(zero);
+    std::vector<T> a = {0b1100, 0b1010, 0x7f}, b = {0b1010, 0b0110, 0x0f};
+    reduce_into(a.data(), b.data(), a.size(), t, op);
+    return std::vector<int64_t>(a.begin(), a.end());
+  };
+  auto check = [&](auto zero, DType t) {
+    EXPECT_EQ(run(zero, t, ReduceOp::kBand), (std::vector<int64_t>{0b1000, 0b0010, 0x0f}));
+    EXPECT_EQ(run(zero, t, ReduceOp::kBor), (std::vector<int64_t>{0b1110, 0b1110, 0x7f}));
+    EXPECT_EQ(run(zero, t, ReduceOp::kBxor), (std::vector<int64_t>{0b0110, 0b1100, 0x70}));
+  };
+  check(int8_t{}, DType::kInt8);
+  check(uint8_t{}, DType::kUInt8);
+  check(int32_t{}, DType::kInt32);
+  check(int64_t{}, DType::kInt64);
+}
+
+TEST(Reduce, BitwiseOpsRejectFloatingPoint) {
+  std::vector<float> a = {1.0f}, b = {2.0f};
+  EXPECT_THROW(reduce_into(a.data(), b.data(), 1, DType::kFloat32, ReduceOp::kBand),
+               std::invalid_argument);
 }
 
 TEST(Reduce, AverageDividesAfterTheSum) {

@@ -202,3 +202,40 @@ def test_matches_gloo(tmp_path):
     global GLOO_FILE
     GLOO_FILE = str(tmp_path / "gloo")
     assert all(run_ranks(matches_gloo, 3).values())
+
+
+BITWISE = {"band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}
+
+
+def bitwise_matrix(rank, world):
+    """band / bor / bxor on every integer dtype and size, through all_reduce, reduce and
+    reduce_scatter_tensor; floating-point tensors are refused on every rank alike."""
+    for dtype in (torch.int8, torch.uint8, torch.int32, torch.int64):
+        for n in SIZES:
+
+            def value(r, dtype=dtype, n=n):
+                return torch.randint(0, 127, (n,), generator=torch.Generator().manual_seed(r))
+
+            for op, fn in BITWISE.items():
+                want = value(0)
+                for r in range(1, world):
+                    want = fn(want, value(r))
+                want = want.to(dtype)
+                t = value(rank).to(dtype)
+                pscore.all_reduce(t, op=op)
+                assert torch.equal(t, want), f"all_reduce {op} {dtype} n={n}"
+                t = value(rank).to(dtype)
+                pscore.reduce(t, dst=0, op=op)
+                assert rank != 0 or torch.equal(t, want), f"reduce {op} {dtype} n={n}"
+                out = torch.empty(n, dtype=dtype)
+                pscore.reduce_scatter_tensor(out, value(rank).to(dtype).repeat(world), op=op)
+                assert torch.equal(out, want), f"reduce_scatter_tensor {op} {dtype} n={n}"
+    with pytest.raises(TypeError, match="band needs an integer dtype, got float32"):
+        pscore.all_reduce(torch.ones(3), op=pscore.ReduceOp.BAND)
+    pscore.barrier()
+    return True
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_bitwise_reductions(transport):
+    assert all(run_ranks(bitwise_matrix, 3, transport=transport, env=MATRIX_ENV).values())

@@ -2,68 +2,13 @@
 gloo, and the torch.distributed collectives dispatch to pscore."""
 
 import datetime
-import multiprocessing as mp
-import os
+import re
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
-
-import pscore.torch_backend  # noqa: F401 - registers "pscore"
-
-# Ranks are spawned, not forked: the test process serves a torch TCPStore (a libuv thread), and
-# a forked rank once hung early in CI, likely on state inherited from that thread; spawned ranks
-# start clean.
-_ctx = mp.get_context("spawn")
-# Objects a rank must not free: torch 2.13 can deadlock when a DDP reducer holding a gloo group
-# is freed (its destructor joins gloo's worker thread while holding the GIL, and the worker
-# needs the GIL to free a tensor). Ranks leave with os._exit, so nothing here is ever freed.
-_KEEP_ALIVE = []
-
-
-def init(backend, rank, world, port, timeout_s):
-    timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
-
-
-def _rank_main(target, rank, args, queue):
-    """Runs one rank and sends back ("ok", reply) or ("error", repr); leaves with os._exit once
-    the reply is flushed (see _KEEP_ALIVE)."""
-    try:
-        queue.put((rank, "ok", target(rank, *args)))
-    except BaseException as e:  # noqa: BLE001 - reported to the test
-        queue.put((rank, "error", repr(e)))
-    queue.close()
-    queue.join_thread()
-    os._exit(0)
-
-
-def run_ranks(target, world, *args, timeout_s):
-    """Runs target(rank, world, *args, port) in spawned ranks, with a torch TCPStore served here
-    on a port the kernel picked; returns {rank: reply}. Ranks still running when the replies
-    are in or the time is up are killed."""
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    queue = _ctx.Queue()
-    procs = [
-        _ctx.Process(target=_rank_main, args=(target, r, (world, *args, store.port), queue))
-        for r in range(world)
-    ]
-    try:
-        for p in procs:
-            p.start()
-        replies = [queue.get(timeout=timeout_s) for _ in procs]
-        for p in procs:
-            p.join(10)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    errors = {r: v for r, status, v in replies if status != "ok"}
-    assert not errors, errors
-    return {r: v for r, _, v in replies}
+from torch_ranks import KEEP_ALIVE, init, run_ranks
 
 
 def ddp_train(rank, world, backend, port):
@@ -90,7 +35,7 @@ def ddp_train(rank, world, backend, port):
     assert all(torch.equal(o, torch.arange(6, dtype=torch.float32) + r) for r, o in enumerate(outs))
     reply = (flat.numpy().copy(), dist.get_backend())
     dist.destroy_process_group()
-    _KEEP_ALIVE.append(model)
+    KEEP_ALIVE.append(model)
     return reply
 
 
@@ -106,21 +51,44 @@ def test_ddp_matches_gloo(world):
         )
 
 
-def silent_peer(rank, world, port):
-    init("pscore", rank, world, port, timeout_s=2)
+def silent_peer(rank, world, backend, port):
+    """Rank 1 stays silent; rank 0's all_reduce fails: what its Work and future then say."""
+    init(backend, rank, world, port, timeout_s=2)
     if rank == 1:
         time.sleep(4)  # alive but silent
         return "slept"
+    work = dist.all_reduce(torch.ones(4), async_op=True)
+    future = work.get_future()
     try:
-        dist.all_reduce(torch.ones(4))
+        work.wait()
     except Exception as e:  # noqa: BLE001 - reported to the test
-        return f"{type(e).__name__}: {e}"
-    return "no error"
+        waited = f"{type(e).__name__}: {e}"
+    else:
+        waited = "no error"
+    try:
+        future.wait()
+    except Exception:  # noqa: BLE001 - reported to the test
+        future_raised = True
+    else:
+        future_raised = False
+    return {
+        "wait": waited,
+        "future raised": future_raised,
+        "completed": work.is_completed(),
+        "success": work.is_success(),
+        "exception": work.exception() is not None,
+    }
 
 
 def test_failure_reaches_the_torch_caller():
-    out = run_ranks(silent_peer, 2, timeout_s=60)
-    assert "rank 0 <- rank 1: allreduce #" in out[0] and "timed out after 2000 ms" in out[0], out
+    """The error names the silent rank; the Work and its future fail as gloo's do."""
+    ours = run_ranks(silent_peer, 2, "pscore", timeout_s=60)[0]
+    gloo = run_ranks(silent_peer, 2, "gloo", timeout_s=60)[0]
+    assert "rank 0 <- rank 1: allreduce #" in ours["wait"], ours
+    assert "timed out after 2000 ms" in ours["wait"], ours
+    assert {k: v for k, v in ours.items() if k != "wait"} == {
+        k: v for k, v in gloo.items() if k != "wait"
+    }, (ours, gloo)
 
 
 def any_source(rank, world, port):
@@ -177,3 +145,109 @@ def async_ops(rank, world, port):
 
 def test_operations_run_asynchronously_through_the_backend():
     assert all(run_ranks(async_ops, 3, timeout_s=60).values())
+
+
+def profiled_ops(rank, world, backend, port):
+    """The profiler's event names for a run of operations, from its events and its trace."""
+    import json
+    import pathlib
+    import tempfile
+
+    from torch.profiler import profile
+
+    init(backend, rank, world, port, timeout_s=30)
+    t = torch.ones(8)
+    outs = [torch.empty(8) for _ in range(world)]
+    with profile() as prof:
+        dist.all_reduce(t)
+        dist.all_reduce(t, async_op=True).wait()
+        dist.broadcast(t, src=0)
+        dist.all_gather(outs, t)
+        dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * world))
+        if rank == 0:
+            dist.send(t, 1)
+        elif rank == 1:
+            dist.recv(t, 0)
+        dist.barrier()
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = pathlib.Path(tmp, "trace.json")
+        prof.export_chrome_trace(str(trace))
+        traced = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}
+    names = {e.name for e in prof.events()}
+    dist.destroy_process_group()
+    return names, traced
+
+
+def test_profiler_shows_the_backends_operations():
+    """Each operation gloo's profile names `gloo:<op>` shows as `pscore:<op>` in the events and
+    in the exported trace."""
+    gloo = run_ranks(profiled_ops, 2, "gloo", timeout_s=120)
+    ours = run_ranks(profiled_ops, 2, "pscore", timeout_s=120)
+    for rank in range(2):
+        gloo_ops = {n.split(":", 1)[1] for n in gloo[rank][0] if n.startswith("gloo:")}
+        assert {"all_reduce", "broadcast", "all_gather", "barrier"} <= gloo_ops, gloo_ops
+        for names in ours[rank]:
+            shown = {n.split(":", 1)[1] for n in names if n and n.startswith("pscore:")}
+            assert gloo_ops <= shown, (rank, gloo_ops - shown)
+
+
+def absent_ranks(rank, world, backend, absent, wait_all, port):
+    """monitored_barrier with the ranks in `absent` never arriving; returns the error or None."""
+    init(backend, rank, world, port, timeout_s=30)
+    dist.barrier()
+    if rank in absent:
+        time.sleep(4)  # alive, but never reaching the barrier
+        return None
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=2), wait_all_ranks=wait_all)
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return str(e)
+    return "passed"
+
+
+def named_ranks(message: str) -> list[int]:
+    found = re.search(r"[Rr]anks? ([\d, ]+) (?:failed|did not)", message)
+    return [int(r) for r in found.group(1).split(",")] if found else []
+
+
+@pytest.mark.parametrize(
+    ("absent", "wait_all", "named"), [((2,), False, [2]), ((1, 2), True, [1, 2])]
+)
+def test_monitored_barrier_names_the_absent_ranks_as_gloo_does(absent, wait_all, named):
+    outcomes = {
+        b: run_ranks(absent_ranks, 3, b, absent, wait_all, timeout_s=120)
+        for b in ("gloo", "pscore")
+    }
+    for outcome in outcomes.values():
+        assert named_ranks(outcome[0]) == named, outcome[0]
+        for rank in set(range(1, 3)) - set(absent):  # arrived, never released: a timeout
+            assert outcome[rank] not in (None, "passed"), outcome[rank]
+
+
+def wait_with_timeout(rank, world, port):
+    """A receive whose wait times out (nothing sent yet), completed by a later send."""
+    init("pscore", rank, world, port, timeout_s=30)
+    got = torch.zeros(3)
+    if rank == 0:
+        work = dist.irecv(got, 1, tag=9)
+        try:
+            work.wait(datetime.timedelta(milliseconds=200))
+        except TimeoutError as e:
+            first = str(e)
+        else:
+            first = "no timeout"
+        dist.barrier()
+        work.wait()
+        reply = (first, work.is_completed(), got.tolist())
+    else:
+        dist.barrier()
+        dist.send(torch.ones(3), 0, tag=9)
+        reply = None
+    dist.destroy_process_group()
+    return reply
+
+
+def test_wait_timeout_leaves_the_operation_running():
+    first, completed, got = run_ranks(wait_with_timeout, 2, timeout_s=60)[0]
+    assert "still running after waiting" in first, first
+    assert completed and got == [1.0, 1.0, 1.0]

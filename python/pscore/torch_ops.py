@@ -1,0 +1,275 @@
+"""The operations of pscore's torch ProcessGroup (torch_backend.PscoreProcessGroup): each
+checks its arguments as gloo does, stages the tensors (torch_tensors), and starts pscore's
+collectives through the group's `_run`, which tracks them to completion."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from . import collectives as c
+from .torch_barrier import monitored_barrier
+from .torch_sparse import all_reduce_sparse
+from .torch_tensors import Staging, check_list_length, check_same_shape, chunks_of, op_name
+
+
+class TorchOperations:
+    """torch.distributed's ProcessGroup operations on `self._group` (a pscore group)."""
+
+    _monitored_barriers = 0
+
+    def _start_coalescing(self, device) -> None:
+        raise RuntimeError(
+            "pscore backend: no device-level coalescing (nor on gloo); "
+            "_coalescing_manager() without a device coalesces all_reduce, "
+            "all_gather_into_tensor and reduce_scatter_tensor"
+        )
+
+    _end_coalescing = _start_coalescing
+
+    def _reduce_ops(self, opts, tensors) -> list[str]:
+        """pscore's op for each tensor (bool tensors reduce by other names)."""
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        if op == dist.ReduceOp.PREMUL_SUM:
+            raise ValueError("pscore backend: ReduceOp.PREMUL_SUM is not supported (nor by gloo)")
+        return [op_name(op, t.dtype) for t in tensors]
+
+    def allreduce(self, tensors, opts=None):
+        if any(t.is_sparse for t in tensors):
+            return self._sparse_allreduce(tensors, opts)
+        ops, g, st = self._reduce_ops(opts, tensors), self._group, Staging()
+        bufs = [st.output(t) for t in tensors]
+        return self._run(
+            "all_reduce",
+            lambda: [c.all_reduce(t, op=op, group=g, async_op=True) for t, op in zip(bufs, ops)],
+            tensors,
+            st,
+        )
+
+    def _sparse_allreduce(self, tensors, opts):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        if op != dist.ReduceOp.SUM:
+            raise ValueError("pscore backend: sparse all_reduce supports ReduceOp.SUM only")
+
+        def start():
+            for t in tensors:
+                all_reduce_sparse(t, self._group)
+            return []
+
+        return self._run("all_reduce_sparse", start, tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def broadcast(self, tensors, opts):
+        root, g, st = opts.rootRank, self._group, Staging()
+        bufs = [st.output(t) for t in tensors]
+        return self._run(
+            "broadcast",
+            lambda: [c.broadcast(t, src=root, group=g, async_op=True) for t in bufs],
+            tensors,
+            st,
+        )
+
+    def reduce(self, tensors, opts):
+        root, ops, g, st = opts.rootRank, self._reduce_ops(opts, tensors), self._group, Staging()
+        bufs = [st.output(t) for t in tensors]
+        return self._run(
+            "reduce",
+            lambda: [
+                c.reduce(t, dst=root, op=op, group=g, async_op=True) for t, op in zip(bufs, ops)
+            ],
+            tensors,
+            st,
+        )
+
+    def allgather(self, output_lists, inputs, opts=None):
+        g, st = self._group, Staging()
+        for outs, t in zip(output_lists, inputs):
+            check_list_length(outs, g.size, "all_gather's output list")
+            check_same_shape(outs, t, "all_gather's output list")
+        pairs = [
+            ([st.output(o) for o in outs], st.input(t)) for outs, t in zip(output_lists, inputs)
+        ]
+        return self._run(
+            "all_gather",
+            lambda: [c.all_gather(outs, t, group=g, async_op=True) for outs, t in pairs],
+            [o for outs in output_lists for o in outs],
+            st,
+        )
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        """output_lists[r][i] receives rank r's inputs[i]."""
+        check_list_length(output_lists, self._group.size, "all_gather_coalesced's output lists")
+        for outs in output_lists:
+            check_list_length(outs, len(inputs), "all_gather_coalesced's output list")
+        per_input = [[outs[i] for outs in output_lists] for i in range(len(inputs))]
+        return self.allgather(per_input, inputs, opts)
+
+    def all_gather_single(self, output, input, opts=None):
+        return self.all_gather_single_coalesced([output], [input], opts)
+
+    _allgather_base = all_gather_single  # the name torch used before 2.13
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        """Each output holds every rank's matching input, stacked along the first dimension."""
+        g, st = self._group, Staging()
+        chunks = [
+            chunks_of(o, g.size, t, "all_gather_into_tensor's output")
+            for o, t in zip(outputs, inputs)
+        ]
+        pairs = [(st.output(o), st.input(t)) for o, t in zip(outputs, inputs)]
+        return self._run(
+            "all_gather_into_tensor",
+            lambda: [c.all_gather_into_tensor(o, t, group=g, async_op=True) for o, t in pairs],
+            [piece for pieces in chunks for piece in pieces],
+            st,
+        )
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced  # the name before 2.13
+
+    def reduce_scatter(self, outputs, input_lists, opts):
+        ops, g, st = self._reduce_ops(opts, outputs), self._group, Staging()
+        for o, ins in zip(outputs, input_lists):
+            check_list_length(ins, g.size, "reduce_scatter's input list")
+            check_same_shape(ins, o, "reduce_scatter's input list")
+        calls = [
+            (st.output(o), [st.input(i) for i in ins], op)
+            for o, ins, op in zip(outputs, input_lists, ops)
+        ]
+        return self._run(
+            "reduce_scatter",
+            lambda: [
+                c.reduce_scatter(o, ins, op=op, group=g, async_op=True) for o, ins, op in calls
+            ],
+            outputs,
+            st,
+        )
+
+    def reduce_scatter_single(self, output, input, opts):
+        return self.reduce_scatter_single_coalesced([output], [input], opts)
+
+    _reduce_scatter_base = reduce_scatter_single  # the name torch used before 2.13
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        """Each output gets the reduction of its slice (first dimension) of every rank's input."""
+        ops, g, st = self._reduce_ops(opts, outputs), self._group, Staging()
+        for o, t in zip(outputs, inputs):
+            chunks_of(t, g.size, o, "reduce_scatter_tensor's input")
+        calls = [(st.output(o), st.input(t), op) for o, t, op in zip(outputs, inputs, ops)]
+        return self._run(
+            "reduce_scatter_tensor",
+            lambda: [
+                c.reduce_scatter_tensor(o, t, op=op, group=g, async_op=True) for o, t, op in calls
+            ],
+            outputs,
+            st,
+        )
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # the name before 2.13
+
+    def gather(self, output_lists, inputs, opts):
+        """output_lists is [[one tensor per rank]] on the destination and [] elsewhere."""
+        root, g, st = opts.rootRank, self._group, Staging()
+        check_list_length(inputs, 1, "gather's input")
+        outs = None
+        if g.rank == root:
+            check_list_length(output_lists, 1, "gather's output lists")
+            check_list_length(output_lists[0], g.size, "gather's output list")
+            check_same_shape(output_lists[0], inputs[0], "gather's output list")
+            outs = [st.output(o) for o in output_lists[0]]
+        elif output_lists:
+            raise ValueError("pscore backend: gather's output list is for the destination only")
+        t = st.input(inputs[0])
+        return self._run(
+            "gather",
+            lambda: [c.gather(t, outs, dst=root, group=g, async_op=True)],
+            output_lists[0] if outs is not None else [],
+            st,
+        )
+
+    def scatter(self, outputs, input_lists, opts):
+        """input_lists is [[one tensor per rank]] on the source and [] elsewhere."""
+        root, g, st = opts.rootRank, self._group, Staging()
+        check_list_length(outputs, 1, "scatter's output")
+        ins = None
+        if g.rank == root:
+            check_list_length(input_lists, 1, "scatter's input lists")
+            check_list_length(input_lists[0], g.size, "scatter's input list")
+            check_same_shape(input_lists[0], outputs[0], "scatter's input list")
+            ins = [st.input(i) for i in input_lists[0]]
+        elif input_lists:
+            raise ValueError("pscore backend: scatter's input list is for the source only")
+        out = st.output(outputs[0])
+        return self._run(
+            "scatter",
+            lambda: [c.scatter(out, ins, src=root, group=g, async_op=True)],
+            outputs,
+            st,
+        )
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        g, st = self._group, Staging()
+        out, inp = st.output(output), st.input(input)
+        if output.dtype != input.dtype:
+            raise TypeError(
+                f"pscore backend: all_to_all_single's output is {output.dtype}, input {input.dtype}"
+            )
+        return self._run(
+            "all_to_all_single",
+            lambda: [
+                c.all_to_all_single(
+                    out,
+                    inp,
+                    list(output_split_sizes) or None,
+                    list(input_split_sizes) or None,
+                    group=g,
+                    async_op=True,
+                )
+            ],
+            [output],
+            st,
+        )
+
+    alltoall_base = all_to_all_single  # the name torch used before 2.13
+
+    def alltoall(self, outputs, inputs, opts=None):
+        g, st = self._group, Staging()
+        check_list_length(outputs, g.size, "all_to_all's output list")
+        check_list_length(inputs, g.size, "all_to_all's input list")
+        outs, ins = [st.output(o) for o in outputs], [st.input(i) for i in inputs]
+        return self._run(
+            "all_to_all", lambda: [c.all_to_all(outs, ins, group=g, async_op=True)], outputs, st
+        )
+
+    def barrier(self, opts=None):
+        return self._run("barrier", lambda: [c.barrier(group=self._group, async_op=True)])
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
+        """A barrier where rank 0 names the ranks that did not arrive within `timeout`."""
+        self._monitored_barriers += 1
+        seconds = timeout.total_seconds() if timeout is not None else 0
+        with torch.autograd.profiler.record_function(f"{self.getBackendName()}:monitored_barrier"):
+            monitored_barrier(
+                self._group,
+                self._monitored_barriers,
+                seconds if seconds > 0 else self._group.timeout_s,
+                wait_all_ranks,
+            )
+
+    def send(self, tensors, dst: int, tag: int):
+        g, st = self._group, Staging()
+        bufs = [st.input(t) for t in tensors]
+        return self._run(
+            "send", lambda: [c.isend(t, dst, group=g, tag=tag) for t in bufs], tensors, st
+        )
+
+    def recv(self, tensors, src: int | None, tag: int):
+        g, st = self._group, Staging()
+        bufs = [st.output(t) for t in tensors]
+        return self._run(
+            "recv", lambda: [c.irecv(t, src, group=g, tag=tag) for t in bufs], tensors, st
+        )
+
+    def recv_anysource(self, tensors, tag: int):
+        return self.recv(tensors, None, tag)

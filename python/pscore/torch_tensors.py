@@ -1,0 +1,101 @@
+"""torch tensors as the pscore torch backend hands them to pscore's collectives, and the checks
+and reduce-op names it applies on the way (the rules gloo applies, with gloo's errors' meaning).
+
+pscore's collectives take contiguous tensors of its own dtypes in place. A bool tensor is passed
+as its uint8 view and a complex one as its real view (no copies); a non-contiguous tensor goes
+through a contiguous copy that `Staging.finish` writes back once the operation is done."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+_BITWISE = {dist.ReduceOp.BAND: "band", dist.ReduceOp.BOR: "bor", dist.ReduceOp.BXOR: "bxor"}
+_ARITHMETIC = {
+    dist.ReduceOp.SUM: "sum",
+    dist.ReduceOp.PRODUCT: "prod",
+    dist.ReduceOp.MIN: "min",
+    dist.ReduceOp.MAX: "max",
+    dist.ReduceOp.AVG: "avg",
+}
+# On 0/1 values, a sum that saturates is a max and a product is a min.
+_BOOL_OPS = {"sum": "max", "prod": "min"}
+
+
+def op_name(op, dtype: torch.dtype) -> str:
+    """pscore's name for a torch ReduceOp applied to `dtype`; raises where gloo does."""
+    for table in (_ARITHMETIC, _BITWISE):
+        for torch_op, name in table.items():
+            if op == torch_op:
+                return _checked(name, table is _BITWISE, dtype)
+    raise ValueError(f"pscore backend: reduce op {op} is not supported")
+
+
+def _checked(name: str, bitwise: bool, dtype: torch.dtype) -> str:
+    label = f"ReduceOp.{'PRODUCT' if name == 'prod' else name.upper()}"
+    if bitwise and (dtype.is_floating_point or dtype.is_complex):
+        raise TypeError(f"pscore backend: {label} needs an integral dtype, got {dtype}")
+    if name == "avg" and not (dtype.is_floating_point or dtype.is_complex):
+        raise TypeError(f"pscore backend: {label} needs a floating-point dtype, got {dtype}")
+    if dtype == torch.bool:
+        return _BOOL_OPS.get(name, name)
+    return name
+
+
+def carried(t: torch.Tensor) -> torch.Tensor:
+    """The same memory in a dtype pscore carries (bool as uint8, complex as its real pairs)."""
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    if t.is_complex():
+        return torch.view_as_real(t)
+    return t
+
+
+class Staging:
+    """The tensors one operation hands to pscore, and the write-back of staged outputs."""
+
+    def __init__(self):
+        self._write_back: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def input(self, t: torch.Tensor) -> torch.Tensor:
+        return carried(t.contiguous())
+
+    def output(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor pscore may write (and read: in-place operations start from its values)."""
+        if t.is_contiguous():
+            return carried(t)
+        staged = t.contiguous()
+        self._write_back.append((t, staged))
+        return carried(staged)
+
+    def finish(self) -> None:
+        for t, staged in self._write_back:
+            t.copy_(staged)
+        self._write_back.clear()
+
+
+def check_same_shape(tensors, ref: torch.Tensor, what: str) -> None:
+    for i, t in enumerate(tensors):
+        if t.dtype != ref.dtype or t.shape != ref.shape:
+            raise ValueError(
+                f"pscore backend: {what}[{i}] is {t.dtype} {tuple(t.shape)}, "
+                f"expected {ref.dtype} {tuple(ref.shape)}"
+            )
+
+
+def check_list_length(tensors, n: int, what: str) -> None:
+    if len(tensors) != n:
+        raise ValueError(f"pscore backend: {what} has {len(tensors)} tensors, expected {n}")
+
+
+def chunks_of(output: torch.Tensor, world: int, input: torch.Tensor, what: str) -> list:
+    """output cut along its first dimension into `world` pieces each shaped like `input`."""
+    pieces = list(output.chunk(world)) if output.dim() else []
+    if len(pieces) != world or any(p.shape != input.shape for p in pieces):
+        raise ValueError(
+            f"pscore backend: {what} {tuple(output.shape)} must stack {world} tensors "
+            f"of shape {tuple(input.shape)} along its first dimension"
+        )
+    if output.dtype != input.dtype:
+        raise TypeError(f"pscore backend: {what} is {output.dtype}, input is {input.dtype}")
+    return pieces
