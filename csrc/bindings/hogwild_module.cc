@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bindings/errors.h"
+#include "bindings/gil.h"
 #include "common/dtype.h"
 #include "hogwild/cuda/cuda_updates.h"
 #include "hogwild/kernels.h"
@@ -23,7 +24,7 @@ using pscore::DType;
 
 namespace {
 
-using Release = py::call_guard<py::gil_scoped_release>;
+using Release = pscore::bindings::ReleaseGil;
 
 hw::SegmentOptions segment_options(int64_t wait_ms, int64_t ready_timeout_ms, bool populate,
                                    int64_t lock_timeout_ms) {
@@ -167,7 +168,7 @@ void update(hw::SharedTable& t, int op, const py::handle& ids, const py::handle&
   if (op < 0 || op > 3) throw py::value_error("unknown update op " + std::to_string(op));
   hw::UpdateBatch b = np_batch(t, names[op], ids, grads, locked);
   b.coalesce = coalesce;
-  py::gil_scoped_release release;
+  pscore::bindings::GilRelease release;
   switch (static_cast<Op>(op)) {
     case Op::kSgd:
       t.sgd(b, hw::SgdOptions{lr});

@@ -22,7 +22,7 @@ from torch._C._distributed_c10d import Work as _TorchWork
 
 from . import collectives as c
 from .group import build_group
-from .store_base import Store
+from .torch_store import TorchStore
 
 BACKEND_NAME = "pscore"
 
@@ -119,44 +119,6 @@ class _Completer:
                 torch_work.get_future().set_exception(e)
             else:
                 torch_work.get_future().set_result(result)
-
-
-class TorchStore(Store):
-    """A pscore Store over a torch.distributed Store (TCPStore, FileStore, PrefixStore...).
-    torch's own errors (e.g. its timeouts, which subclass RuntimeError) pass through."""
-
-    def __init__(self, store):
-        self._store = store
-
-    def _set(self, key: str, value: bytes) -> None:
-        self._store.set(key, value)
-
-    def _get(self, key: str) -> bytes:
-        return self._store.get(key)
-
-    def _add(self, key: str, amount: int) -> int:
-        return self._store.add(key, amount)
-
-    def _compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
-        return self._store.compare_set(key, expected, desired)
-
-    def _wait(self, keys: list[str], timeout_s: float) -> None:
-        self._store.wait(keys, datetime.timedelta(seconds=timeout_s))
-
-    def _check(self, keys: list[str]) -> bool:
-        return self._store.check(keys)
-
-    def _delete_key(self, key: str) -> bool:
-        return self._store.delete_key(key)
-
-    def _num_keys(self) -> int:
-        return self._store.num_keys()
-
-    def _get_timeout(self) -> float:
-        return self._store.timeout.total_seconds()
-
-    def _set_timeout(self, seconds: float) -> None:
-        self._store.set_timeout(datetime.timedelta(seconds=seconds))
 
 
 class PscoreProcessGroup(_TorchProcessGroup):
