@@ -18,29 +18,25 @@
 
 namespace pscore::bindings {
 
-inline bool interpreter_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
-
 class GilRelease {
  public:
   GilRelease() : exceptions_(std::uncaught_exceptions()), state_(PyEval_SaveThread()) {}
   GilRelease(const GilRelease&) = delete;
   GilRelease& operator=(const GilRelease&) = delete;
 
-  // Takes the GIL back. In a finalizing interpreter this ends the thread (see above), unless the
-  // call is already unwinding with an error: a second unwind would terminate, so the thread
+  // Takes the GIL back. In a finalizing interpreter this ends the thread (see above), unless
+  // the call is unwinding with an error already: a second unwind would terminate, so the thread
   // sleeps until the process is gone instead (it must not run Python again either way).
   ~GilRelease() noexcept(false) {
-    bool unwinding = std::uncaught_exceptions() > exceptions_;
-    if (unwinding && interpreter_finalizing() && !_PyOS_IsMainThread()) {
+    if (std::uncaught_exceptions() == exceptions_) {
+      PyEval_RestoreThread(state_);
+      return;
+    }
+    try {
+      PyEval_RestoreThread(state_);
+    } catch (...) {  // the thread's end (a forced unwind); nothing else is thrown from C
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
-    PyEval_RestoreThread(state_);
   }
 
  private:

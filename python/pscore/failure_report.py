@@ -6,7 +6,8 @@ rank, not by the one that died: with rank 2 killed, rank 1 may read "closed by r
 own account says "closed by rank 3", whose says "closed by rank 2". Each account names the peer
 its rank lost; following them ends at a rank that posted nothing within REPORT_WAIT_S, the one
 that died (or hangs), and the error names it first:
-"rank 2 died or hangs (...): rank 1 <- rank 0: ... [rank 0 reported: ...; rank 3 reported: ...]". Bounded in time: an unreachable store or a
+"rank 2 died or hangs (...): rank 1 <- rank 0: ... [rank 0 reported: ...; rank 3 reported: ...]"
+(a rank whose own message already blames the silent rank keeps its form and says so at the end). Bounded in time: an unreachable store or a
 long chain adds at most REPORT_BUDGET_S.
 """
 
@@ -79,12 +80,14 @@ def explain(store, rank: int, exc: BaseException) -> BaseException:
     )
     worker.start()
     worker.join(REPORT_BUDGET_S + 0.5)
-    accounts = list(trail.accounts)
-    if not accounts and trail.silent is None:
+    silent, accounts = trail.silent, list(trail.accounts)
+    if not accounts and silent is None:
         return exc
     text = str(exc)
     if accounts:
         text += " [" + "; ".join(f"rank {r} reported: {a}" for r, a in accounts) + "]"
-    if trail.silent is not None:
-        text = f"rank {trail.silent} died or hangs (it posted no account of the failure): {text}"
-    return type(exc)(text)
+    if silent is None:
+        return type(exc)(text)
+    if accounts:  # the rank this one blames is not the one that failed: name that one first
+        return type(exc)(f"rank {silent} died or hangs (it posted no account): {text}")
+    return type(exc)(f"{text} [rank {silent} posted no account: it died or hangs]")

@@ -7,7 +7,7 @@ import datetime
 import os
 
 from . import _C, failure_report, rendezvous
-from .store import PrefixStore
+from .store import PrefixStore, create_store, env_store
 
 DEFAULT_TIMEOUT_S = 300.0
 BACKENDS = ("tcp", "pscore", "cpu")
@@ -90,7 +90,10 @@ def build_group(
 ) -> ProcessGroup:
     prefixed = PrefixStore(f"pscore/{name}", store)
     job = os.environ.get("PSCORE_JOB_ID", "pscore")
-    transport = rendezvous.connect(prefixed, rank, world, timeout_s, job, master_addr)
+    hosts_store = ranks[rank] == 0  # global rank 0 serves pscore's own stores
+    transport = rendezvous.connect(
+        prefixed, rank, world, timeout_s, job, master_addr, hosts_store=hosts_store
+    )
     native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000), **tuning_from_env())
     return ProcessGroup(native, ranks, name, timeout_s, prefixed)
 
@@ -106,8 +109,6 @@ def init_process_group(
 ) -> ProcessGroup:
     """Joins the default group. With nothing given, rank, world size and the master's address
     come from the environment (PSCORE_*, torchrun, TF_CONFIG, Slurm, Open MPI)."""
-    from .store import create_store, env_store
-
     if _world["group"] is not None:
         raise RuntimeError(
             "pscore.init_process_group was already called; destroy_process_group first"

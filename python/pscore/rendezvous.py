@@ -6,9 +6,10 @@ done/<rank>.
 
 Global rank 0 usually hosts the store (pscore-run, tcp://, env:// outside torchrun), and its
 process may leave as soon as it has connected (a hello-world that destroys the group and exits).
-So the rendezvous ends with every rank posting done/<rank> after its last read, and the group's
-rank 0 returns only once all have (new_group makes global rank 0 wait so too when it is not a
-member): from then on no rank needs the store to finish connecting.
+So the rendezvous ends with every rank posting done/<rank> after its last read, and the store's
+host returns only once all have: from then on no rank needs the store to finish connecting. The
+host is the member that is global rank 0 (connect's `hosts_store`), or, for a new_group without
+it, global rank 0 waiting outside the group (wait_until_done).
 """
 
 from __future__ import annotations
@@ -76,11 +77,18 @@ def _gather(store, prefix: str, rank: int, world: int, value: str, timeout: floa
     return [store.get(k).decode() for k in keys]
 
 
-def _finish(store, rank: int, world: int, timeout: float) -> None:
-    """This rank is done with the store; rank 0 waits until every rank is (see the module doc)."""
-    store.set(f"done/{rank}", "1")
-    if rank == 0:
-        wait_until_done(store, world, timeout, "rank 0")
+def _finish(store, rank: int, world: int, timeout: float, hosts_store: bool) -> None:
+    """This rank is done with the store; its host waits until every rank is (the module doc)."""
+    if hosts_store:
+        store.set(f"done/{rank}", "1")
+        wait_until_done(store, world, timeout, f"rank {rank}")
+        return
+    try:
+        store.set(f"done/{rank}", "1")
+    except ConnectionError:
+        # The host may leave the moment it sees this key, before its reply reaches us: this
+        # rank is connected, and a host that died instead shows at the first collective.
+        pass
 
 
 def wait_until_done(store, world: int, timeout: float, who: str) -> None:
@@ -125,8 +133,17 @@ def _tcp(store, rank, world, job_id, timeout, master_addr):
     return t
 
 
-def connect(store, rank: int, world: int, timeout: float, job_id: str, master_addr=None):
-    """Builds the transport of one group; `store` should already be prefixed for the group."""
+def connect(
+    store,
+    rank: int,
+    world: int,
+    timeout: float,
+    job_id: str,
+    master_addr=None,
+    hosts_store: bool | None = None,
+):
+    """Builds the transport of one group; `store` should already be prefixed for the group.
+    `hosts_store`: whether this rank's process serves the store (default: rank 0)."""
     choice = os.environ.get(TRANSPORT_ENV, "auto").lower()
     if choice not in ("auto", "tcp", "shm"):
         raise ValueError(f"{TRANSPORT_ENV}={choice!r}: expected auto, tcp or shm")
@@ -147,5 +164,5 @@ def connect(store, rank: int, world: int, timeout: float, job_id: str, master_ad
             )
     if t is None:
         t = _tcp(store, rank, world, job_id, left(), master_addr)
-    _finish(store, rank, world, left())
+    _finish(store, rank, world, left(), rank == 0 if hosts_store is None else hosts_store)
     return t

@@ -9,16 +9,19 @@ workers of a restarted attempt never read keys an earlier attempt left behind.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+from typing import Callable
 
+from .errors import NetworkError
 from .errors import TimeoutError as PscoreTimeoutError
-from .store_base import Store, get_timeout_message, wait_timeout_message
+from .store_base import Store, format_keys, get_timeout_message, wait_timeout_message
 
 
 class TorchStore(Store):
     """A pscore Store over a torch.distributed Store (TCPStore, FileStore, PrefixStore...).
-    torch's timeouts become pscore.errors.TimeoutError naming the keys; its other errors (e.g.
-    DistNetworkError when the store's host is gone) pass through."""
+    torch's errors become pscore's: its timeouts pscore.errors.TimeoutError (naming the keys),
+    its network errors (e.g. the store's host is gone) pscore.errors.NetworkError."""
 
     def __init__(self, store):
         self._store = store
@@ -28,40 +31,43 @@ class TorchStore(Store):
         return self._store
 
     def _set(self, key: str, value: bytes) -> None:
-        self._store.set(key, value)
+        with _translated(f"set({key!r})"):
+            self._store.set(key, value)
 
     def _get(self, key: str) -> bytes:
-        try:
+        def timed_out() -> str:
+            return get_timeout_message("TorchStore", key, self._get_timeout())
+
+        with _translated(f"get({key!r})", timed_out):
             return self._store.get(key)
-        except Exception as e:
-            if not _is_timeout(e):
-                raise
-            message = get_timeout_message("TorchStore", key, self._get_timeout())
-            raise PscoreTimeoutError(message) from e
 
     def _add(self, key: str, amount: int) -> int:
-        return self._store.add(key, amount)
+        with _translated(f"add({key!r})"):
+            return self._store.add(key, amount)
 
     def _compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
-        return self._store.compare_set(key, expected, desired)
+        with _translated(f"compare_set({key!r})"):
+            return self._store.compare_set(key, expected, desired)
 
     def _wait(self, keys: list[str], timeout_s: float) -> None:
-        try:
+        def timed_out() -> str:
+            missing = [k for k in keys if not self._check([k])]
+            return wait_timeout_message("TorchStore", timeout_s, missing)
+
+        with _translated(f"wait({format_keys(keys)})", timed_out):
             self._store.wait(keys, datetime.timedelta(seconds=timeout_s))
-        except Exception as e:
-            if not _is_timeout(e):
-                raise
-            missing = [k for k in keys if not self._store.check([k])]
-            raise PscoreTimeoutError(wait_timeout_message("TorchStore", timeout_s, missing)) from e
 
     def _check(self, keys: list[str]) -> bool:
-        return self._store.check(keys)
+        with _translated(f"check({format_keys(keys)})"):
+            return self._store.check(keys)
 
     def _delete_key(self, key: str) -> bool:
-        return self._store.delete_key(key)
+        with _translated(f"delete_key({key!r})"):
+            return self._store.delete_key(key)
 
     def _num_keys(self) -> int:
-        return self._store.num_keys()
+        with _translated("num_keys()"):
+            return self._store.num_keys()
 
     def _get_timeout(self) -> float:
         return self._store.timeout.total_seconds()
@@ -73,10 +79,20 @@ class TorchStore(Store):
         return f"TorchStore({self._store!r})"
 
 
-def _is_timeout(error: Exception) -> bool:
+@contextlib.contextmanager
+def _translated(what: str, timed_out: Callable[[], str] | None = None):
+    """Raises torch's network errors as pscore's NetworkError and, for the calls that wait, its
+    timeouts as pscore's TimeoutError with the message `timed_out` returns."""
     import torch.distributed as dist
 
-    return isinstance(error, dist.DistStoreError) and "timeout" in str(error).lower()
+    try:
+        yield
+    except dist.DistNetworkError as e:
+        raise NetworkError(f"TorchStore: {what} failed: {e}") from e
+    except dist.DistStoreError as e:
+        if timed_out is None or "timeout" not in str(e).lower():
+            raise
+        raise PscoreTimeoutError(timed_out()) from e
 
 
 def agent_store(host: str, port: int, prefix: str, timeout_s: float) -> Store:
