@@ -46,16 +46,19 @@ def test_train_digits_example_standalone(tmp_path):
 
 
 # Attempt 0 fails on rank 1 after the group is up; torchrun restarts both workers, which must
-# meet afresh and not read what attempt 0 left in the agent's store.
+# meet afresh and not read what attempt 0 left in the agent's store (rank 1 comes late, so rank
+# 0 would find its stale keys).
 NATIVE = """
-    import os
+    import os, time
     import numpy as np
     import pscore
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    if attempt == "1" and os.environ["RANK"] == "1":
+        time.sleep(1.0)
     pscore.init_process_group()
     x = np.full(4, pscore.get_rank() + 1, np.int64)
     pscore.all_reduce(x)
     assert x.tolist() == [3] * 4, x
-    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
     if attempt == "0" and pscore.get_rank() == 1:
         raise SystemExit("attempt 0 fails on purpose")
     print(f"rank {pscore.get_rank()} attempt {attempt}: {x.tolist()}", flush=True)
@@ -65,7 +68,9 @@ NATIVE = """
 
 def test_native_api_static_rendezvous_across_a_restart(tmp_path):
     script = write_script(tmp_path, "native.py", NATIVE)
-    out = run_clean([*static(2, "--max-restarts=1"), script], tmp_path, timeout=300)
+    # Shared memory only: a stale segment name of attempt 0 could not be mapped.
+    args = [*static(2, "--max-restarts=1"), script]
+    out = run_clean(args, tmp_path, timeout=300, PSCORE_TRANSPORT="shm")
     assert "rank 0 attempt 1: [3, 3, 3, 3]" in out, out
     assert "rank 1 attempt 1: [3, 3, 3, 3]" in out, out
 
