@@ -20,8 +20,8 @@ import time
 from .errors import NetworkError
 from .errors import TimeoutError as PscoreTimeoutError
 
-REPORT_WAIT_S = 1.0  # how long a rank's account may take before the rank counts as silent
-REPORT_BUDGET_S = 3.0  # all the time explaining a failure may add
+REPORT_WAIT_S = 0.75  # how long a rank's account may take before the rank counts as silent
+REPORT_BUDGET_S = 1.5  # all the time explaining a failure may add
 
 _NAMED_PEER = re.compile(r"(?:closed by|<- |-> )rank (\d+)")
 
@@ -79,7 +79,7 @@ def explain(store, rank: int, exc: BaseException) -> BaseException:
         target=_follow_quietly, args=(store, rank, str(exc), trail, deadline), daemon=True
     )
     worker.start()
-    worker.join(REPORT_BUDGET_S + 0.5)
+    worker.join(REPORT_BUDGET_S)
     silent, accounts = trail.silent, list(trail.accounts)
     if not accounts and silent is None:
         return exc
