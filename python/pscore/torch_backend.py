@@ -11,6 +11,7 @@ computing while gradient buckets are reduced.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import queue
 import threading
@@ -25,6 +26,7 @@ from .group import build_group
 from .torch_store import TorchStore
 
 BACKEND_NAME = "pscore"
+STOP_WAIT_S = 5.0  # at exit, how long the completer may take to finish resolving a future
 
 _OPS = {
     dist.ReduceOp.SUM: "sum",
@@ -96,29 +98,56 @@ class _AllOf:
 
 class _Completer:
     """One thread per group that waits for pscore's works in submission order (the order they
-    complete in) and resolves their torch futures."""
+    complete in) and resolves their torch futures.
+
+    At interpreter exit it stops calling torch before the interpreter finalizes: torch's
+    Future.set_result releases the GIL, and a thread that takes it back from a finalizing
+    interpreter is ended through a noexcept frame, which aborts the process ("terminate called
+    without an active exception"). Futures still pending then stay unresolved. Waiting on pscore
+    is safe at exit (csrc/bindings/gil.h), so exit waits only for a future being resolved."""
 
     def __init__(self):
         self._queue: queue.Queue = queue.Queue()
+        self._resolving = threading.Lock()
+        self._stopped = False
         self._thread = threading.Thread(
             target=self._run, name="pscore-torch-completer", daemon=True
         )
         self._thread.start()
+        atexit.register(self.stop)
 
     def track(self, work, result) -> _AsyncWork:
         torch_work = _AsyncWork(work)
         self._queue.put((work, result, torch_work))
         return torch_work
 
+    def stop(self) -> None:
+        """No future is resolved after this returns (it waits for one being resolved, at most
+        STOP_WAIT_S)."""
+        got = self._resolving.acquire(timeout=STOP_WAIT_S)
+        self._stopped = True
+        if got:
+            self._resolving.release()
+        self._queue.put(None)
+
     def _run(self) -> None:
         while True:
-            work, result, torch_work = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                return
+            work, result, torch_work = item
+            error = None
             try:
                 work.wait()
             except Exception as e:  # noqa: BLE001 - handed to whoever waits on the future
-                torch_work.get_future().set_exception(e)
-            else:
-                torch_work.get_future().set_result(result)
+                error = e
+            with self._resolving:
+                if self._stopped:
+                    return
+                if error is None:
+                    torch_work.get_future().set_result(result)
+                else:
+                    torch_work.get_future().set_exception(error)
 
 
 class PscoreProcessGroup(_TorchProcessGroup):

@@ -57,6 +57,39 @@ def test_torch_backend_hello_world_under_pscore_run(tmp_path):
         pscore_run(script, 3, tmp_path)
 
 
+# Rank 0's script ends while a callback on a future is running on the torch backend's
+# completer thread (inside torch's Future.set_result), which used to abort the process at exit.
+TORCH_EXIT_DURING_A_CALLBACK = """
+    import threading, time
+    import torch
+    import torch.distributed as dist
+    import pscore.torch_backend
+
+    dist.init_process_group("pscore")
+    t = torch.zeros(4)
+    if dist.get_rank() == 1:
+        time.sleep(0.3)  # rank 0 has registered its callback by then
+        dist.send(torch.ones(4), dst=0)
+    else:
+        running = threading.Event()
+
+        def slow(fut):
+            running.set()
+            time.sleep(0.3)
+            return fut.value()
+
+        dist.irecv(t, src=1).get_future().then(slow)
+        assert running.wait(30)
+"""
+
+
+def test_torch_backend_exit_during_a_future_callback(tmp_path):
+    pytest.importorskip("torch")
+    script = write_script(tmp_path, "callback.py", TORCH_EXIT_DURING_A_CALLBACK)
+    for _ in range(2):
+        pscore_run(script, 2, tmp_path)
+
+
 # Daemon threads that keep calling into pscore while the main thread exits: at exit CPython ends
 # such a thread when it takes the GIL back, which used to abort the process ("terminate called
 # without an active exception"). One thread per kind of call: one that returns, one that
