@@ -6,9 +6,11 @@ rank, not by the one that died: with rank 2 killed, rank 1 may read "closed by r
 own account says "closed by rank 3", whose says "closed by rank 2". Each account names the peer
 its rank lost; following them ends at a rank that posted nothing within REPORT_WAIT_S, the one
 that died (or hangs), and the error names it first:
-"rank 2 died or hangs (...): rank 1 <- rank 0: ... [rank 0 reported: ...; rank 3 reported: ...]"
-(a rank whose own message already blames the silent rank keeps its form and says so at the end). Bounded in time: an unreachable store or a
-long chain adds at most REPORT_BUDGET_S.
+
+    rank 2 died or hangs (...): rank 1 <- rank 0: ... [rank 0 reported: ...; rank 3 reported: ...]
+
+A rank whose own message already blames the silent rank keeps its form and says so at the end.
+Bounded in time: an unreachable store or a long trail adds at most REPORT_BUDGET_S.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from .errors import TimeoutError as PscoreTimeoutError
 REPORT_WAIT_S = 0.75  # how long a rank's account may take before the rank counts as silent
 REPORT_BUDGET_S = 1.5  # all the time explaining a failure may add
 
-_NAMED_PEER = re.compile(r"(?:closed by|<- |-> )rank (\d+)")
+_BLAMED_RANK = re.compile(r"(?:closed by|<- |-> )rank (\d+)")
 
 
-def named_peer(message: str) -> int | None:
+def _blamed_rank(message: str) -> int | None:
     """The peer a failure message blames: the first "<- rank N", "-> rank N", "closed by rank N"."""
-    found = _NAMED_PEER.search(message)
+    found = _BLAMED_RANK.search(message)
     return int(found.group(1)) if found else None
 
 
@@ -43,7 +45,7 @@ class _Trail:
 def _follow(store, rank: int, message: str, trail: _Trail, deadline: float) -> None:
     store.set(f"abort/{rank}", message)
     seen = {rank}
-    peer = named_peer(message)
+    peer = _blamed_rank(message)
     while peer is not None and peer not in seen:
         seen.add(peer)
         wait_s = min(REPORT_WAIT_S, deadline - time.monotonic())
@@ -57,7 +59,7 @@ def _follow(store, rank: int, message: str, trail: _Trail, deadline: float) -> N
             return
         account = store.get(f"abort/{peer}").decode()
         trail.accounts.append((peer, account))
-        peer = named_peer(account)
+        peer = _blamed_rank(account)
 
 
 def _follow_quietly(store, rank: int, message: str, trail: _Trail, deadline: float) -> None:
