@@ -100,16 +100,18 @@ class _Completer:
     """One thread per group that waits for pscore's works in submission order (the order they
     complete in) and resolves their torch futures.
 
-    At interpreter exit it stops calling torch before the interpreter finalizes: torch's
-    Future.set_result releases the GIL, and a thread that takes it back from a finalizing
-    interpreter is ended through a noexcept frame, which aborts the process ("terminate called
-    without an active exception"). Futures still pending then stay unresolved. Waiting on pscore
-    is safe at exit (csrc/bindings/gil.h), so exit waits only for a future being resolved."""
+    At interpreter exit it stops touching torch before the interpreter finalizes: resolving a
+    future or freeing a torch Work releases the GIL, and a thread that takes it back from a
+    finalizing interpreter is ended through a noexcept frame, which aborts the process
+    ("terminate called without an active exception"). So torch objects are resolved and dropped
+    only under `_resolving`, which exit takes; after that the thread keeps what it still gets,
+    unresolved. Waiting on pscore is safe at exit (csrc/bindings/gil.h)."""
 
     def __init__(self):
         self._queue: queue.Queue = queue.Queue()
         self._resolving = threading.Lock()
         self._stopped = False
+        self._kept: list = []  # what arrived after stop: never freed on this thread
         self._thread = threading.Thread(
             target=self._run, name="pscore-torch-completer", daemon=True
         )
@@ -122,32 +124,29 @@ class _Completer:
         return torch_work
 
     def stop(self) -> None:
-        """No future is resolved after this returns (it waits for one being resolved, at most
-        STOP_WAIT_S)."""
+        """The thread touches no torch object after this returns (it waits for one being
+        resolved, at most STOP_WAIT_S)."""
         got = self._resolving.acquire(timeout=STOP_WAIT_S)
         self._stopped = True
         if got:
             self._resolving.release()
-        self._queue.put(None)
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            if item is None:
-                return
-            work, result, torch_work = item
             error = None
             try:
-                work.wait()
+                item[0].wait()
             except Exception as e:  # noqa: BLE001 - handed to whoever waits on the future
                 error = e
             with self._resolving:
                 if self._stopped:
-                    return
-                if error is None:
-                    torch_work.get_future().set_result(result)
+                    self._kept.append((item, error))
+                elif error is None:
+                    item[2].get_future().set_result(item[1])
                 else:
-                    torch_work.get_future().set_exception(error)
+                    item[2].get_future().set_exception(error)
+                del item, error
 
 
 class PscoreProcessGroup(_TorchProcessGroup):
