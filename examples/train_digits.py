@@ -1,6 +1,7 @@
 """Data-parallel training of a small MLP on scikit-learn's digits with pscore collectives.
 
 Run on 2 local ranks:  pscore-run -n 2 examples/train_digits.py
+                  or:  torchrun --standalone --nproc-per-node 2 examples/train_digits.py
 Each rank trains on its shard of the data; gradients are averaged with pscore.all_reduce after
 every backward pass (what DDP does), so all ranks keep identical weights.
 """

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/errors.h"
+#include "bindings/gil.h"
 #include "collectives/process_group.h"
 #include "common/auth.h"
 #include "transport/shm/shm_transport.h"
@@ -16,7 +17,7 @@ using namespace pscore;
 namespace {
 
 using Ptrs = std::vector<uintptr_t>;
-using Gil = py::call_guard<py::gil_scoped_release>;
+using Gil = bindings::ReleaseGil;
 
 void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bindings/errors.h"
+#include "bindings/gil.h"
 #include "common/dtype.h"
 #include "hogwild/cuda/cuda_updates.h"
 #include "hogwild/kernels.h"
@@ -23,7 +24,7 @@ using pscore::DType;
 
 namespace {
 
-using Release = py::call_guard<py::gil_scoped_release>;
+using Release = pscore::bindings::ReleaseGil;
 
 hw::SegmentOptions segment_options(int64_t wait_ms, int64_t ready_timeout_ms, bool populate,
                                    int64_t lock_timeout_ms) {
@@ -165,7 +166,7 @@ void update(hw::SharedTable& t, const char* op, const py::handle& ids, const py:
             void (hw::SharedTable::*apply)(const hw::UpdateBatch&, const Options&)) {
   hw::UpdateBatch b = np_batch(t, op, ids, grads, locked);
   b.coalesce = coalesce;
-  py::gil_scoped_release release;
+  pscore::bindings::GilRelease release;
   (t.*apply)(b, o);
 }
 
@@ -264,7 +265,7 @@ void bind_table(py::module_& m) {
       .def("axpy",
            [](hw::SharedTable& t, double alpha, const py::handle& x, bool locked) {
              hw::UpdateBatch b = np_batch(t, "axpy", py::none(), x, locked);
-             py::gil_scoped_release release;
+             pscore::bindings::GilRelease release;
              t.axpy(alpha, b.grads, b.grads_numel, b.grads_dtype, b.locked);
            })
       .def("view", &view)

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/errors.h"
+#include "bindings/gil.h"
 #include "ps/ps_client.h"
 #include "ps/ps_server.h"
 #include "ps/shard_state.h"
@@ -19,7 +20,7 @@ T* ptr(uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
-using Release = py::call_guard<py::gil_scoped_release>;
+using Release = pscore::bindings::ReleaseGil;
 
 void bind_specs(py::module_& m) {
   py::class_<OptimizerSpec>(m, "OptimizerSpec")

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/errors.h"
+#include "bindings/gil.h"
 #include "common/auth.h"
 #include "store/hash_store.h"
 #include "store/prefix_store.h"
@@ -15,14 +16,14 @@ using pscore::Store;
 
 namespace {
 
-using Release = py::call_guard<py::gil_scoped_release>;
+using Release = pscore::bindings::ReleaseGil;
 
 // Runs fn without the GIL and returns its bytes result as Python bytes.
 template <typename Fn>
 py::bytes bytes_without_gil(Fn&& fn) {
   std::string out;
   {
-    py::gil_scoped_release release;
+    pscore::bindings::GilRelease release;
     out = fn();
   }
   return py::bytes(out);
@@ -85,7 +86,7 @@ PYBIND11_MODULE(_store, m) {
              o.auth_token = auth_token ? *auth_token : pscore::auth::token_from_env();
              o.insecure = insecure ? *insecure : pscore::auth::insecure_from_env();
              o.job_id = job_id;
-             py::gil_scoped_release release;  // connecting may wait for the master
+             pscore::bindings::GilRelease release;  // connecting may wait for the master
              return std::make_shared<pscore::TCPStore>(o);
            }),
            py::arg("host"), py::arg("port"), py::arg("is_master") = false,

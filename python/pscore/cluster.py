@@ -6,7 +6,9 @@ Sources, first match wins:
 1. ``PSCORE_RANK`` / ``PSCORE_WORLD_SIZE`` (+ ``PSCORE_MASTER_ADDR``, ``PSCORE_MASTER_PORT``,
    ``PSCORE_LOCAL_RANK``, ``PSCORE_LOCAL_WORLD_SIZE``), set by ``pscore-run``;
 2. torchrun / torch.distributed: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``,
-   ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` (also what Kubeflow's PyTorchJob sets);
+   ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` (also what Kubeflow's PyTorchJob sets); under torchrun
+   (``TORCHELASTIC_USE_AGENT_STORE=True``) the store is the agent's, keyed by
+   ``TORCHELASTIC_RUN_ID`` and ``TORCHELASTIC_RESTART_COUNT``;
 3. ``TF_CONFIG`` (TFJob, tf.distribute): chief first, then workers, form the collective world;
    ``ps`` and ``evaluator`` tasks are outside it (rank -1) but reported with the cluster;
 4. Slurm (``SLURM_PROCID``, ``SLURM_NTASKS``...): the first node of the nodelist is the master;
@@ -49,6 +51,10 @@ class ClusterEnv:
     task_index: int = 0
     cluster_spec: ClusterSpec | None = None
     hosts: list[str] = dataclasses.field(default_factory=list)  # Slurm: the expanded nodelist
+    # torchrun: the agent serves the store at master_addr:master_port and every rank connects to
+    # it as a client; this attempt's keys live under this prefix (pscore.torch_store). None: rank
+    # 0 serves the store.
+    agent_store_prefix: str | None = None
 
     @property
     def is_collective_member(self) -> bool:
@@ -158,7 +164,13 @@ def _from_torchrun(env: Mapping[str, str]) -> ClusterEnv:
     _check_world(rank, world, "RANK", "WORLD_SIZE")
     addr, port = _master(env, ("MASTER_ADDR",), ("MASTER_PORT",), world)
     local = _local(env, ("LOCAL_RANK",), ("LOCAL_WORLD_SIZE",), rank, world)
-    return ClusterEnv(rank, world, *local, addr, port, "torchrun", task_index=rank)
+    prefix = None
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        run_id = env.get("TORCHELASTIC_RUN_ID", "none")
+        prefix = f"pscore/{run_id}/attempt_{_int(env, 'TORCHELASTIC_RESTART_COUNT', 0)}"
+    return ClusterEnv(
+        rank, world, *local, addr, port, "torchrun", task_index=rank, agent_store_prefix=prefix
+    )
 
 
 def _from_tf_config(env: Mapping[str, str]) -> ClusterEnv:

@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import datetime
 import os
-import re
-import threading
 
-from . import _C, rendezvous
-from .errors import NetworkError
-from .errors import TimeoutError as PscoreTimeoutError
+from . import _C, failure_report, rendezvous
+from .store import PrefixStore, create_store, env_store
 
 DEFAULT_TIMEOUT_S = 300.0
-REPORT_WAIT_S = 0.5  # how long a failing rank waits for its peer's account of the failure
-REPORT_BUDGET_S = 1.0  # all the time explaining a failure may add
 BACKENDS = ("tcp", "pscore", "cpu")
 
 
@@ -41,31 +36,9 @@ class ProcessGroup:
         return self.native.transport
 
     def explain(self, exc: BaseException) -> BaseException:
-        """Adds what the other ranks reported to a failure: a rank that only saw its neighbour
-        hang up learns which rank really died. Each failing rank posts its error to the store.
-        Bounded in time: an unreachable store adds at most REPORT_BUDGET_S."""
-        if self.store is None or not isinstance(exc, (NetworkError, PscoreTimeoutError)):
-            return exc
-        notes: list[str] = []
-        worker = threading.Thread(
-            target=self._exchange_reports, args=(str(exc), notes), daemon=True
-        )
-        worker.start()
-        worker.join(REPORT_BUDGET_S)
-        if worker.is_alive() or not notes:
-            return exc
-        return type(exc)(f"{exc} [{'; '.join(notes)}]")
-
-    def _exchange_reports(self, msg: str, notes: list[str]) -> None:
-        try:
-            self.store.set(f"abort/{self.rank}", msg)
-            culprit = re.search(r"(?:closed by|<- |-> )rank (\d+)", msg)
-            if culprit and int(culprit.group(1)) != self.rank:
-                key = f"abort/{culprit.group(1)}"
-                self.store.wait([key], REPORT_WAIT_S)
-                notes.append(f"rank {culprit.group(1)} reported: {self.store.get(key).decode()}")
-        except Exception:  # noqa: BLE001, S110 - that rank died silently, or the store did
-            pass
+        """Adds the other ranks' accounts of a failure and names the rank that failed first
+        (pscore.failure_report); bounded in time."""
+        return failure_report.explain(self.store, self.rank, exc)
 
     def group_rank(self, global_rank: int, what: str) -> int:
         try:
@@ -115,11 +88,12 @@ def tuning_from_env() -> dict:
 def build_group(
     store, rank: int, world: int, timeout_s: float, name: str, ranks: list[int], master_addr=None
 ) -> ProcessGroup:
-    from .store import PrefixStore
-
     prefixed = PrefixStore(f"pscore/{name}", store)
     job = os.environ.get("PSCORE_JOB_ID", "pscore")
-    transport = rendezvous.connect(prefixed, rank, world, timeout_s, job, master_addr)
+    hosts_store = ranks[rank] == 0  # global rank 0 serves pscore's own stores
+    transport = rendezvous.connect(
+        prefixed, rank, world, timeout_s, job, master_addr, hosts_store=hosts_store
+    )
     native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000), **tuning_from_env())
     return ProcessGroup(native, ranks, name, timeout_s, prefixed)
 
@@ -135,8 +109,6 @@ def init_process_group(
 ) -> ProcessGroup:
     """Joins the default group. With nothing given, rank, world size and the master's address
     come from the environment (PSCORE_*, torchrun, TF_CONFIG, Slurm, Open MPI)."""
-    from .store import create_store
-
     if _world["group"] is not None:
         raise RuntimeError(
             "pscore.init_process_group was already called; destroy_process_group first"
@@ -148,7 +120,8 @@ def init_process_group(
     timeout_s = timeout_seconds(timeout)
     master_addr = None
     if store is None:
-        if init_method is None or init_method == "env://" or rank is None or world_size is None:
+        from_env = init_method is None or init_method == "env://"
+        if from_env or rank is None or world_size is None:
             from . import cluster
 
             env = cluster.discover()
@@ -160,12 +133,12 @@ def init_process_group(
             rank = env.rank if rank is None else rank
             world_size = env.world_size if world_size is None else world_size
             master_addr = env.master_addr
-            if init_method is None or init_method == "env://":
-                host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
-                init_method = f"tcp://{host}:{env.master_port}"
-        store = create_store(init_method, rank, world_size, timeout_s)
-        if master_addr is None and init_method.startswith("tcp://"):
-            master_addr = init_method[len("tcp://") :].rsplit(":", 1)[0]
+        if from_env:
+            store = env_store(env, rank, world_size, timeout_s)
+        else:
+            store = create_store(init_method, rank, world_size, timeout_s)
+            if master_addr is None and init_method.startswith("tcp://"):
+                master_addr = init_method[len("tcp://") :].rsplit(":", 1)[0]
     elif rank is None or world_size is None:
         raise ValueError("init_process_group(store=...) needs rank and world_size")
     if not 0 <= rank < world_size:
@@ -205,6 +178,9 @@ def new_group(ranks=None, timeout=None) -> ProcessGroup | _NonMember:
     timeout_s = timeout_seconds(timeout) if timeout is not None else world.timeout_s
     me = _world["rank"]
     if me not in ranks:
+        if me == 0:  # hosts the store, usually: stays until the members no longer need it
+            store = PrefixStore(f"pscore/{name}", _world["store"])
+            rendezvous.wait_until_done(store, len(ranks), timeout_s, f"new_group {ranks}, rank 0")
         return NON_GROUP_MEMBER
     return build_group(_world["store"], ranks.index(me), len(ranks), timeout_s, name, ranks)
 

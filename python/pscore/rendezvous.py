@@ -1,7 +1,15 @@
 """Connects the ranks of a group through a store: picks shared memory when every rank is on this
 host (and can map the others' segments), TCP otherwise, and returns the connected transport.
 
-Keys live under the group's prefix: host/<rank>, shm/<rank>, shm_ok/<rank>, tcp/<rank>.
+Keys live under the group's prefix: host/<rank>, shm/<rank>, shm_ok/<rank>, tcp/<rank> and
+done/<rank>.
+
+Global rank 0 usually hosts the store (pscore-run, tcp://, env:// outside torchrun), and its
+process may leave as soon as it has connected (a hello-world that destroys the group and exits).
+So the rendezvous ends with every rank posting done/<rank> after its last read, and the store's
+host returns only once all have: from then on no rank needs the store to finish connecting. The
+host is the member that is global rank 0 (connect's `hosts_store`), or, for a new_group without
+it, global rank 0 waiting outside the group (wait_until_done).
 """
 
 from __future__ import annotations
@@ -49,18 +57,43 @@ def advertised_host(master_addr: str | None) -> str:
         probe.close()
 
 
-def _gather(store, prefix: str, rank: int, world: int, value: str, timeout: float) -> list[str]:
-    store.set(f"{prefix}/{rank}", value)
+def _wait_all(store, prefix: str, who: str, world: int, timeout: float) -> list[str]:
+    """Waits for prefix/<r> of every rank r; returns those keys."""
     keys = [f"{prefix}/{r}" for r in range(world)]
     try:
         store.wait(keys, timeout)
     except (PscoreTimeoutError, TimeoutError) as e:
         missing = [k for k in keys if not store.check([k])]
         raise PscoreTimeoutError(
-            f"rank {rank}: rendezvous timed out after {timeout:.0f} s waiting for "
+            f"{who}: rendezvous timed out after {timeout:.0f} s waiting for "
             f"{', '.join(missing) or 'keys'} ({e})"
         ) from None
+    return keys
+
+
+def _gather(store, prefix: str, rank: int, world: int, value: str, timeout: float) -> list[str]:
+    store.set(f"{prefix}/{rank}", value)
+    keys = _wait_all(store, prefix, f"rank {rank}", world, timeout)
     return [store.get(k).decode() for k in keys]
+
+
+def _finish(store, rank: int, world: int, timeout: float, hosts_store: bool) -> None:
+    """This rank is done with the store; its host waits until every rank is (the module doc)."""
+    if hosts_store:
+        store.set(f"done/{rank}", "1")
+        wait_until_done(store, world, timeout, f"rank {rank}")
+        return
+    try:
+        store.set(f"done/{rank}", "1")
+    except ConnectionError:
+        # The host may leave the moment it sees this key, before its reply reaches us: this
+        # rank is connected, and a host that died instead shows at the first collective.
+        pass
+
+
+def wait_until_done(store, world: int, timeout: float, who: str) -> None:
+    """Returns once each of the group's `world` ranks has finished its rendezvous."""
+    _wait_all(store, "done", who, world, timeout)
 
 
 def _try_shm(store, rank, world, job_id, timeout):
@@ -100,21 +133,36 @@ def _tcp(store, rank, world, job_id, timeout, master_addr):
     return t
 
 
-def connect(store, rank: int, world: int, timeout: float, job_id: str, master_addr=None):
-    """Builds the transport of one group; `store` should already be prefixed for the group."""
+def connect(
+    store,
+    rank: int,
+    world: int,
+    timeout: float,
+    job_id: str,
+    master_addr=None,
+    hosts_store: bool | None = None,
+):
+    """Builds the transport of one group; `store` should already be prefixed for the group.
+    `hosts_store`: whether this rank's process serves the store (default: rank 0)."""
     choice = os.environ.get(TRANSPORT_ENV, "auto").lower()
     if choice not in ("auto", "tcp", "shm"):
         raise ValueError(f"{TRANSPORT_ENV}={choice!r}: expected auto, tcp or shm")
     deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        return max(1.0, deadline - time.monotonic())
+
+    t = None
     if choice != "tcp":
         hosts = _gather(store, "host", rank, world, host_identity(), timeout)
         if all(h == hosts[0] for h in hosts):
-            t = _try_shm(store, rank, world, job_id, max(1.0, deadline - time.monotonic()))
-            if t is not None:
-                return t
-        if choice == "shm":
+            t = _try_shm(store, rank, world, job_id, left())
+        if t is None and choice == "shm":
             raise RuntimeError(
                 f"rank {rank}: {TRANSPORT_ENV}=shm but not every rank could map the others' "
                 "shared memory (ranks on several hosts?)"
             )
-    return _tcp(store, rank, world, job_id, max(1.0, deadline - time.monotonic()), master_addr)
+    if t is None:
+        t = _tcp(store, rank, world, job_id, left(), master_addr)
+    _finish(store, rank, world, left(), rank == 0 if hosts_store is None else hosts_store)
+    return t

@@ -14,6 +14,7 @@ import os
 import urllib.parse
 
 from pscore import _store
+from pscore.cluster import ClusterEnv, discover
 from pscore.file_store import FileStore
 from pscore.redis_store import RedisStore
 from pscore.store_base import Store, Timeout, to_ms, to_seconds
@@ -271,6 +272,17 @@ def _tcp_store(host: str, port: int, rank: int, world_size: int, timeout: float)
     return TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout)
 
 
+def env_store(env: ClusterEnv, rank: int, world_size: int, timeout_s: float) -> Store:
+    """The store of a job discovered from the environment: under torchrun, a client of the store
+    its agent serves (pscore.torch_store); otherwise rank 0 serves one at the master's address."""
+    _check_rank(rank, world_size, "env")
+    if env.agent_store_prefix is not None:
+        from pscore.torch_store import agent_store
+
+        return agent_store(env.master_addr, env.master_port, env.agent_store_prefix, timeout_s)
+    return _tcp_store(env.master_addr, env.master_port, rank, world_size, timeout_s)
+
+
 def _url_port(url: urllib.parse.SplitResult, init_method: str) -> int | None:
     try:
         return url.port
@@ -290,7 +302,8 @@ def create_store(
 
     - ``tcp://host:port``: rank 0 serves a TCPStore on host:port, the others connect;
     - ``env://``: the same, with host, port (and rank / world_size when not given) from
-      :func:`pscore.cluster.discover` (PSCORE_*, torchrun, TF_CONFIG, Slurm, Open MPI);
+      :func:`pscore.cluster.discover` (PSCORE_*, torchrun, TF_CONFIG, Slurm, Open MPI); under
+      torchrun every rank is a client of the store torchrun's agent serves;
     - ``file:///abs/path``: a FileStore in that file (deleted once world_size ranks closed it);
     - ``redis://[:password@]host[:port][/db][?prefix=name]``: a RedisStore; keys live under
       ``prefix`` (default ``$PSCORE_JOB_ID`` or ``"pscore"``) - use a fresh prefix per job,
@@ -302,13 +315,10 @@ def create_store(
     url = urllib.parse.urlsplit(init_method)
     scheme = url.scheme.lower()
     if scheme == "env":
-        from pscore.cluster import discover
-
         env = discover()
         rank = env.rank if rank is None else rank
         world_size = env.world_size if world_size is None else world_size
-        _check_rank(rank, world_size, scheme)
-        return _tcp_store(env.master_addr, env.master_port, rank, world_size, seconds)
+        return env_store(env, rank, world_size, seconds)
     if scheme == "tcp":
         port = _url_port(url, init_method)
         if not url.hostname or port is None:

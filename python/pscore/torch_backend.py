@@ -11,6 +11,7 @@ computing while gradient buckets are reduced.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import queue
@@ -24,11 +25,12 @@ from torch._C._distributed_c10d import Work as _TorchWork
 
 from . import torch_barrier
 from .group import build_group
-from .store_base import Store
 from .torch_ops import TorchOperations
+from .torch_store import TorchStore
 from .torch_tensors import Staging
 
 BACKEND_NAME = "pscore"
+STOP_WAIT_S = 5.0  # at exit, how long the completer may take to finish resolving a future
 
 
 def _seconds(timeout) -> float | None:
@@ -108,68 +110,66 @@ class _AllOf:
 
 class _Completer:
     """One thread per group that waits for pscore's works in submission order (the order they
-    complete in) and resolves their torch futures."""
+    complete in) and resolves their torch futures.
+
+    At interpreter exit it stops touching torch before the interpreter finalizes: resolving a
+    future or freeing a torch Work releases the GIL, and a thread that takes it back from a
+    finalizing interpreter is ended through a noexcept frame, which aborts the process
+    ("terminate called without an active exception"). So torch objects are resolved and dropped
+    only under `_resolving`, which exit takes; after that the thread keeps what it still gets,
+    unresolved. Waiting on pscore is safe at exit (csrc/bindings/gil.h)."""
 
     def __init__(self):
         self._queue: queue.Queue = queue.Queue()
+        self._resolving = threading.Lock()
+        self._stopped = False
+        self._kept: list = []  # what arrived after stop: never freed on this thread
         self._thread = threading.Thread(
             target=self._run, name="pscore-torch-completer", daemon=True
         )
         self._thread.start()
+        atexit.register(self.stop)
 
     def track(self, work, result, finish=None) -> _AsyncWork:
         torch_work = _AsyncWork(work, finish)
         self._queue.put((work, result, torch_work))
         return torch_work
 
+    def stop(self) -> None:
+        """The thread touches no torch object after this returns (it waits for one being
+        resolved, at most STOP_WAIT_S)."""
+        got = self._resolving.acquire(timeout=STOP_WAIT_S)
+        self._stopped = True
+        if got:
+            self._resolving.release()
+
     def _run(self) -> None:
         while True:
-            work, result, torch_work = self._queue.get()
+            item = self._queue.get()
+            error = None
             try:
-                work.wait()
+                item[0].wait()
+            except Exception as e:  # noqa: BLE001 - handed to whoever waits on the future
+                error = e
+            with self._resolving:
+                if self._stopped:
+                    self._kept.append((item, error))
+                else:
+                    self._resolve(item[2], item[1], error)
+                del item, error
+
+    @staticmethod
+    def _resolve(torch_work, result, error) -> None:
+        """Writes staged outputs back, then resolves the future (under `_resolving`)."""
+        if error is None:
+            try:
                 torch_work._finished()
             except Exception as e:  # noqa: BLE001 - handed to whoever waits on the future
-                torch_work.get_future().set_exception(e)
-            else:
-                torch_work.get_future().set_result(result)
-
-
-class TorchStore(Store):
-    """A pscore Store over a torch.distributed Store (TCPStore, FileStore, PrefixStore...).
-    torch's own errors (e.g. its timeouts, which subclass RuntimeError) pass through."""
-
-    def __init__(self, store):
-        self._store = store
-
-    def _set(self, key: str, value: bytes) -> None:
-        self._store.set(key, value)
-
-    def _get(self, key: str) -> bytes:
-        return self._store.get(key)
-
-    def _add(self, key: str, amount: int) -> int:
-        return self._store.add(key, amount)
-
-    def _compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
-        return self._store.compare_set(key, expected, desired)
-
-    def _wait(self, keys: list[str], timeout_s: float) -> None:
-        self._store.wait(keys, datetime.timedelta(seconds=timeout_s))
-
-    def _check(self, keys: list[str]) -> bool:
-        return self._store.check(keys)
-
-    def _delete_key(self, key: str) -> bool:
-        return self._store.delete_key(key)
-
-    def _num_keys(self) -> int:
-        return self._store.num_keys()
-
-    def _get_timeout(self) -> float:
-        return self._store.timeout.total_seconds()
-
-    def _set_timeout(self, seconds: float) -> None:
-        self._store.set_timeout(datetime.timedelta(seconds=seconds))
+                error = e
+        if error is None:
+            torch_work.get_future().set_result(result)
+        else:
+            torch_work.get_future().set_exception(error)
 
 
 class PscoreProcessGroup(TorchOperations, _TorchProcessGroup):

@@ -2,6 +2,7 @@
 time, naming the peer and the operation; never a hang or silent corruption."""
 
 import os
+import re
 import signal
 import socket
 import struct
@@ -53,6 +54,41 @@ def test_rank_killed_mid_allreduce(transport):
         assert elapsed < TIMEOUT + 1.0, (rank, msg)
         assert "allreduce #1" in msg, msg
         assert "rank 2" in msg, msg  # names the dead peer or the one that reported it
+
+
+def stream_until_failure(rank, world, victim):
+    x = np.ones(1000, dtype=np.float32)
+    pscore.all_reduce(x)  # everyone is connected
+    if rank == victim:
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    try:
+        while True:
+            pscore.all_reduce(x)
+    except (ConnectionError, TimeoutError) as e:
+        return str(e)
+
+
+def first_rank_blamed(message: str, me: int) -> int:
+    return next(int(r) for r in re.findall(r"rank (\d+)", message) if int(r) != me)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+@pytest.mark.parametrize("world", [3, 4, 5])
+def test_every_rank_names_the_killed_one_first(transport, world):
+    # Over TCP a rank that fails shuts its connections, so most ranks see a live peer hang up;
+    # following the accounts the ranks post leads to the one that posted none.
+    for victim in range(world):
+        msgs = run_ranks(
+            stream_until_failure,
+            world,
+            victim,
+            transport=transport,
+            timeout=TIMEOUT,
+            expect_dead=[victim],
+        )
+        for rank, msg in msgs.items():
+            assert first_rank_blamed(msg, rank) == victim, (victim, rank, msg)
+            assert "died or hangs" in msg, (victim, rank, msg)
 
 
 def silent_peer(rank, world):

@@ -1,0 +1,95 @@
+"""Which rank failed first: each rank that fails posts its account (its error) to the group's
+store, and a failing rank follows the accounts to the rank that posted none.
+
+Over TCP a failing rank shuts its connections, so its peers see "connection closed by" that
+rank, not by the one that died: with rank 2 killed, rank 1 may read "closed by rank 0", whose
+own account says "closed by rank 3", whose says "closed by rank 2". Each account names the peer
+its rank lost; following them ends at a rank that posted nothing within REPORT_WAIT_S, the one
+that died (or hangs), and the error names it first:
+
+    rank 2 died or hangs (...): rank 1 <- rank 0: ... [rank 0 reported: ...; rank 3 reported: ...]
+
+A rank whose own message already blames the silent rank keeps its form and says so at the end.
+Bounded in time: an unreachable store or a long trail adds at most REPORT_BUDGET_S.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+from .errors import NetworkError
+from .errors import TimeoutError as PscoreTimeoutError
+
+REPORT_WAIT_S = 0.75  # how long a rank's account may take before the rank counts as silent
+REPORT_BUDGET_S = 1.5  # all the time explaining a failure may add
+
+_BLAMED_RANK = re.compile(r"(?:closed by|<- |-> )rank (\d+)")
+
+
+def _blamed_rank(message: str) -> int | None:
+    """The peer a failure message blames: the first "<- rank N", "-> rank N", "closed by rank N"."""
+    found = _BLAMED_RANK.search(message)
+    return int(found.group(1)) if found else None
+
+
+class _Trail:
+    """The accounts read so far, and the rank at the end of the trail that posted none."""
+
+    def __init__(self):
+        self.accounts: list[tuple[int, str]] = []
+        self.silent: int | None = None
+
+
+def _follow(store, rank: int, message: str, trail: _Trail, deadline: float) -> None:
+    store.set(f"abort/{rank}", message)
+    seen = {rank}
+    peer = _blamed_rank(message)
+    while peer is not None and peer not in seen:
+        seen.add(peer)
+        wait_s = min(REPORT_WAIT_S, deadline - time.monotonic())
+        if wait_s <= 0:
+            return
+        try:
+            store.wait([f"abort/{peer}"], wait_s)
+        except (PscoreTimeoutError, TimeoutError):
+            if wait_s == REPORT_WAIT_S:  # a full wait: the peer is silent, not merely late
+                trail.silent = peer
+            return
+        account = store.get(f"abort/{peer}").decode()
+        trail.accounts.append((peer, account))
+        peer = _blamed_rank(account)
+
+
+def _follow_quietly(store, rank: int, message: str, trail: _Trail, deadline: float) -> None:
+    try:
+        _follow(store, rank, message, trail, deadline)
+    except Exception:  # noqa: BLE001, S110 - the store died too: explain with what was read
+        pass
+
+
+def explain(store, rank: int, exc: BaseException) -> BaseException:
+    """`exc` (a network failure or timeout of this rank) with the rank that failed first named
+    at the front and the accounts that led there appended; `exc` itself when there is nothing
+    to add."""
+    if store is None or not isinstance(exc, (NetworkError, PscoreTimeoutError)):
+        return exc
+    trail = _Trail()
+    deadline = time.monotonic() + REPORT_BUDGET_S
+    worker = threading.Thread(
+        target=_follow_quietly, args=(store, rank, str(exc), trail, deadline), daemon=True
+    )
+    worker.start()
+    worker.join(REPORT_BUDGET_S)
+    silent, accounts = trail.silent, list(trail.accounts)
+    if not accounts and silent is None:
+        return exc
+    text = str(exc)
+    if accounts:
+        text += " [" + "; ".join(f"rank {r} reported: {a}" for r, a in accounts) + "]"
+    if silent is None:
+        return type(exc)(text)
+    if accounts:  # the rank this one blames is not the one that failed: name that one first
+        return type(exc)(f"rank {silent} died or hangs (it posted no account): {text}")
+    return type(exc)(f"{text} [rank {silent} posted no account: it died or hangs]")
