@@ -264,6 +264,8 @@ def node_config(args, environ) -> NodeConfig:
     wrong."""
     if args.nproc < 1:
         raise ValueError(f"-n must be >= 1, got {args.nproc}")
+    if not args.grace_period >= 0:  # also refuses nan
+        raise ValueError(f"--grace-period must be >= 0 seconds, got {args.grace_period}")
     if args.max_restarts != 0:
         raise ValueError(
             f"--max-restarts {args.max_restarts}: pscore-run does not restart failed ranks "
@@ -393,14 +395,22 @@ def _watch(ranks: list, supervisor: Supervisor, console: Console, args, node) ->
     return code
 
 
+def _make_log_dir(path: str | None) -> None:
+    if path is None:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--log-dir {path}: cannot create it: {e.strerror or e}") from None
+
+
 def main(argv: list | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         node = node_config(args, os.environ)
         _output_routes(args)  # checks --tee / --redirects before anything starts
-        if args.log_dir is not None:
-            os.makedirs(args.log_dir, exist_ok=True)
-    except (ValueError, OSError) as e:
+        _make_log_dir(args.log_dir)
+    except ValueError as e:
         print(f"pscore-run: {e}", file=sys.stderr)
         return 2
     command = [args.target, *args.args]

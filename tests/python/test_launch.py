@@ -236,7 +236,9 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
         (["--tee", "3", "x.py"], "--tee and --redirects say which streams go to --log-dir"),
         (["--log-dir", "d", "--tee", "4", "x.py"], "--tee '4': expected 0 (none)"),
         (["--log-dir", "d", "-r", "0:3,x", "x.py"], "'x' is not local_rank:value"),
-        (["--log-dir", "/proc/no/such", "x.py"], "No such file or directory"),
+        (["--log-dir", "/proc/no/such", "x.py"], "--log-dir /proc/no/such: cannot create it"),
+        (["--grace-period", "-1", "x.py"], "--grace-period must be >= 0 seconds, got -1.0"),
+        (["--grace-period", "nan", "x.py"], "--grace-period must be >= 0 seconds, got nan"),
     ],
 )
 def test_bad_arguments(args, message, capsys):
