@@ -263,6 +263,32 @@ def test_pserver_rejects_a_tf_config_task_that_is_not_ps():
     assert "TF_CONFIG says this is task worker:0; pserver serves a 'ps' task" in r.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--max-frame-mb", "-1"], 2, "pserver: --max-frame-mb must be >= 1, got -1\n"),
+        (["--max-frame-mb", "0"], 2, "pserver: --max-frame-mb must be >= 1, got 0\n"),
+        (["--drain-timeout", "-3"], 2, "pserver: --drain-timeout must be >= 0 seconds, got -3.0\n"),
+        (["--metrics-port", "99999"], 2, "pserver: metrics_port 99999 is outside 0..65535\n"),
+        (
+            ["--recover", "/proc/no/such"],
+            1,
+            "pserver: shard 0: cannot create directory /proc/no: No such file or directory\n",
+        ),
+    ],
+)
+def test_bad_option_values_are_one_line_errors(args, code, message):
+    r = subprocess.run(
+        [sys.executable, "-m", "pscore.server", *args],
+        capture_output=True,
+        text=True,
+        env=_env({}),
+        timeout=60,
+        check=False,
+    )
+    assert (r.returncode, r.stderr) == (code, message)
+
+
 @pytest.mark.parametrize("module", ["pscore.server", "pscore.store_server"])
 def test_commands_start_and_stop_without_warnings(module):
     for _ in range(3):
