@@ -87,3 +87,24 @@ def test_a_short_allreduce_run_against_gloo(tmp_path):
     for r in report["results"]:
         assert r["pscore"]["p50_us"] > 0 and r["gloo"]["p50_us"] > 0 and r["time_ratio"] > 0
     assert "busbw x gloo" in result.stdout
+
+
+def test_sizes_parse_with_suffixes():
+    assert collectives.parse_sizes("4K, 1MB,8,2g") == [4096, 1 << 20, 8, 2 << 30]
+
+
+@pytest.mark.parametrize("sizes", ["0", "-4K", "4K,,8K", "3", "6", "abc", "K"])
+def test_sizes_that_are_not_float32_buffers_are_refused(sizes):
+    result = run_bench("allreduce", f"--sizes={sizes}", "--compare", "none")
+    assert result.returncode == 2
+    assert "is not a size: expected a positive multiple of 4 bytes" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_counts_below_one_are_refused_with_their_values():
+    result = run_bench("broadcast", "--world", "0", "--rounds", "2")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "python -m pscore.bench broadcast: --world, --iters and --rounds must be >= 1, "
+        "got 0, 200, 2\n"
+    )
