@@ -274,6 +274,24 @@ def test_torchrun_spellings_and_the_node_layout(tmp_path):
         assert info["PSCORE_JOB_ID"] == "job7"
 
 
+@pytest.mark.parametrize(
+    ("args", "environ", "job_id", "made_up"),
+    [
+        ([], {}, None, True),
+        (["--nnodes", "2", "--master-addr", "h"], {}, "pscore-run@h:29500", True),
+        (["--rdzv-id", "j7"], {"PSCORE_JOB_ID_ORIGIN": "pscore-run"}, "j7", False),
+        ([], {"PSCORE_JOB_ID": "mine"}, "mine", False),
+        ([], {"PSCORE_JOB_ID": "outer", "PSCORE_JOB_ID_ORIGIN": "pscore-run"}, "outer", True),
+    ],
+)
+def test_a_made_up_job_id_is_marked_for_the_parameter_servers(args, environ, job_id, made_up):
+    """PSClient() (pscore.ps.environment.job_id) ignores a job id pscore-run made up."""
+    node = launch.node_config(launch._parser().parse_args([*args, "x.py"]), environ)
+    env = launch.rank_environment(environ, node, 0)
+    assert job_id is None or env["PSCORE_JOB_ID"] == job_id
+    assert (env.get("PSCORE_JOB_ID_ORIGIN") == "pscore-run") == made_up
+
+
 def test_standalone_picks_a_free_local_port(tmp_path):
     script = write_script(tmp_path, "report.py", REPORT)
     result = run_launcher(["--standalone", "--nproc-per-node", "2", script], tmp_path)

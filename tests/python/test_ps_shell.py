@@ -146,18 +146,29 @@ def test_tf_config_job_starts_in_any_order(order, monkeypatch):
             p.wait()
 
 
+LAUNCHERS = {
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone"],
+    "pscore-run": [sys.executable, "-m", "pscore.launch"],
+}
+
+
 @pytest.mark.parametrize(
-    "order", [["workers", "ps1", "ps0", "store"], ["store", "ps0", "ps1", "workers"]]
+    ("launcher", "order"),
+    [
+        ("torchrun", ["workers", "ps1", "ps0", "store"]),
+        ("torchrun", ["store", "ps0", "ps1", "workers"]),
+        # pscore-run makes up a job id for its own collectives: the servers must not need it.
+        ("pscore-run", ["store", "ps0", "ps1", "workers"]),
+    ],
 )
-def test_pscore_store_job_under_torchrun_starts_in_any_order(order, tmp_path):
+def test_pscore_store_job_under_a_launcher_starts_in_any_order(launcher, order, tmp_path):
     port = free_port()
     env = {"PSCORE_STORE": f"tcp://127.0.0.1:{port}"}
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     commands = {
         "store": ([sys.executable, "-m", "pscore.store_server", "--port", str(port)], {}),
-        "workers": ([*torchrun, "--nproc-per-node", "2", str(script)], env),
+        "workers": ([*LAUNCHERS[launcher], "--nproc-per-node", "2", str(script)], env),
     }
     for s in range(2):
         shard = ["--shard", str(s), "--num-shards", "2", "--num-workers", "2"]
@@ -166,7 +177,7 @@ def test_pscore_store_job_under_torchrun_starts_in_any_order(order, tmp_path):
     try:
         out, err = procs["workers"].communicate(timeout=180)
         assert procs["workers"].returncode == 0, err
-        _check_workers(out.splitlines())
+        _check_workers([re.sub(r"^\[rank\d+\]: ", "", line) for line in out.splitlines()])
         for s in range(2):
             assert f"shard {s}/2 serving on" in _stop(procs[f"ps{s}"], f"pserver {s}")
         out = _stop(procs["store"], "pscore-store")
@@ -175,6 +186,13 @@ def test_pscore_store_job_under_torchrun_starts_in_any_order(order, tmp_path):
         for p in procs.values():
             p.kill()
             p.wait()
+
+
+def test_the_ps_job_id_is_the_users_not_one_pscore_run_made_up():
+    assert environment.job_id({}) == ""
+    assert environment.job_id({"PSCORE_JOB_ID": "j"}) == "j"
+    made_up = {"PSCORE_JOB_ID": "f00", "PSCORE_JOB_ID_ORIGIN": "pscore-run"}
+    assert environment.job_id(made_up) == ""
 
 
 def _store_url(kind: str, tmp_path, redis_server) -> tuple[str, object]:

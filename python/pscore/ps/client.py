@@ -71,7 +71,7 @@ class PSClient:
         self.retry_timeout = _timeout_s(retry_timeout, "retry_timeout")
         connect_timeout = _timeout_s(connect_timeout, "connect_timeout")
         self._store = None if store is None else discovery.open_store(store, connect_timeout)
-        self._job_id = os.environ.get("PSCORE_JOB_ID", "") if job_id is None else job_id
+        self._job_id = environment.job_id() if job_id is None else job_id
         self._servers = None if servers is None else [str(s) for s in servers]
         if self._servers is not None:
             if not self._servers:

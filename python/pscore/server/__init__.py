@@ -103,7 +103,7 @@ class PServer:
             num_shards,
             num_workers,
         )
-        o.job_id = os.environ.get("PSCORE_JOB_ID", "") if job_id is None else job_id
+        o.job_id = environment.job_id() if job_id is None else job_id
         o.auth_token = os.environ.get("PSCORE_AUTH_TOKEN", "") if auth_token is None else auth_token
         o.insecure = bool(insecure)
         o.recover_dir = os.path.abspath(recover) if recover else ""
