@@ -108,3 +108,21 @@ def test_counts_below_one_are_refused_with_their_values():
         "python -m pscore.bench broadcast: --world, --iters and --rounds must be >= 1, "
         "got 0, 200, 2\n"
     )
+
+
+def test_ps_options_have_help_and_defaults(capsys):
+    with pytest.raises(SystemExit):
+        bench_main.main(["ps", "--help"])
+    text = " ".join(capsys.readouterr().out.split("options:", 1)[1].split())
+    for flag in ["--servers", "--workers", "--compare", "--sizes", "--rows", "--batch", "--dim"]:
+        assert f"{flag} " in text
+    assert text.count("default") >= 12  # every option but --help
+
+
+def test_a_short_ps_run_against_torch_rpc_is_silent_on_stderr():
+    """torch's rpc warns about its own internals; the benchmark's output is the table alone."""
+    args = ["--sizes", "4K", "--batch", "64", "--rows", "1000", "--sparse-iters", "6"]
+    result = run_bench("ps", *args, "--scale", "0.01", "--loopback-mb", "1", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "# dense push+pull, 2 servers, 1 workers" in result.stdout
