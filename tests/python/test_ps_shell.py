@@ -238,6 +238,16 @@ def test_store_arguments_that_are_not_stores():
         PSClient(["127.0.0.1:1"], store="file:///tmp/x")
 
 
+def test_psclient_on_a_store_no_shard_registered_in_says_so(tmp_path):
+    for job in ("", "j1"):
+        with pytest.raises(pscore.TimeoutError) as info:
+            PSClient(store=f"file://{tmp_path}/store", job_id=job, connect_timeout=0.5)
+        assert str(info.value).startswith(
+            f"no parameter-server shard registered within 0.5 s under job id {job!r} (is a "
+            "pserver serving with this --store and --job-id?): "
+        )
+
+
 def test_psclient_without_servers_says_where_to_look(monkeypatch):
     for var in ("PSCORE_STORE", "TF_CONFIG"):
         monkeypatch.delenv(var, raising=False)

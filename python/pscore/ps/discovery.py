@@ -64,7 +64,13 @@ def publish(
 
 def read_num_shards(store, job_id: str, timeout: float) -> int:
     key = num_shards_key(job_id)
-    store.wait([key], timeout)
+    try:
+        store.wait([key], timeout)
+    except errors.TimeoutError as e:
+        raise errors.TimeoutError(
+            f"no parameter-server shard registered within {timeout:g} s under job id "
+            f"{job_id!r} (is a pserver serving with this --store and --job-id?): {e}"
+        ) from e
     return int(store.get(key).decode())
 
 
