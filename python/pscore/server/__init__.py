@@ -374,7 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     store_url = args.store or environment.store_url()
     try:
         store = discovery.open_store(store_url, args.store_timeout) if store_url else None
-    except (errors.Error, ValueError, OSError) as e:
+    except ValueError as e:  # not a store URL: say which setting gave it
+        origin = "--store" if args.store else environment.STORE_VAR
+        print(f"pserver: {origin} {store_url!r}: {e}", file=sys.stderr)
+        return 2
+    except (errors.Error, OSError) as e:
         print(f"pserver: {e}", file=sys.stderr)
         return 1
     stop = threading.Event()
