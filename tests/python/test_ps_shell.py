@@ -283,6 +283,27 @@ def test_pserver_fails_fast_without_its_store():
         PSClient(store=url, connect_timeout=1)
 
 
+def test_pserver_says_it_waits_for_a_store_that_comes_later():
+    """Not silent for --store-timeout (300 s): one line after a moment, then serving once the
+    store is up."""
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    server = _start([sys.executable, "-m", "pscore.server", "--store", url], {})
+    store = None
+    try:
+        assert server.stderr.readline() == f"pserver: waiting up to 300 s for the store at {url}\n"
+        store = _start([sys.executable, "-m", "pscore.store_server", "--port", str(port)], {})
+        assert "serving" in store.stdout.readline()
+        assert server.stdout.readline().startswith("pserver: shard 0/1 serving on 127.0.0.1:")
+        assert "shard 0 stopped" in _stop(server, "pserver")
+        _stop(store, "pscore-store")
+    finally:
+        for p in (server, store):
+            if p is not None:
+                p.kill()
+                p.wait()
+
+
 def test_pserver_rejects_a_tf_config_task_that_is_not_ps():
     cluster = {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}
     r = subprocess.run(

@@ -353,6 +353,10 @@ def _place_shard(args: argparse.Namespace) -> str:
     return source
 
 
+def _say(message: str) -> None:
+    print(f"pserver: {message}", file=sys.stderr, flush=True)
+
+
 def _check_flags(args: argparse.Namespace) -> None:
     """Refuses flag values that only the command line can get wrong (PServer checks the rest)."""
     if args.checkpoint_on_exit == "" and not args.recover:
@@ -373,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     store_url = args.store or environment.store_url()
     try:
-        store = discovery.open_store(store_url, args.store_timeout) if store_url else None
+        store = (
+            discovery.open_store(store_url, args.store_timeout, on_wait=_say) if store_url else None
+        )
     except ValueError as e:  # not a store URL: say which setting gave it
         origin = "--store" if args.store else environment.STORE_VAR
         print(f"pserver: {origin} {store_url!r}: {e}", file=sys.stderr)
