@@ -136,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--grace-period",
+        "--grace_period",
         type=float,
         default=5.0,
         help="seconds between SIGTERM and SIGKILL when stopping ranks (default 5)",

@@ -239,6 +239,7 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
         (["--log-dir", "/proc/no/such", "x.py"], "--log-dir /proc/no/such: cannot create it"),
         (["--grace-period", "-1", "x.py"], "--grace-period must be >= 0 seconds, got -1.0"),
         (["--grace-period", "nan", "x.py"], "--grace-period must be >= 0 seconds, got nan"),
+        (["--grace_period", "-2", "x.py"], "--grace-period must be >= 0 seconds, got -2.0"),
     ],
 )
 def test_bad_arguments(args, message, capsys):
