@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -281,6 +282,23 @@ def test_pserver_fails_fast_without_its_store():
         assert time.monotonic() - start < 30
     with pytest.raises(pscore.TimeoutError, match=f"no store answered at {url} within 1 s"):
         PSClient(store=url, connect_timeout=1)
+
+
+def test_a_busy_metrics_port_is_named():
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "pscore.server", "--metrics-port", str(port)],
+            capture_output=True,
+            text=True,
+            env=_env({}),
+            timeout=60,
+            check=False,
+        )
+    assert r.returncode == 2
+    assert r.stderr == (
+        f"pserver: [Errno 98] cannot serve metrics on 127.0.0.1:{port}: Address already in use\n"
+    )
 
 
 def test_pserver_says_it_waits_for_a_store_that_comes_later():

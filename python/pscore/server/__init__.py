@@ -123,7 +123,12 @@ class PServer:
         self._metrics = None
         try:
             if metrics_port is not None:
-                self._metrics = MetricsServer(self._cpp.stats_json, metrics_port)
+                try:
+                    self._metrics = MetricsServer(self._cpp.stats_json, metrics_port)
+                except OSError as e:
+                    raise OSError(
+                        e.errno, f"cannot serve metrics on 127.0.0.1:{metrics_port}: {e.strerror}"
+                    ) from None
             if store is not None:
                 discovery.publish(
                     store, o.job_id, shard, num_shards, host, self.port, self._cpp.incarnation
