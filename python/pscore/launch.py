@@ -33,6 +33,7 @@ import uuid
 from pscore.cluster_spec import split_address
 from pscore.launch_output import STDERR, STDOUT, Console, RankOutput, parse_std_streams, streams_for
 from pscore.launch_supervisor import Rank, Supervisor, failure_summary
+from pscore.ps.environment import JOB_ID_ORIGIN, JOB_ID_ORIGIN_VAR
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
@@ -135,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--grace-period",
+        "--grace_period",
         type=float,
         default=5.0,
         help="seconds between SIGTERM and SIGKILL when stopping ranks (default 5)",
@@ -170,6 +172,7 @@ class NodeConfig:
     master_addr: str
     master_port: int
     job_id: str
+    job_id_made_up: bool  # not the user's: --rdzv-id and PSCORE_JOB_ID were not given
 
     @property
     def world_size(self) -> int:
@@ -264,6 +267,8 @@ def node_config(args, environ) -> NodeConfig:
     wrong."""
     if args.nproc < 1:
         raise ValueError(f"-n must be >= 1, got {args.nproc}")
+    if not args.grace_period >= 0:  # also refuses nan
+        raise ValueError(f"--grace-period must be >= 0 seconds, got {args.grace_period}")
     if args.max_restarts != 0:
         raise ValueError(
             f"--max-restarts {args.max_restarts}: pscore-run does not restart failed ranks "
@@ -286,15 +291,17 @@ def node_config(args, environ) -> NodeConfig:
             port = free_port(addr)
         except OSError as e:
             raise ValueError(f"cannot pick a free port on {addr!r} (this node's?): {e}") from None
+    made_up = True
     if args.rdzv_id:
-        job_id = args.rdzv_id
+        job_id, made_up = args.rdzv_id, False
     elif environ.get("PSCORE_JOB_ID"):
         job_id = environ["PSCORE_JOB_ID"]
+        made_up = environ.get(JOB_ID_ORIGIN_VAR) == JOB_ID_ORIGIN  # a pscore-run inside one
     elif nnodes > 1:
         job_id = f"pscore-run@{addr}:{port}"  # what every node derives alike
     else:
         job_id = uuid.uuid4().hex[:16]
-    return NodeConfig(nnodes, node_rank, args.nproc, addr, port, job_id)
+    return NodeConfig(nnodes, node_rank, args.nproc, addr, port, job_id, made_up)
 
 
 def rank_environment(base: dict, node: NodeConfig, local_rank: int) -> dict:
@@ -314,6 +321,9 @@ def rank_environment(base: dict, node: NodeConfig, local_rank: int) -> dict:
     env["GROUP_RANK"] = str(node.node_rank)
     env["GROUP_WORLD_SIZE"] = str(node.nnodes)
     env["PSCORE_JOB_ID"] = node.job_id
+    env.pop(JOB_ID_ORIGIN_VAR, None)
+    if node.job_id_made_up:
+        env[JOB_ID_ORIGIN_VAR] = JOB_ID_ORIGIN
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the launcher's pipes as printed
     return env
@@ -393,14 +403,22 @@ def _watch(ranks: list, supervisor: Supervisor, console: Console, args, node) ->
     return code
 
 
+def _make_log_dir(path: str | None) -> None:
+    if path is None:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--log-dir {path}: cannot create it: {e.strerror or e}") from None
+
+
 def main(argv: list | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         node = node_config(args, os.environ)
         _output_routes(args)  # checks --tee / --redirects before anything starts
-        if args.log_dir is not None:
-            os.makedirs(args.log_dir, exist_ok=True)
-    except (ValueError, OSError) as e:
+        _make_log_dir(args.log_dir)
+    except ValueError as e:
         print(f"pscore-run: {e}", file=sys.stderr)
         return 2
     command = [args.target, *args.args]

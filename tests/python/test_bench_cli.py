@@ -87,3 +87,42 @@ def test_a_short_allreduce_run_against_gloo(tmp_path):
     for r in report["results"]:
         assert r["pscore"]["p50_us"] > 0 and r["gloo"]["p50_us"] > 0 and r["time_ratio"] > 0
     assert "busbw x gloo" in result.stdout
+
+
+def test_sizes_parse_with_suffixes():
+    assert collectives.parse_sizes("4K, 1MB,8,2g") == [4096, 1 << 20, 8, 2 << 30]
+
+
+@pytest.mark.parametrize("sizes", ["0", "-4K", "4K,,8K", "3", "6", "abc", "K"])
+def test_sizes_that_are_not_float32_buffers_are_refused(sizes):
+    result = run_bench("allreduce", f"--sizes={sizes}", "--compare", "none")
+    assert result.returncode == 2
+    assert "is not a size: expected a positive multiple of 4 bytes" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_counts_below_one_are_refused_with_their_values():
+    result = run_bench("broadcast", "--world", "0", "--rounds", "2")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "python -m pscore.bench broadcast: --world, --iters and --rounds must be >= 1, "
+        "got 0, 200, 2\n"
+    )
+
+
+def test_ps_options_have_help_and_defaults(capsys):
+    with pytest.raises(SystemExit):
+        bench_main.main(["ps", "--help"])
+    text = " ".join(capsys.readouterr().out.split("options:", 1)[1].split())
+    for flag in ["--servers", "--workers", "--compare", "--sizes", "--rows", "--batch", "--dim"]:
+        assert f"{flag} " in text
+    assert text.count("default") >= 12  # every option but --help
+
+
+def test_a_short_ps_run_against_torch_rpc_is_silent_on_stderr():
+    """torch's rpc warns about its own internals; the benchmark's output is the table alone."""
+    args = ["--sizes", "4K", "--batch", "64", "--rows", "1000", "--sparse-iters", "6"]
+    result = run_bench("ps", *args, "--scale", "0.01", "--loopback-mb", "1", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "# dense push+pull, 2 servers, 1 workers" in result.stdout

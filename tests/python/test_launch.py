@@ -236,7 +236,10 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
         (["--tee", "3", "x.py"], "--tee and --redirects say which streams go to --log-dir"),
         (["--log-dir", "d", "--tee", "4", "x.py"], "--tee '4': expected 0 (none)"),
         (["--log-dir", "d", "-r", "0:3,x", "x.py"], "'x' is not local_rank:value"),
-        (["--log-dir", "/proc/no/such", "x.py"], "No such file or directory"),
+        (["--log-dir", "/proc/no/such", "x.py"], "--log-dir /proc/no/such: cannot create it"),
+        (["--grace-period", "-1", "x.py"], "--grace-period must be >= 0 seconds, got -1.0"),
+        (["--grace-period", "nan", "x.py"], "--grace-period must be >= 0 seconds, got nan"),
+        (["--grace_period", "-2", "x.py"], "--grace-period must be >= 0 seconds, got -2.0"),
     ],
 )
 def test_bad_arguments(args, message, capsys):
@@ -270,6 +273,24 @@ def test_torchrun_spellings_and_the_node_layout(tmp_path):
         assert info["GROUP_RANK"] == "1" and info["GROUP_WORLD_SIZE"] == "3"
         assert info["MASTER_ADDR"] == "10.1.2.3" and info["MASTER_PORT"] == "29400"
         assert info["PSCORE_JOB_ID"] == "job7"
+
+
+@pytest.mark.parametrize(
+    ("args", "environ", "job_id", "made_up"),
+    [
+        ([], {}, None, True),
+        (["--nnodes", "2", "--master-addr", "h"], {}, "pscore-run@h:29500", True),
+        (["--rdzv-id", "j7"], {"PSCORE_JOB_ID_ORIGIN": "pscore-run"}, "j7", False),
+        ([], {"PSCORE_JOB_ID": "mine"}, "mine", False),
+        ([], {"PSCORE_JOB_ID": "outer", "PSCORE_JOB_ID_ORIGIN": "pscore-run"}, "outer", True),
+    ],
+)
+def test_a_made_up_job_id_is_marked_for_the_parameter_servers(args, environ, job_id, made_up):
+    """PSClient() (pscore.ps.environment.job_id) ignores a job id pscore-run made up."""
+    node = launch.node_config(launch._parser().parse_args([*args, "x.py"]), environ)
+    env = launch.rank_environment(environ, node, 0)
+    assert job_id is None or env["PSCORE_JOB_ID"] == job_id
+    assert (env.get("PSCORE_JOB_ID_ORIGIN") == "pscore-run") == made_up
 
 
 def test_standalone_picks_a_free_local_port(tmp_path):

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -146,18 +147,29 @@ def test_tf_config_job_starts_in_any_order(order, monkeypatch):
             p.wait()
 
 
+LAUNCHERS = {
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone"],
+    "pscore-run": [sys.executable, "-m", "pscore.launch"],
+}
+
+
 @pytest.mark.parametrize(
-    "order", [["workers", "ps1", "ps0", "store"], ["store", "ps0", "ps1", "workers"]]
+    ("launcher", "order"),
+    [
+        ("torchrun", ["workers", "ps1", "ps0", "store"]),
+        ("torchrun", ["store", "ps0", "ps1", "workers"]),
+        # pscore-run makes up a job id for its own collectives: the servers must not need it.
+        ("pscore-run", ["store", "ps0", "ps1", "workers"]),
+    ],
 )
-def test_pscore_store_job_under_torchrun_starts_in_any_order(order, tmp_path):
+def test_pscore_store_job_under_a_launcher_starts_in_any_order(launcher, order, tmp_path):
     port = free_port()
     env = {"PSCORE_STORE": f"tcp://127.0.0.1:{port}"}
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     commands = {
         "store": ([sys.executable, "-m", "pscore.store_server", "--port", str(port)], {}),
-        "workers": ([*torchrun, "--nproc-per-node", "2", str(script)], env),
+        "workers": ([*LAUNCHERS[launcher], "--nproc-per-node", "2", str(script)], env),
     }
     for s in range(2):
         shard = ["--shard", str(s), "--num-shards", "2", "--num-workers", "2"]
@@ -166,7 +178,7 @@ def test_pscore_store_job_under_torchrun_starts_in_any_order(order, tmp_path):
     try:
         out, err = procs["workers"].communicate(timeout=180)
         assert procs["workers"].returncode == 0, err
-        _check_workers(out.splitlines())
+        _check_workers([re.sub(r"^\[rank\d+\]: ", "", line) for line in out.splitlines()])
         for s in range(2):
             assert f"shard {s}/2 serving on" in _stop(procs[f"ps{s}"], f"pserver {s}")
         out = _stop(procs["store"], "pscore-store")
@@ -175,6 +187,13 @@ def test_pscore_store_job_under_torchrun_starts_in_any_order(order, tmp_path):
         for p in procs.values():
             p.kill()
             p.wait()
+
+
+def test_the_ps_job_id_is_the_users_not_one_pscore_run_made_up():
+    assert environment.job_id({}) == ""
+    assert environment.job_id({"PSCORE_JOB_ID": "j"}) == "j"
+    made_up = {"PSCORE_JOB_ID": "f00", "PSCORE_JOB_ID_ORIGIN": "pscore-run"}
+    assert environment.job_id(made_up) == ""
 
 
 def _store_url(kind: str, tmp_path, redis_server) -> tuple[str, object]:
@@ -220,6 +239,22 @@ def test_store_arguments_that_are_not_stores():
         PSClient(["127.0.0.1:1"], store="file:///tmp/x")
 
 
+def test_psclient_names_pscore_store_when_its_url_is_bad(monkeypatch):
+    monkeypatch.setenv("PSCORE_STORE", "h:1")
+    with pytest.raises(ValueError, match="^PSCORE_STORE='h:1': init_method 'h:1': unknown scheme"):
+        PSClient()
+
+
+def test_psclient_on_a_store_no_shard_registered_in_says_so(tmp_path):
+    for job in ("", "j1"):
+        with pytest.raises(pscore.TimeoutError) as info:
+            PSClient(store=f"file://{tmp_path}/store", job_id=job, connect_timeout=0.5)
+        assert str(info.value).startswith(
+            f"no parameter-server shard registered within 0.5 s under job id {job!r} (is a "
+            "pserver serving with this --store and --job-id?): "
+        )
+
+
 def test_psclient_without_servers_says_where_to_look(monkeypatch):
     for var in ("PSCORE_STORE", "TF_CONFIG"):
         monkeypatch.delenv(var, raising=False)
@@ -249,6 +284,44 @@ def test_pserver_fails_fast_without_its_store():
         PSClient(store=url, connect_timeout=1)
 
 
+def test_a_busy_metrics_port_is_named():
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "pscore.server", "--metrics-port", str(port)],
+            capture_output=True,
+            text=True,
+            env=_env({}),
+            timeout=60,
+            check=False,
+        )
+    assert r.returncode == 2
+    assert r.stderr == (
+        f"pserver: [Errno 98] cannot serve metrics on 127.0.0.1:{port}: Address already in use\n"
+    )
+
+
+def test_pserver_says_it_waits_for_a_store_that_comes_later():
+    """Not silent for --store-timeout (300 s): one line after a moment, then serving once the
+    store is up."""
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    server = _start([sys.executable, "-m", "pscore.server", "--store", url], {})
+    store = None
+    try:
+        assert server.stderr.readline() == f"pserver: waiting up to 300 s for the store at {url}\n"
+        store = _start([sys.executable, "-m", "pscore.store_server", "--port", str(port)], {})
+        assert "serving" in store.stdout.readline()
+        assert server.stdout.readline().startswith("pserver: shard 0/1 serving on 127.0.0.1:")
+        assert "shard 0 stopped" in _stop(server, "pserver")
+        _stop(store, "pscore-store")
+    finally:
+        for p in (server, store):
+            if p is not None:
+                p.kill()
+                p.wait()
+
+
 def test_pserver_rejects_a_tf_config_task_that_is_not_ps():
     cluster = {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}
     r = subprocess.run(
@@ -261,6 +334,41 @@ def test_pserver_rejects_a_tf_config_task_that_is_not_ps():
     )
     assert r.returncode == 2
     assert "TF_CONFIG says this is task worker:0; pserver serves a 'ps' task" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "code", "message"),
+    [
+        (["--store", "http://h:1"], {}, 2, "pserver: --store 'http://h:1': init_method "),
+        ([], {"PSCORE_STORE": "h:1"}, 2, "pserver: PSCORE_STORE 'h:1': init_method 'h:1': "),
+        (["--max-frame-mb", "-1"], {}, 2, "pserver: --max-frame-mb must be >= 1, got -1\n"),
+        (["--max-frame-mb", "0"], {}, 2, "pserver: --max-frame-mb must be >= 1, got 0\n"),
+        (
+            ["--drain-timeout", "-3"],
+            {},
+            2,
+            "pserver: --drain-timeout must be >= 0 seconds, got -3.0\n",
+        ),
+        (["--metrics-port", "99999"], {}, 2, "pserver: metrics_port 99999 is outside 0..65535\n"),
+        (
+            ["--recover", "/proc/no/such"],
+            {},
+            1,
+            "pserver: shard 0: cannot create directory /proc/no: No such file or directory\n",
+        ),
+    ],
+)
+def test_bad_option_values_are_one_line_errors(args, env, code, message):
+    r = subprocess.run(
+        [sys.executable, "-m", "pscore.server", *args],
+        capture_output=True,
+        text=True,
+        env=_env(env),
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == code
+    assert r.stderr.startswith(message) and r.stderr.count("\n") == 1, r.stderr
 
 
 @pytest.mark.parametrize("module", ["pscore.server", "pscore.store_server"])

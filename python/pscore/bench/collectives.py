@@ -25,11 +25,19 @@ BUS_FACTOR = {
 
 
 def parse_sizes(text: str) -> list[int]:
+    """'4K,1M' -> [4096, 1048576]; each size a positive multiple of 4 bytes (float32 elements)."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     out = []
-    for part in text.split(","):
-        part = part.strip().upper().rstrip("B")
-        out.append(int(part[:-1]) * units[part[-1]] if part[-1] in units else int(part))
+    for item in text.split(","):
+        part = item.strip().upper().rstrip("B")
+        scale = units.get(part[-1:], 1)
+        digits = part[:-1] if scale > 1 else part
+        if not digits.isdigit() or int(digits) * scale % 4 or int(digits) == 0:
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r} is not a size: expected a positive multiple of 4 bytes, "
+                "K/M/G suffixes allowed (e.g. 4K,1M)"
+            )
+        out.append(int(digits) * scale)
     return out
 
 
@@ -240,7 +248,11 @@ def main(argv: list[str]) -> int:
     args = parser(argv[0]).parse_args(argv[1:])
     args.collective = argv[0]
     if args.world < 1 or args.iters < 1 or args.rounds < 1:
-        print("--world, --iters and --rounds must be >= 1", file=sys.stderr)
+        print(
+            f"python -m pscore.bench {args.collective}: --world, --iters and --rounds must be "
+            f">= 1, got {args.world}, {args.iters}, {args.rounds}",
+            file=sys.stderr,
+        )
         return 2
     report = run(args)
     print_report(report)

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from typing import ClassVar
 
 import numpy as np
@@ -171,6 +172,8 @@ def _process(rank, system, args, rpc_port, store_port, barrier, queue):
         from torch.distributed import rpc
 
         torch.set_num_threads(1)  # one intra-op thread per process: the cores are shared
+        # torch's own rpc.init_rpc / shutdown use a deprecated form internally; not ours to fix.
+        warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
         name = f"ps{rank}" if rank < args.servers else f"worker{rank - args.servers}"
         opts = rpc.TensorPipeRpcBackendOptions(
             init_method=f"tcp://127.0.0.1:{rpc_port}", rpc_timeout=600
@@ -369,26 +372,55 @@ def main(argv: list[str]) -> int:
         prog="python -m pscore.bench ps",
         description="pscore parameter server vs torch.distributed.rpc",
     )
-    p.add_argument("--servers", type=int, default=2)
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--compare", choices=["torch-rpc", "none"], default="torch-rpc")
+    p.add_argument("--servers", type=int, default=2, help="shards (default %(default)s)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default %(default)s)")
+    p.add_argument(
+        "--compare",
+        choices=["torch-rpc", "none"],
+        default="torch-rpc",
+        help="the peer timed alongside (default %(default)s)",
+    )
     p.add_argument(
         "--sizes",
         default=",".join(human_bytes(s) for s in DEFAULT_SIZES),
-        help="dense sizes, e.g. 4K,1M,64M",
+        help="dense sizes, e.g. 4K,1M,64M (default %(default)s)",
     )
-    p.add_argument("--rows", type=int, default=10_000_000, help="sparse id range")
-    p.add_argument("--batch", type=int, default=4096, help="ids per sparse batch (0: skip)")
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--sparse-iters", type=int, default=200)
+    p.add_argument(
+        "--rows", type=int, default=10_000_000, help="sparse id range (default %(default)s)"
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=4096,
+        help="ids per sparse batch (0: skip; default %(default)s)",
+    )
+    p.add_argument("--dim", type=int, default=64, help="sparse row width (default %(default)s)")
+    p.add_argument(
+        "--sparse-iters",
+        type=int,
+        default=200,
+        help="timed sparse batches per worker (default %(default)s)",
+    )
     p.add_argument(
         "--no-reserve",
         action="store_true",
-        help="pscore's sparse table grows with the rows touched (no capacity)",
+        help="pscore's sparse table grows with the rows touched (default: reserved capacity)",
     )
-    p.add_argument("--scale", type=float, default=1.0, help="multiplies the iteration counts")
-    p.add_argument("--loopback-mb", type=int, default=256)
-    p.add_argument("--json", default=None)
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiplies the iteration counts (default %(default)g)",
+    )
+    p.add_argument(
+        "--loopback-mb",
+        type=int,
+        default=256,
+        help="MiB sent by the loopback TCP measurement (default %(default)s)",
+    )
+    p.add_argument(
+        "--json", default=None, help="also write the results to this JSON file (default none)"
+    )
     args = p.parse_args(argv[1:])
     args.sizes = [_parse_size(s) for s in args.sizes.split(",") if s]
     if args.servers < 1 or args.workers < 1 or any(s < 4 or s % 4 for s in args.sizes):

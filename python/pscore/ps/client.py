@@ -59,7 +59,8 @@ class PSClient:
     ):
         if servers is not None and store is not None:
             raise ValueError("PSClient takes servers=[...] or store=, not both")
-        if servers is None and store is None:
+        from_environment = servers is None and store is None
+        if from_environment:
             servers, store = environment.find_servers()
         if worker_id is None:
             worker_id = environment.worker_id()
@@ -70,8 +71,13 @@ class PSClient:
         self.timeout = _timeout_s(timeout, "timeout")
         self.retry_timeout = _timeout_s(retry_timeout, "retry_timeout")
         connect_timeout = _timeout_s(connect_timeout, "connect_timeout")
-        self._store = None if store is None else discovery.open_store(store, connect_timeout)
-        self._job_id = os.environ.get("PSCORE_JOB_ID", "") if job_id is None else job_id
+        try:
+            self._store = None if store is None else discovery.open_store(store, connect_timeout)
+        except ValueError as e:
+            if not from_environment:
+                raise
+            raise ValueError(f"{environment.STORE_VAR}={store!r}: {e}") from None
+        self._job_id = environment.job_id() if job_id is None else job_id
         self._servers = None if servers is None else [str(s) for s in servers]
         if self._servers is not None:
             if not self._servers:

@@ -11,11 +11,14 @@ from pscore import errors
 from pscore import store as stores
 from pscore.store_base import Store
 
+_STORE_PATIENCE_S = 2.0  # how long a store may take to answer before on_wait is told
 
-def open_store(store: Store | str, timeout: float) -> Store:
+
+def open_store(store: Store | str, timeout: float, on_wait=None) -> Store:
     """`store` itself, or the store a URL names: ``tcp://host:port`` connects to a TCPStore
     that someone else serves (``pscore-store``, or the job's master), retrying while it is not up
-    yet, for up to `timeout` seconds; ``file://`` and ``redis://`` as in create_store."""
+    yet, for up to `timeout` seconds (``on_wait(message)`` is called once when that takes longer
+    than a moment); ``file://`` and ``redis://`` as in create_store."""
     if isinstance(store, Store):
         return store
     if not isinstance(store, str):
@@ -25,8 +28,17 @@ def open_store(store: Store | str, timeout: float) -> Store:
         return stores.create_store(store, timeout=timeout)
     if not url.hostname or not url.port:
         raise ValueError(f"store URL {store!r}: expected tcp://host:port")
+    deadline = time.monotonic() + timeout
+    first_try = min(timeout, _STORE_PATIENCE_S) if on_wait is not None else timeout
     try:
-        return stores.TCPStore(url.hostname, url.port, is_master=False, timeout=timeout)
+        try:
+            return stores.TCPStore(url.hostname, url.port, is_master=False, timeout=first_try)
+        except errors.TimeoutError:
+            left = deadline - time.monotonic()
+            if first_try >= timeout or left <= 0:
+                raise
+            on_wait(f"waiting up to {timeout:g} s for the store at {store}")
+            return stores.TCPStore(url.hostname, url.port, is_master=False, timeout=left)
     except errors.TimeoutError as e:
         raise errors.TimeoutError(
             f"no store answered at {store} within {timeout:g} s (is pscore-store, or the job's "
@@ -64,7 +76,13 @@ def publish(
 
 def read_num_shards(store, job_id: str, timeout: float) -> int:
     key = num_shards_key(job_id)
-    store.wait([key], timeout)
+    try:
+        store.wait([key], timeout)
+    except errors.TimeoutError as e:
+        raise errors.TimeoutError(
+            f"no parameter-server shard registered within {timeout:g} s under job id "
+            f"{job_id!r} (is a pserver serving with this --store and --job-id?): {e}"
+        ) from e
     return int(store.get(key).decode())
 
 

@@ -20,6 +20,9 @@ from pscore.cluster import ClusterEnv, discover
 from pscore.cluster_spec import split_address
 
 STORE_VAR = "PSCORE_STORE"
+# pscore-run sets this in a rank's environment when PSCORE_JOB_ID is an id it made up for the
+# run's own collectives, which parameter servers started outside the run cannot know.
+JOB_ID_ORIGIN_VAR, JOB_ID_ORIGIN = "PSCORE_JOB_ID_ORIGIN", "pscore-run"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +120,15 @@ def find_servers(environ: Mapping[str, str] | None = None) -> tuple[list[str] | 
         "PSClient: where are the servers? Pass servers=['host:port', ...] or store= (a Store or "
         f"a URL), or set {STORE_VAR}=URL or a TF_CONFIG with a 'ps' job"
     )
+
+
+def job_id(environ: Mapping[str, str] | None = None) -> str:
+    """The parameter servers' job id: PSCORE_JOB_ID, unless pscore-run made that up for its own
+    run (servers started outside the run could not know it), then empty, as without one."""
+    env = os.environ if environ is None else environ
+    if env.get(JOB_ID_ORIGIN_VAR) == JOB_ID_ORIGIN:
+        return ""
+    return env.get("PSCORE_JOB_ID", "")
 
 
 def worker_id(environ: Mapping[str, str] | None = None) -> int:

@@ -81,8 +81,11 @@ class PServer:
         ):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-        if not 0 <= port <= 65535:
-            raise ValueError(f"port {port} is outside 0..65535")
+        for name, v in (("port", port), ("metrics_port", metrics_port)):
+            if v is not None and not 0 <= v <= 65535:
+                raise ValueError(f"{name} {v} is outside 0..65535")
+        if not max_frame_bytes >= 1:
+            raise ValueError(f"max_frame_bytes must be >= 1, got {max_frame_bytes}")
         if checkpoint_every and not recover:
             raise ValueError("checkpoint_every needs recover= (the snapshot directory)")
         for name, v in (
@@ -100,7 +103,7 @@ class PServer:
             num_shards,
             num_workers,
         )
-        o.job_id = os.environ.get("PSCORE_JOB_ID", "") if job_id is None else job_id
+        o.job_id = environment.job_id() if job_id is None else job_id
         o.auth_token = os.environ.get("PSCORE_AUTH_TOKEN", "") if auth_token is None else auth_token
         o.insecure = bool(insecure)
         o.recover_dir = os.path.abspath(recover) if recover else ""
@@ -120,7 +123,12 @@ class PServer:
         self._metrics = None
         try:
             if metrics_port is not None:
-                self._metrics = MetricsServer(self._cpp.stats_json, metrics_port)
+                try:
+                    self._metrics = MetricsServer(self._cpp.stats_json, metrics_port)
+                except OSError as e:
+                    raise OSError(
+                        e.errno, f"cannot serve metrics on 127.0.0.1:{metrics_port}: {e.strerror}"
+                    ) from None
             if store is not None:
                 discovery.publish(
                     store, o.job_id, shard, num_shards, host, self.port, self._cpp.incarnation
@@ -350,20 +358,38 @@ def _place_shard(args: argparse.Namespace) -> str:
     return source
 
 
+def _say(message: str) -> None:
+    print(f"pserver: {message}", file=sys.stderr, flush=True)
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuses flag values that only the command line can get wrong (PServer checks the rest)."""
+    if args.checkpoint_on_exit == "" and not args.recover:
+        raise ValueError("--checkpoint-on-exit without a DIR needs --recover DIR")
+    if args.max_frame_mb < 1:
+        raise ValueError(f"--max-frame-mb must be >= 1, got {args.max_frame_mb}")
+    if not args.drain_timeout >= 0:
+        raise ValueError(f"--drain-timeout must be >= 0 seconds, got {args.drain_timeout}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.checkpoint_on_exit == "" and not args.recover:
-        print("pserver: --checkpoint-on-exit without a DIR needs --recover DIR", file=sys.stderr)
-        return 2
     try:
+        _check_flags(args)
         source = _place_shard(args)
     except ValueError as e:
         print(f"pserver: {e}", file=sys.stderr)
         return 2
     store_url = args.store or environment.store_url()
     try:
-        store = discovery.open_store(store_url, args.store_timeout) if store_url else None
-    except (errors.Error, ValueError, OSError) as e:
+        store = (
+            discovery.open_store(store_url, args.store_timeout, on_wait=_say) if store_url else None
+        )
+    except ValueError as e:  # not a store URL: say which setting gave it
+        origin = "--store" if args.store else environment.STORE_VAR
+        print(f"pserver: {origin} {store_url!r}: {e}", file=sys.stderr)
+        return 2
+    except (errors.Error, OSError) as e:
         print(f"pserver: {e}", file=sys.stderr)
         return 1
     stop = threading.Event()
@@ -391,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError, ConnectionError) as e:
         print(f"pserver: {e}", file=sys.stderr)
         return 2
+    except errors.Error as e:  # the shard could not start (e.g. its --recover DIR)
+        print(f"pserver: shard {args.shard}: {e}", file=sys.stderr)
+        return 1
     metrics = f", metrics on 127.0.0.1:{server.metrics_port}" if server.metrics_port else ""
     replayed = f", recovered ({server.replayed_records} log records)" if args.recover else ""
     print(
