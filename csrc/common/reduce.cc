@@ -75,8 +75,34 @@ void half_kernel(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) 
   }
 }
 
+// Runs Op on the integer types; false for any other dtype.
+template <template <typename> class Op>
+bool integer_kernel(void* d, const void* a, const void* b, size_t n, DType t) {
+  switch (t) {
+    case DType::kInt8:
+      kernel<int8_t, Op>(static_cast<int8_t*>(d), static_cast<const int8_t*>(a),
+                         static_cast<const int8_t*>(b), n);
+      return true;
+    case DType::kUInt8:
+      kernel<uint8_t, Op>(static_cast<uint8_t*>(d), static_cast<const uint8_t*>(a),
+                          static_cast<const uint8_t*>(b), n);
+      return true;
+    case DType::kInt32:
+      kernel<int32_t, Op>(static_cast<int32_t*>(d), static_cast<const int32_t*>(a),
+                          static_cast<const int32_t*>(b), n);
+      return true;
+    case DType::kInt64:
+      kernel<int64_t, Op>(static_cast<int64_t*>(d), static_cast<const int64_t*>(a),
+                          static_cast<const int64_t*>(b), n);
+      return true;
+    default:
+      return false;
+  }
+}
+
 template <template <typename> class Op>
 void dispatch_types(void* d, const void* a, const void* b, size_t n, DType t) {
+  if (integer_kernel<Op>(d, a, b, n, t)) return;
   switch (t) {
     case DType::kFloat32:
       return kernel<float, Op>(static_cast<float*>(d), static_cast<const float*>(a),
@@ -84,18 +110,6 @@ void dispatch_types(void* d, const void* a, const void* b, size_t n, DType t) {
     case DType::kFloat64:
       return kernel<double, Op>(static_cast<double*>(d), static_cast<const double*>(a),
                                 static_cast<const double*>(b), n);
-    case DType::kInt8:
-      return kernel<int8_t, Op>(static_cast<int8_t*>(d), static_cast<const int8_t*>(a),
-                                static_cast<const int8_t*>(b), n);
-    case DType::kUInt8:
-      return kernel<uint8_t, Op>(static_cast<uint8_t*>(d), static_cast<const uint8_t*>(a),
-                                 static_cast<const uint8_t*>(b), n);
-    case DType::kInt32:
-      return kernel<int32_t, Op>(static_cast<int32_t*>(d), static_cast<const int32_t*>(a),
-                                 static_cast<const int32_t*>(b), n);
-    case DType::kInt64:
-      return kernel<int64_t, Op>(static_cast<int64_t*>(d), static_cast<const int64_t*>(a),
-                                 static_cast<const int64_t*>(b), n);
     case DType::kFloat16:
       return half_kernel<half_to_float, float_to_half, Op>(static_cast<uint16_t*>(d),
                                                            static_cast<const uint16_t*>(a),
@@ -104,29 +118,17 @@ void dispatch_types(void* d, const void* a, const void* b, size_t n, DType t) {
       return half_kernel<bf16_to_float, float_to_bf16, Op>(static_cast<uint16_t*>(d),
                                                            static_cast<const uint16_t*>(a),
                                                            static_cast<const uint16_t*>(b), n);
+    default:
+      throw std::invalid_argument("reduce: unknown dtype");
   }
-  throw std::invalid_argument("reduce: unknown dtype");
 }
 
 // Bitwise ops exist for the integer types only.
 template <template <typename> class Op>
 void dispatch_integers(void* d, const void* a, const void* b, size_t n, DType t, ReduceOp op) {
-  switch (t) {
-    case DType::kInt8:
-      return kernel<int8_t, Op>(static_cast<int8_t*>(d), static_cast<const int8_t*>(a),
-                                static_cast<const int8_t*>(b), n);
-    case DType::kUInt8:
-      return kernel<uint8_t, Op>(static_cast<uint8_t*>(d), static_cast<const uint8_t*>(a),
-                                 static_cast<const uint8_t*>(b), n);
-    case DType::kInt32:
-      return kernel<int32_t, Op>(static_cast<int32_t*>(d), static_cast<const int32_t*>(a),
-                                 static_cast<const int32_t*>(b), n);
-    case DType::kInt64:
-      return kernel<int64_t, Op>(static_cast<int64_t*>(d), static_cast<const int64_t*>(a),
-                                 static_cast<const int64_t*>(b), n);
-    default:
-      throw std::invalid_argument(std::string("reduce: ") + reduce_op_name(op) +
-                                  " needs an integer dtype, got " + dtype_name(t));
+  if (!integer_kernel<Op>(d, a, b, n, t)) {
+    throw std::invalid_argument(std::string("reduce: ") + reduce_op_name(op) +
+                                " needs an integer dtype, got " + dtype_name(t));
   }
 }
 

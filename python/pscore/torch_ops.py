@@ -168,18 +168,26 @@ class TorchOperations:
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # the name before 2.13
 
+    def _root_list(self, lists, root, like, what, role, stage):
+        """A rooted call's per-rank list: checked and staged on the root (torch passes
+        [[one tensor per rank]] there), None elsewhere (where torch passes [])."""
+        g = self._group
+        if g.rank != root:
+            if lists:
+                raise ValueError(f"pscore backend: {what} list is for the {role} only")
+            return None
+        check_list_length(lists, 1, f"{what} lists")
+        check_list_length(lists[0], g.size, f"{what} list")
+        check_same_shape(lists[0], like, f"{what} list")
+        return [stage(t) for t in lists[0]]
+
     def gather(self, output_lists, inputs, opts):
         """output_lists is [[one tensor per rank]] on the destination and [] elsewhere."""
         root, g, st = opts.rootRank, self._group, Staging()
         check_list_length(inputs, 1, "gather's input")
-        outs = None
-        if g.rank == root:
-            check_list_length(output_lists, 1, "gather's output lists")
-            check_list_length(output_lists[0], g.size, "gather's output list")
-            check_same_shape(output_lists[0], inputs[0], "gather's output list")
-            outs = [st.output(o) for o in output_lists[0]]
-        elif output_lists:
-            raise ValueError("pscore backend: gather's output list is for the destination only")
+        outs = self._root_list(
+            output_lists, root, inputs[0], "gather's output", "destination", st.output
+        )
         t = st.input(inputs[0])
         return self._run(
             "gather",
@@ -192,14 +200,7 @@ class TorchOperations:
         """input_lists is [[one tensor per rank]] on the source and [] elsewhere."""
         root, g, st = opts.rootRank, self._group, Staging()
         check_list_length(outputs, 1, "scatter's output")
-        ins = None
-        if g.rank == root:
-            check_list_length(input_lists, 1, "scatter's input lists")
-            check_list_length(input_lists[0], g.size, "scatter's input list")
-            check_same_shape(input_lists[0], outputs[0], "scatter's input list")
-            ins = [st.input(i) for i in input_lists[0]]
-        elif input_lists:
-            raise ValueError("pscore backend: scatter's input list is for the source only")
+        ins = self._root_list(input_lists, root, outputs[0], "scatter's input", "source", st.input)
         out = st.output(outputs[0])
         return self._run(
             "scatter",
