@@ -56,12 +56,6 @@ Json number_json(double v) {
   return Json(v);
 }
 
-Json int_list(const std::vector<int64_t>& v) {
-  Json a = Json::array();
-  for (int64_t x : v) a.push_back(x);
-  return a;
-}
-
 // The initializer's parameters under the names the Python API gives them.
 Json initializer_json(const InitializerSpec& i) {
   Json j = Json::object();
@@ -314,7 +308,7 @@ Json table_layout_json(const TableLayout& l) {
   j.set("id", static_cast<int64_t>(l.id));
   j.set("kind", kind_name(s.kind));
   j.set("dtype", "F32");
-  j.set("shape", int_list(s.shape));
+  j.set("shape", integer_list(s.shape));
   j.set("capacity", s.capacity);
   j.set("max_rows_per_shard", s.max_rows_per_shard);
   j.set("initializer", initializer_json(s.init));

@@ -21,6 +21,7 @@ constexpr int kCheckpointFormatVersion = 2;
 
 // One value of a checkpoint's metadata, read with errors that name the file and the value's
 // path: "checkpoint F: metadata field 'tables[0].optimizer.lr': expected a number".
+// It refers to `json` and `file`, which must outlive it.
 class MetadataValue {
  public:
   MetadataValue(const Json& json, const std::string& file, std::string path);
@@ -62,6 +63,14 @@ class CheckpointMetadata {
   const SafetensorsReader& file_;
   int version_ = 0;
 };
+
+// A JSON array of integers (shapes, sequence numbers, clocks).
+template <typename T>
+Json integer_list(const std::vector<T>& v) {
+  Json a = Json::array();
+  for (T x : v) a.push_back(static_cast<int64_t>(x));
+  return a;
+}
 
 // Writes the format keys of the current version.
 void write_checkpoint_format(SafetensorsWriter& w);

@@ -12,13 +12,6 @@ namespace pscore::ps {
 namespace {
 
 template <typename T>
-Json int_list(const std::vector<T>& v) {
-  Json a = Json::array();
-  for (T x : v) a.push_back(static_cast<int64_t>(x));
-  return a;
-}
-
-template <typename T>
 std::vector<T> int_vector(const MetadataValue& v) {
   std::vector<T> out;
   for (int64_t x : v.integers()) out.push_back(static_cast<T>(x));
@@ -45,7 +38,7 @@ Json describe(ServerTable& t) {
   }
   d.set("last_seq", highs);
   d.set("seq_windows", windows);
-  d.set("clock", int_list(t.consistency().all_clocks()));
+  d.set("clock", integer_list(t.consistency().all_clocks()));
   return d;
 }
 
@@ -121,7 +114,7 @@ CheckpointImage ShardCheckpoint::capture(ShardState& shard, uint64_t wal_index) 
     for (const auto& [name, layout] : shard.catalog_) catalog.push_back(table_layout_json(layout));
     w.set_metadata("catalog", catalog.dump());
     w.set_metadata("global_step", std::to_string(shard.global_step_));
-    w.set_metadata("done", int_list(shard.done_).dump());
+    w.set_metadata("done", integer_list(shard.done_).dump());
   }
   write_checkpoint_format(w);
   w.set_metadata("shard", std::to_string(o.shard));
