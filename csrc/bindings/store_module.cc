@@ -1,4 +1,4 @@
-// pscore._store: the C++ stores (HashStore, TCPStore, PrefixStore) for python/pscore/store.py,
+// pscore._store: the C++ stores (HashStore, TCPStore) for python/pscore/store.py,
 // which wraps them in the Python Store API. Every call that can block releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -7,7 +7,6 @@
 #include "bindings/gil.h"
 #include "common/auth.h"
 #include "store/hash_store.h"
-#include "store/prefix_store.h"
 #include "store/store.h"
 #include "store/tcp_store.h"
 
@@ -100,9 +99,4 @@ PYBIND11_MODULE(_store, m) {
       .def_property_readonly("dropped_connections", &pscore::TCPStore::dropped_connections)
       .def_property_readonly("auth_failures", &pscore::TCPStore::auth_failures)
       .def_property_readonly("authenticated", &pscore::TCPStore::authenticated);
-
-  py::class_<pscore::PrefixStore, Store, std::shared_ptr<pscore::PrefixStore>>(m, "PrefixStore")
-      .def(py::init<std::string, std::shared_ptr<Store>>(), py::arg("prefix"), py::arg("store"))
-      .def_property_readonly("prefix", &pscore::PrefixStore::prefix)
-      .def_property_readonly("inner", &pscore::PrefixStore::inner);
 }

@@ -8,8 +8,6 @@ namespace pscore {
 
 constexpr uint32_t kFrameMagic = 0x50534352;  // "PSCR"
 constexpr uint8_t kFrameVersion = 1;
-// A frame's payload may not exceed this unless a protocol sets a larger cap of its own.
-constexpr uint64_t kDefaultMaxPayloadBytes = 1ull << 30;
 
 #pragma pack(push, 1)
 struct FrameHeader {

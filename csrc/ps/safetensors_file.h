@@ -46,6 +46,7 @@ class SafetensorsReader {
   const TensorEntry& get(const std::string& name, const std::string& dtype) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   std::string metadata_value(const std::string& key) const;
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "common/hmac.h"
+#include "ps/checkpoint_metadata.h"
 #include "ps/json.h"
 #include "ps/safetensors_file.h"
 #include "ps/shard_state.h"
@@ -11,41 +11,10 @@
 namespace pscore::ps {
 namespace {
 
-constexpr const char* kFormat = "pscore.ps.shard/1";
-
-std::string layout_hex(const TableLayout& layout) {
-  std::vector<uint8_t> bytes;
-  ByteWriter w(&bytes);
-  encode_layout(w, layout);
-  return crypto::hex(bytes.data(), bytes.size());
-}
-
-TableLayout layout_from_hex(const std::string& hex) {
-  if (hex.size() % 2) throw std::invalid_argument("checkpoint: odd-length layout");
-  std::vector<uint8_t> bytes(hex.size() / 2);
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    auto nib = [&](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      throw std::invalid_argument("checkpoint: bad hex in layout");
-    };
-    bytes[i] = static_cast<uint8_t>(nib(hex[2 * i]) * 16 + nib(hex[2 * i + 1]));
-  }
-  ByteReader r(bytes.data(), bytes.size(), "checkpoint layout");
-  return decode_layout(r);
-}
-
 template <typename T>
-Json int_list(const std::vector<T>& v) {
-  Json a = Json::array();
-  for (T x : v) a.push_back(static_cast<int64_t>(x));
-  return a;
-}
-
-template <typename T>
-std::vector<T> int_vector(const Json& j, const char* what) {
+std::vector<T> int_vector(const MetadataValue& v) {
   std::vector<T> out;
-  for (const Json& x : j.as_array(what)) out.push_back(static_cast<T>(x.as_int(what)));
+  for (int64_t x : v.integers()) out.push_back(static_cast<T>(x));
   return out;
 }
 
@@ -55,15 +24,9 @@ struct SparseCopy {
   std::vector<float> values, state;
 };
 
+// The table's layout (checkpoint_metadata) and this shard's state of it.
 Json describe(ServerTable& t) {
-  const TableSpec& s = t.spec();
-  Json d = Json::object();
-  d.set("name", s.name);
-  d.set("id", static_cast<int64_t>(t.id()));
-  d.set("kind", s.kind == TableKind::kDense ? "dense" : "sparse");
-  d.set("shape", int_list(s.shape));
-  d.set("optimizer", optimizer_name(s.optimizer.kind));
-  d.set("consistency", consistency_name(s.consistency.mode));
+  Json d = table_layout_json(t.layout());
   d.set("offset", t.part().offset);
   d.set("numel", t.part().numel);
   d.set("step", t.dense_step());
@@ -75,8 +38,7 @@ Json describe(ServerTable& t) {
   }
   d.set("last_seq", highs);
   d.set("seq_windows", windows);
-  d.set("clock", int_list(t.consistency().all_clocks()));
-  d.set("layout", layout_hex(t.layout()));
+  d.set("clock", integer_list(t.consistency().all_clocks()));
   return d;
 }
 
@@ -101,7 +63,7 @@ void add_sparse(SafetensorsWriter& w, ServerTable& t, SparseCopy& c) {
   if (slots) w.add({n + ":state", "F32", {rows, slots, dim}, c.state.data(), c.state.size() * 4});
 }
 
-void restore_table(ServerTable& t, const SafetensorsReader& f, const Json& d) {
+void restore_table(ServerTable& t, const SafetensorsReader& f, const MetadataValue& d) {
   const std::string& n = t.spec().name;
   const int slots = t.spec().optimizer.num_slots();
   if (t.dense()) {
@@ -115,7 +77,7 @@ void restore_table(ServerTable& t, const SafetensorsReader& f, const Json& d) {
         throw std::invalid_argument("checkpoint: table '" + n + "' state size does not match");
       std::memcpy(t.dense_state().data(), s.data, s.nbytes);
     }
-    t.dense_step() = d.at("step").as_int("step");
+    t.dense_step() = d["step"].integer();
   } else {
     const TensorEntry& ids = f.get(n + ":ids", "I64");
     const TensorEntry& steps = f.get(n + ":steps", "I64");
@@ -134,11 +96,10 @@ void restore_table(ServerTable& t, const SafetensorsReader& f, const Json& d) {
                              step_p[r]);
   }
   std::vector<std::string> windows;
-  if (const Json* j = d.find("seq_windows"))
-    for (const Json& w : j->as_array("seq_windows")) windows.push_back(w.as_string("seq_windows"));
-  t.consistency().restore(d.at("round").as_int("round"),
-                          int_vector<uint64_t>(d.at("last_seq"), "last_seq"), windows,
-                          int_vector<int64_t>(d.at("clock"), "clock"), {});
+  if (d.has("seq_windows"))
+    for (const MetadataValue& w : d["seq_windows"].elements()) windows.push_back(w.text());
+  t.consistency().restore(d["round"].integer(), int_vector<uint64_t>(d["last_seq"]), windows,
+                          int_vector<int64_t>(d["clock"]), {});
 }
 
 }  // namespace
@@ -150,12 +111,12 @@ CheckpointImage ShardCheckpoint::capture(ShardState& shard, uint64_t wal_index) 
   {
     std::lock_guard<std::mutex> lk(shard.mu_);
     Json catalog = Json::array();
-    for (const auto& [name, layout] : shard.catalog_) catalog.push_back(layout_hex(layout));
+    for (const auto& [name, layout] : shard.catalog_) catalog.push_back(table_layout_json(layout));
     w.set_metadata("catalog", catalog.dump());
     w.set_metadata("global_step", std::to_string(shard.global_step_));
-    w.set_metadata("done", int_list(shard.done_).dump());
+    w.set_metadata("done", integer_list(shard.done_).dump());
   }
-  w.set_metadata("format", kFormat);
+  write_checkpoint_format(w);
   w.set_metadata("shard", std::to_string(o.shard));
   w.set_metadata("num_shards", std::to_string(o.num_shards));
   w.set_metadata("num_workers", std::to_string(o.num_workers));
@@ -191,19 +152,16 @@ CheckpointImage ShardCheckpoint::capture(ShardState& shard, uint64_t wal_index) 
 
 void ShardCheckpoint::read(ShardState& shard, const std::string& path) {
   SafetensorsReader f(path);
+  const CheckpointMetadata meta(f);
   const ShardOptions& o = shard.opts_;
-  auto bad = [&](const std::string& why) {
-    throw std::invalid_argument("checkpoint " + path + ": " + why);
-  };
-  if (f.metadata_value("format") != kFormat) bad("not a pscore shard checkpoint");
-  if (f.metadata_value("shard") != std::to_string(o.shard) ||
-      f.metadata_value("num_shards") != std::to_string(o.num_shards))
-    bad("written by shard " + f.metadata_value("shard") + " of " + f.metadata_value("num_shards") +
-        ", this is shard " + std::to_string(o.shard) + " of " + std::to_string(o.num_shards));
+  if (meta.integer("shard") != o.shard || meta.integer("num_shards") != o.num_shards)
+    throw std::invalid_argument("checkpoint " + path + ": written by shard " + meta.text("shard") +
+                                " of " + meta.text("num_shards") + ", this is shard " +
+                                std::to_string(o.shard) + " of " + std::to_string(o.num_shards));
   std::map<uint32_t, std::shared_ptr<ServerTable>> tables;
-  const Json table_list = Json::parse(f.metadata_value("tables"));
-  for (const Json& d : table_list.as_array("tables")) {
-    TableLayout layout = layout_from_hex(d.at("layout").as_string("layout"));
+  Json table_root;
+  for (const MetadataValue& d : meta.parsed("tables", table_root).elements()) {
+    TableLayout layout = meta.table_layout(d);
     auto t = std::make_shared<ServerTable>(layout, o.shard, o.num_shards, o.num_workers,
                                            shard.log_.get());
     restore_table(*t, f, d);
@@ -211,15 +169,18 @@ void ShardCheckpoint::read(ShardState& shard, const std::string& path) {
   }
   std::map<std::string, TableLayout> catalog;
   std::vector<int64_t> bytes(o.num_shards, 0);
-  const Json catalog_list = Json::parse(f.metadata_value("catalog"));
-  for (const Json& h : catalog_list.as_array("catalog")) {
-    TableLayout layout = layout_from_hex(h.as_string("catalog"));
+  Json catalog_root;
+  for (const MetadataValue& entry : meta.parsed("catalog", catalog_root).elements()) {
+    TableLayout layout = meta.catalog_layout(entry);
     for (const DensePart& p : layout.parts)
       if (p.shard >= 0 && p.shard < o.num_shards) bytes[p.shard] += p.numel * 4;
     catalog[layout.spec.name] = std::move(layout);
   }
-  auto done = int_vector<uint8_t>(Json::parse(f.metadata_value("done")), "done");
+  Json done_root;
+  auto done = int_vector<uint8_t>(meta.parsed("done", done_root));
   done.resize(o.num_workers, 0);
+  const int64_t global_step = meta.integer("global_step");
+  const uint64_t wal_index = static_cast<uint64_t>(meta.integer("wal_index"));
   ReplyOutbox ignored;
   for (auto& [id, t] : tables)
     for (int w = 0; w < o.num_workers; ++w)
@@ -229,8 +190,8 @@ void ShardCheckpoint::read(ShardState& shard, const std::string& path) {
   shard.catalog_ = std::move(catalog);
   shard.shard_bytes_ = std::move(bytes);
   shard.done_ = std::move(done);
-  shard.global_step_ = std::stoll(f.metadata_value("global_step"));
-  shard.snapshot_wal_index_ = std::stoull(f.metadata_value("wal_index"));
+  shard.global_step_ = global_step;
+  shard.snapshot_wal_index_ = wal_index;
 }
 
 }  // namespace pscore::ps

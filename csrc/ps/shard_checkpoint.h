@@ -1,6 +1,7 @@
 // Converts a shard's state to and from one safetensors file: each table's values and optimizer
 // state as tensors ("<name>", "<name>:state", sparse "<name>:ids" and "<name>:steps"), and in
-// the metadata the table layouts, consistency state, catalog, global step and log position.
+// the metadata the table layouts (checkpoint_metadata.h), consistency state, catalog, global
+// step and log position.
 #pragma once
 
 #include <cstdint>

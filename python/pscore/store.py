@@ -35,11 +35,6 @@ class _CppStore(Store):
 
     _impl: _store.Store
 
-    @property
-    def cpp_store(self) -> _store.Store:
-        """The underlying C++ store, for C++ layers that take a pscore::Store."""
-        return self._impl
-
     def _set(self, key: str, value: bytes) -> None:
         self._impl.set(key, value)
 

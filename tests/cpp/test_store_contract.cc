@@ -1,16 +1,14 @@
-// The Store contract, run against HashStore, TCPStore and PrefixStore (over a HashStore).
+// The Store contract, run against HashStore and TCPStore.
 // Ranks are threads; each gets its own handle to the same store (a TCP client per thread).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <memory>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "common/error.h"
 #include "store/hash_store.h"
-#include "store/prefix_store.h"
 #include "store/tcp_store.h"
 
 namespace pscore {
@@ -36,11 +34,6 @@ struct TcpFactory {
   }
 };
 
-struct PrefixFactory {
-  std::shared_ptr<HashStore> inner = std::make_shared<HashStore>(HashStoreOptions{5000});
-  std::shared_ptr<Store> open() { return std::make_shared<PrefixStore>("group1", inner); }
-};
-
 template <typename Factory>
 class StoreContract : public ::testing::Test {
  protected:
@@ -48,7 +41,7 @@ class StoreContract : public ::testing::Test {
   std::shared_ptr<Store> store = factory.open();
 };
 
-using Factories = ::testing::Types<HashFactory, TcpFactory, PrefixFactory>;
+using Factories = ::testing::Types<HashFactory, TcpFactory>;
 TYPED_TEST_SUITE(StoreContract, Factories);
 
 TYPED_TEST(StoreContract, SetGetBinary) {
@@ -127,10 +120,8 @@ TYPED_TEST(StoreContract, CheckDeleteNumKeys) {
   EXPECT_TRUE(this->store->delete_key("x"));
   EXPECT_FALSE(this->store->delete_key("x"));
   EXPECT_EQ(this->store->num_keys(), 1);
-  if constexpr (!std::is_same_v<TypeParam, PrefixFactory>) {  // a prefixed key is a user key
-    this->store->set(std::string(1, kInternalKeyPrefix) + "bookkeeping", "1");
-    EXPECT_EQ(this->store->num_keys(), 1);
-  }
+  this->store->set(std::string(1, kInternalKeyPrefix) + "bookkeeping", "1");
+  EXPECT_EQ(this->store->num_keys(), 1);
 }
 
 TYPED_TEST(StoreContract, ThreadsRendezvous) {

@@ -1,0 +1,17 @@
+// LEGACY, FROZEN: the table layouts of format-1 checkpoints ("format": "pscore.ps.shard/1",
+// written up to commit d0a3da7), which stored each layout as the hex of the wire encoding of
+// the day. This is a copy of that decoding, independent of the live wire code in table_spec.cc:
+// never change it with the wire. tests/data/ps_checkpoint_v1 is such a checkpoint.
+#pragma once
+
+#include <string>
+
+#include "ps/table_spec.h"
+
+namespace pscore::ps::legacy_v1 {
+
+// Decodes one layout; throws std::invalid_argument starting with `where` (the file and the
+// field) when the text is not the hex of a whole, valid layout.
+TableLayout decode_layout_hex(const std::string& hex, const std::string& where);
+
+}  // namespace pscore::ps::legacy_v1
