@@ -30,6 +30,7 @@ import sys
 import time
 import uuid
 
+from pscore import _config
 from pscore.cluster_spec import split_address
 from pscore.launch_output import STDERR, STDOUT, Console, RankOutput, parse_std_streams, streams_for
 from pscore.launch_supervisor import Rank, Supervisor, failure_summary
@@ -288,8 +289,8 @@ def node_config(args, environ) -> NodeConfig:
             raise ValueError(f"cannot pick a free port on {addr!r} (this node's?): {e}") from None
     if args.rdzv_id:
         job_id = args.rdzv_id
-    elif environ.get("PSCORE_JOB_ID"):
-        job_id = environ["PSCORE_JOB_ID"]
+    elif _config.JOB_ID.raw(environ):
+        job_id = _config.JOB_ID.raw(environ)
     elif nnodes > 1:
         job_id = f"pscore-run@{addr}:{port}"  # what every node derives alike
     else:
@@ -313,7 +314,7 @@ def rank_environment(base: dict, node: NodeConfig, local_rank: int) -> dict:
         env["PSCORE_" + name] = str(value)
     env["GROUP_RANK"] = str(node.node_rank)
     env["GROUP_WORLD_SIZE"] = str(node.nnodes)
-    env["PSCORE_JOB_ID"] = node.job_id
+    env[_config.JOB_ID.name] = node.job_id
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the launcher's pipes as printed
     return env

@@ -16,10 +16,9 @@ import os
 import socket
 from collections.abc import Mapping
 
+from pscore import _config
 from pscore.cluster import ClusterEnv, discover
 from pscore.cluster_spec import split_address
-
-STORE_VAR = "PSCORE_STORE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +34,7 @@ class ShardPlacement:
 
 
 def store_url(environ: Mapping[str, str] | None = None) -> str | None:
-    env = os.environ if environ is None else environ
-    return env.get(STORE_VAR, "").strip() or None
+    return _config.STORE.get(environ)
 
 
 def _tf_config(environ: Mapping[str, str] | None) -> ClusterEnv | None:
@@ -115,7 +113,7 @@ def find_servers(environ: Mapping[str, str] | None = None) -> tuple[list[str] | 
         return servers, None
     raise ValueError(
         "PSClient: where are the servers? Pass servers=['host:port', ...] or store= (a Store or "
-        f"a URL), or set {STORE_VAR}=URL or a TF_CONFIG with a 'ps' job"
+        f"a URL), or set {_config.STORE.name}=URL or a TF_CONFIG with a 'ps' job"
     )
 
 

@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from pscore import _ps, errors
+from pscore import _config, _ps, errors
 from pscore.ps import discovery, environment
 from pscore.ps.metrics import MetricsServer
 
@@ -100,8 +100,8 @@ class PServer:
             num_shards,
             num_workers,
         )
-        o.job_id = os.environ.get("PSCORE_JOB_ID", "") if job_id is None else job_id
-        o.auth_token = os.environ.get("PSCORE_AUTH_TOKEN", "") if auth_token is None else auth_token
+        o.job_id = _config.JOB_ID.get() if job_id is None else job_id
+        o.auth_token = _config.auth_token() if auth_token is None else auth_token
         o.insecure = bool(insecure)
         o.recover_dir = os.path.abspath(recover) if recover else ""
         o.fsync_log = bool(fsync_log)
@@ -240,7 +240,7 @@ def _parser() -> argparse.ArgumentParser:
         "--store",
         metavar="URL",
         help="store URL to publish this shard's address in: tcp://host:port (pscore-store or "
-        f"the job's TCPStore), file:///path or redis://host:port (default: ${environment.STORE_VAR}"
+        f"the job's TCPStore), file:///path or redis://host:port (default: ${_config.STORE.name}"
         ", else none)",
     )
     p.add_argument(
@@ -254,7 +254,7 @@ def _parser() -> argparse.ArgumentParser:
         "--job-id",
         metavar="ID",
         help="job id every worker's handshake must carry; also names the store keys "
-        "(default: $PSCORE_JOB_ID, else empty)",
+        "(default: $PSCORE_JOB_ID, else 'pscore')",
     )
     p.add_argument(
         "--insecure",
