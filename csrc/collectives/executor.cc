@@ -30,8 +30,8 @@ std::shared_ptr<TaskWork> Executor::submit(const std::string& what, std::functio
   return submit(std::make_shared<TaskWork>(what), std::move(fn), async);
 }
 
-std::shared_ptr<TaskWork> Executor::submit(std::shared_ptr<TaskWork> work,
-                                           std::function<void()> fn, bool async) {
+std::shared_ptr<TaskWork> Executor::submit(std::shared_ptr<TaskWork> work, std::function<void()> fn,
+                                           bool async) {
   Task task{std::move(fn), work};
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -17,9 +17,7 @@ TEST(TaskWork, KeepsTheWorkProtocol) {
       EXPECT_EQ(w->what(), "task");
       expect_work_contract(
           *w,
-          [&] {
-            w->finish(fails ? std::make_exception_ptr(std::runtime_error("boom")) : nullptr);
-          },
+          [&] { w->finish(fails ? std::make_exception_ptr(std::runtime_error("boom")) : nullptr); },
           fails);
     }
   }

@@ -11,8 +11,7 @@
 
 // `finish` completes `w` (with a std::runtime_error("boom") when `fails`); it runs on another
 // thread while this one waits, as a background task or an I/O thread would.
-inline void expect_work_contract(pscore::Work& w, const std::function<void()>& finish,
-                                 bool fails) {
+inline void expect_work_contract(pscore::Work& w, const std::function<void()>& finish, bool fails) {
   EXPECT_FALSE(w.is_completed());
   EXPECT_FALSE(w.wait(0));  // still running: false, not an exception
   EXPECT_FALSE(w.wait(20));
