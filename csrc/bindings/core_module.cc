@@ -6,6 +6,7 @@
 
 #include "bindings/errors.h"
 #include "bindings/gil.h"
+#include "bindings/work.h"
 #include "collectives/process_group.h"
 #include "common/auth.h"
 #include "transport/shm/shm_transport.h"
@@ -81,12 +82,7 @@ void bind_transports(py::module_& m) {
 }
 
 void bind_work(py::module_& m) {
-  py::class_<Work, std::shared_ptr<Work>>(m, "Work")
-      .def("wait", &Work::wait, py::arg("timeout_ms") = -1, Gil())
-      .def("is_completed", &Work::is_completed)
-      .def("failed", &Work::failed)
-      .def("exception_message", &Work::exception_message)
-      .def_property_readonly("source", &Work::source);
+  bindings::bind_work<TaskWork>(m, "Work").def_property_readonly("source", &TaskWork::source);
 }
 
 void bind_process_group(py::module_& m) {

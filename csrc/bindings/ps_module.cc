@@ -6,6 +6,7 @@
 
 #include "bindings/errors.h"
 #include "bindings/gil.h"
+#include "bindings/work.h"
 #include "ps/ps_client.h"
 #include "ps/ps_server.h"
 #include "ps/shard_state.h"
@@ -153,12 +154,9 @@ void bind_server(py::module_& m) {
 }
 
 void bind_client(py::module_& m) {
-  py::class_<Work, std::shared_ptr<Work>>(m, "Work")
-      .def("wait", &Work::wait, py::arg("timeout_ms"), Release())
-      .def("is_completed", &Work::is_completed)
+  pscore::bindings::bind_work<Work>(m, "Work")
       .def("failed_shards", &Work::failed_shards)
       .def_property_readonly("retryable", &Work::retryable)
-      .def_property_readonly("what", &Work::what)
       .def("progress", &Work::progress)
       .def("status_counts", &Work::status_counts)
       .def("replies", [](Work& w) {

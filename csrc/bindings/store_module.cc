@@ -59,6 +59,9 @@ PYBIND11_MODULE(_store, m) {
   m.doc() = "pscore's C++ stores; use pscore.store for the Python API";
   pscore::bindings::register_error_translator();
   bind_store(m);
+  // PSCORE_AUTH_TOKEN / PSCORE_AUTH_TOKEN_FILE, for the Python users of a token
+  // (pscore._config.auth_token).
+  m.def("token_from_env", &pscore::auth::token_from_env);
 
   py::class_<pscore::HashStore, Store, std::shared_ptr<pscore::HashStore>>(m, "HashStore")
       .def(py::init([](int64_t timeout_ms) {

@@ -25,13 +25,13 @@ bool Executor::idle() {
   return queue_.empty() && !busy_;
 }
 
-std::shared_ptr<Work> Executor::submit(const std::string& what, std::function<void()> fn,
-                                       bool async) {
-  return submit(std::make_shared<Work>(what), std::move(fn), async);
+std::shared_ptr<TaskWork> Executor::submit(const std::string& what, std::function<void()> fn,
+                                           bool async) {
+  return submit(std::make_shared<TaskWork>(what), std::move(fn), async);
 }
 
-std::shared_ptr<Work> Executor::submit(std::shared_ptr<Work> work, std::function<void()> fn,
-                                       bool async) {
+std::shared_ptr<TaskWork> Executor::submit(std::shared_ptr<TaskWork> work, std::function<void()> fn,
+                                           bool async) {
   Task task{std::move(fn), work};
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "collectives/work.h"
+#include "collectives/task_work.h"
 
 namespace pscore {
 
@@ -22,16 +22,17 @@ class Executor {
 
   // Runs fn after everything submitted before it. Blocks until done unless async; failures are
   // stored in the returned Work (and rethrown here when not async).
-  std::shared_ptr<Work> submit(const std::string& what, std::function<void()> fn, bool async);
-  // The same, for a Work the caller made (so that fn can refer to it).
-  std::shared_ptr<Work> submit(std::shared_ptr<Work> work, std::function<void()> fn, bool async);
+  std::shared_ptr<TaskWork> submit(const std::string& what, std::function<void()> fn, bool async);
+  // The same, for a TaskWork the caller made (so that fn can refer to it).
+  std::shared_ptr<TaskWork> submit(std::shared_ptr<TaskWork> work, std::function<void()> fn,
+                                   bool async);
   // Nothing queued or running.
   bool idle();
 
  private:
   struct Task {
     std::function<void()> fn;
-    std::shared_ptr<Work> work;
+    std::shared_ptr<TaskWork> work;
   };
   void loop();
   static void run(Task& t);

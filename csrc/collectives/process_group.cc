@@ -300,8 +300,9 @@ ProcessGroup::WorkPtr ProcessGroup::recv_any(void* buf, size_t count, DType dtyp
     if (!any_source_) any_source_ = std::make_unique<Executor>();
     ex = any_source_.get();
   }
-  auto work = std::make_shared<Work>("rank " + std::to_string(rank()) + ": recv from any source");
-  Work* outer = work.get();  // the task holds the Work, so it outlives the task
+  auto work =
+      std::make_shared<TaskWork>("rank " + std::to_string(rank()) + ": recv from any source");
+  TaskWork* outer = work.get();  // the task holds the Work, so it outlives the task
   return ex->submit(
       work, [=] { run_recv_any(*outer, buf, count, dtype, tag); }, async);
 }
@@ -333,7 +334,8 @@ ProcessGroup::WorkPtr ProcessGroup::claim_arrived(void* buf, size_t count, DType
 // Looks at every peer's next point-to-point message and receives the first with the wanted
 // tag through that peer's own lane; sleeps on the peers whose next header has not arrived
 // (the others are looked at again after each slice).
-void ProcessGroup::run_recv_any(Work& outer, void* buf, size_t count, DType dtype, uint32_t tag) {
+void ProcessGroup::run_recv_any(TaskWork& outer, void* buf, size_t count, DType dtype,
+                                uint32_t tag) {
   throw_if_broken("recv from any source");
   const Deadline deadline(options_.timeout_ms);
   std::vector<WaitItem> watch;

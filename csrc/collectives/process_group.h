@@ -25,7 +25,7 @@ struct GroupOptions {
 
 class ProcessGroup {
  public:
-  using WorkPtr = std::shared_ptr<Work>;
+  using WorkPtr = std::shared_ptr<TaskWork>;
 
   ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions options);
   ~ProcessGroup();
@@ -84,7 +84,7 @@ class ProcessGroup {
   // send; nullptr when there is none, with `watch` set to the peers worth sleeping on.
   WorkPtr claim_arrived(void* buf, size_t count, DType dtype, uint32_t tag, int& peer,
                         std::vector<WaitItem>& watch);
-  void run_recv_any(Work& outer, void* buf, size_t count, DType dtype, uint32_t tag);
+  void run_recv_any(TaskWork& outer, void* buf, size_t count, DType dtype, uint32_t tag);
   void throw_if_broken(const std::string& what);
   std::function<void(const OpContext&)> recv_body(int src, void* buf, size_t count, DType dtype);
   void run_guarded(const OpContext& ctx, const std::function<void(const OpContext&)>& fn);

@@ -1,8 +1,6 @@
 #include "hogwild/kernels.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -18,10 +16,8 @@ bool cpu_has_avx2() {
 #endif
 }
 
-// PSCORE_HOGWILD_ISA=baseline forces the baseline kernels (to compare, or to rule them out).
+// The best this CPU runs; Python applies PSCORE_HOGWILD_ISA through set_kernel_isa.
 KernelIsa initial_isa() {
-  const char* env = std::getenv("PSCORE_HOGWILD_ISA");
-  if (env && std::strcmp(env, "baseline") == 0) return KernelIsa::kBaseline;
   return kernel_isa_supported(KernelIsa::kAvx2) ? KernelIsa::kAvx2 : KernelIsa::kBaseline;
 }
 

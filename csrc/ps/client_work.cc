@@ -37,6 +37,16 @@ bool Work::is_completed() {
   return complete_locked();
 }
 
+std::exception_ptr Work::exception() {
+  if (!is_completed()) return nullptr;
+  for (auto& child : children)
+    if (auto error = child->exception()) return error;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& s : subs)
+    if (s->error) return s->error;
+  return nullptr;
+}
+
 std::vector<int> Work::failed_shards() {
   std::vector<int> out;
   for (auto& child : children)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/frame.h"
+#include "common/work.h"
 #include "ps/byte_buffer.h"
 
 namespace pscore::ps {
@@ -50,18 +51,18 @@ struct SubRequest {
   std::weak_ptr<Work> owner;
 };
 
-class Work : public std::enable_shared_from_this<Work> {
+// A request's Work (common/work.h): done when every sub-request (and every child) is; its
+// failure is the first sub-request's, reported once all have finished.
+class Work : public pscore::Work, public std::enable_shared_from_this<Work> {
  public:
-  explicit Work(std::string what) : what_(std::move(what)) {}
-  // Waits up to timeout_ms (< 0: forever); returns false if still running. Rethrows the first
-  // failure (after every sub-request has finished).
-  bool wait(int64_t timeout_ms);
-  bool is_completed();
+  explicit Work(std::string what) : pscore::Work(std::move(what)) {}
+  bool wait(int64_t timeout_ms = -1) override;
+  bool is_completed() override;
+  std::exception_ptr exception() override;
   // Shards whose sub-requests failed with a network or timeout error (retry candidates).
   std::vector<int> failed_shards();
   bool retryable() const { return retryable_; }
   void set_retryable(bool r) { retryable_ = r; }
-  const std::string& what() const { return what_; }
   // Results for pushes: the largest progress and the count per reply status.
   int64_t progress();
   std::vector<int64_t> status_counts();
@@ -79,7 +80,6 @@ class Work : public std::enable_shared_from_this<Work> {
 
  private:
   bool complete_locked() const;
-  std::string what_;
   bool retryable_ = true;
   std::mutex mu_;
   std::condition_variable cv_;

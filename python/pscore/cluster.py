@@ -26,6 +26,8 @@ import json
 import os
 from collections.abc import Mapping
 
+from pscore import _config
+from pscore._config import Var
 from pscore.cluster_spec import ClusterSpec, split_address
 from pscore.slurm import expand_nodelist, tasks_on_node
 
@@ -65,7 +67,7 @@ def discover(environ: Mapping[str, str] | None = None) -> ClusterEnv:
     """Reads this process's rank, world and master from the environment (see the module doc).
     Raises ValueError naming the variable for malformed values."""
     env = os.environ if environ is None else environ
-    if "PSCORE_RANK" in env or "PSCORE_WORLD_SIZE" in env:
+    if _config.RANK.name in env or _config.WORLD_SIZE.name in env:
         return _from_pscore(env)
     if "RANK" in env or "WORLD_SIZE" in env:
         return _from_torchrun(env)
@@ -81,35 +83,48 @@ def discover(environ: Mapping[str, str] | None = None) -> ClusterEnv:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
-    text = env.get(name)
-    if text is None or text.strip() == "":
+# A variable is a launcher's name (RANK, SLURM_PROCID...) or one of pscore's own, declared in
+# pscore._config (which reads those).
+Key = str | Var
+
+
+def _name(key: Key) -> str:
+    return key.name if isinstance(key, Var) else key
+
+
+def _text(env: Mapping[str, str], key: Key) -> str | None:
+    """The stripped value, or None when unset or blank."""
+    if isinstance(key, Var):
+        return key.raw(env)
+    return env.get(key, "").strip() or None
+
+
+def _int(env: Mapping[str, str], key: Key, default: int | None = None) -> int:
+    text = _text(env, key)
+    if text is None:
         if default is None:
-            raise ValueError(f"environment variable {name} is not set")
+            raise ValueError(f"environment variable {_name(key)} is not set")
         return default
     try:
-        return int(text.strip(), 10)
+        return int(text, 10)
     except ValueError:
-        raise ValueError(f"environment variable {name}={text!r} is not an integer") from None
+        raise ValueError(f"environment variable {_name(key)}={text!r} is not an integer") from None
 
 
-def _first(env: Mapping[str, str], *names: str) -> str | None:
-    for n in names:
-        if env.get(n, "").strip():
-            return n
-    return None
+def _first(env: Mapping[str, str], *keys: Key) -> Key | None:
+    return next((k for k in keys if _text(env, k) is not None), None)
 
 
-def _check_world(rank: int, world: int, rank_name: str, world_name: str) -> None:
+def _check_world(rank: int, world: int, rank_key: Key, world_key: Key) -> None:
     if world < 1:
-        raise ValueError(f"{world_name}={world} must be >= 1")
+        raise ValueError(f"{_name(world_key)}={world} must be >= 1")
     if not 0 <= rank < world:
-        raise ValueError(f"{rank_name}={rank} is out of range for {world_name}={world}")
+        raise ValueError(f"{_name(rank_key)}={rank} is out of range for {_name(world_key)}={world}")
 
 
-def _check_port(port: int, name: str) -> int:
+def _check_port(port: int, key: Key) -> int:
     if not 0 <= port <= 65535:
-        raise ValueError(f"{name}={port} is not a port number (0..65535)")
+        raise ValueError(f"{_name(key)}={port} is not a port number (0..65535)")
     return port
 
 
@@ -117,26 +132,26 @@ def _local(
     env: Mapping[str, str], rank_names: tuple, size_names: tuple, rank: int, world: int
 ) -> tuple:
     """(local_rank, local_world_size) from the first set names; one node when not given."""
-    r_name, s_name = _first(env, *rank_names), _first(env, *size_names)
-    local_rank = _int(env, r_name) if r_name else rank
-    local_world = _int(env, s_name) if s_name else world
+    r_key, s_key = _first(env, *rank_names), _first(env, *size_names)
+    local_rank = _int(env, r_key) if r_key else rank
+    local_world = _int(env, s_key) if s_key else world
     if local_world < 1 or not 0 <= local_rank < local_world:
         raise ValueError(
-            f"{r_name or 'the local rank'}={local_rank} is out of range for "
-            f"{s_name or 'the local world size'}={local_world}"
+            f"{_name(r_key) if r_key else 'the local rank'}={local_rank} is out of range for "
+            f"{_name(s_key) if s_key else 'the local world size'}={local_world}"
         )
     return local_rank, local_world
 
 
 def _master(env: Mapping[str, str], addr_names: tuple, port_names: tuple, world: int) -> tuple:
     """(addr, port) from the first set names; a world of one may leave them out."""
-    a_name, p_name = _first(env, *addr_names), _first(env, *port_names)
-    if a_name is None and world > 1:
-        raise ValueError(f"{' or '.join(addr_names)} must be set when the world has {world} ranks")
-    if p_name is None and world > 1:
-        raise ValueError(f"{' or '.join(port_names)} must be set when the world has {world} ranks")
-    addr = env[a_name].strip() if a_name else "127.0.0.1"
-    port = _check_port(_int(env, p_name), p_name) if p_name else 0
+    a_key, p_key = _first(env, *addr_names), _first(env, *port_names)
+    for key, keys in ((a_key, addr_names), (p_key, port_names)):
+        if key is None and world > 1:
+            names = " or ".join(map(_name, keys))
+            raise ValueError(f"{names} must be set when the world has {world} ranks")
+    addr = _text(env, a_key) if a_key else "127.0.0.1"
+    port = _check_port(_int(env, p_key), p_key) if p_key else 0
     return addr, port
 
 
@@ -144,17 +159,12 @@ def _master(env: Mapping[str, str], addr_names: tuple, port_names: tuple, world:
 
 
 def _from_pscore(env: Mapping[str, str]) -> ClusterEnv:
-    rank, world = _int(env, "PSCORE_RANK"), _int(env, "PSCORE_WORLD_SIZE")
-    _check_world(rank, world, "PSCORE_RANK", "PSCORE_WORLD_SIZE")
-    addr, port = _master(
-        env, ("PSCORE_MASTER_ADDR", "MASTER_ADDR"), ("PSCORE_MASTER_PORT", "MASTER_PORT"), world
-    )
+    c = _config
+    rank, world = _int(env, c.RANK), _int(env, c.WORLD_SIZE)
+    _check_world(rank, world, c.RANK, c.WORLD_SIZE)
+    addr, port = _master(env, (c.MASTER_ADDR, "MASTER_ADDR"), (c.MASTER_PORT, "MASTER_PORT"), world)
     local = _local(
-        env,
-        ("PSCORE_LOCAL_RANK", "LOCAL_RANK"),
-        ("PSCORE_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"),
-        rank,
-        world,
+        env, (c.LOCAL_RANK, "LOCAL_RANK"), (c.LOCAL_WORLD_SIZE, "LOCAL_WORLD_SIZE"), rank, world
     )
     return ClusterEnv(rank, world, *local, addr, port, "pscore", task_index=rank)
 
@@ -223,18 +233,18 @@ def _from_slurm(env: Mapping[str, str]) -> ClusterEnv:
     _check_world(rank, world, "SLURM_PROCID", world_name)
     list_name = _first(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
     hosts = expand_nodelist(env[list_name], list_name) if list_name else []
-    addr_name = _first(env, "PSCORE_MASTER_ADDR", "MASTER_ADDR")
-    if addr_name:
-        addr = env[addr_name].strip()
+    addr_key = _first(env, _config.MASTER_ADDR, "MASTER_ADDR")
+    if addr_key:
+        addr = _text(env, addr_key)
     elif hosts:
         addr = hosts[0]
     elif world == 1:
         addr = "127.0.0.1"
     else:
         raise ValueError("Slurm: SLURM_JOB_NODELIST is not set and neither is MASTER_ADDR")
-    port_name = _first(env, "PSCORE_MASTER_PORT", "MASTER_PORT")
-    if port_name:
-        port = _check_port(_int(env, port_name), port_name)
+    port_key = _first(env, _config.MASTER_PORT, "MASTER_PORT")
+    if port_key:
+        port = _check_port(_int(env, port_key), port_key)
     elif "SLURM_JOB_ID" in env:
         port = 10000 + _int(env, "SLURM_JOB_ID") % 20000  # the same on every task of the job
     else:
@@ -276,9 +286,9 @@ def _from_openmpi(env: Mapping[str, str]) -> ClusterEnv:
             f"OMPI_COMM_WORLD_LOCAL_RANK={local_rank} is out of range for "
             f"OMPI_COMM_WORLD_LOCAL_SIZE={local_world}"
         )
-    addr_name = _first(env, "PSCORE_MASTER_ADDR", "MASTER_ADDR")
-    if addr_name:
-        addr = env[addr_name].strip()
+    addr_key = _first(env, _config.MASTER_ADDR, "MASTER_ADDR")
+    if addr_key:
+        addr = _text(env, addr_key)
     elif local_world == world:
         addr = "127.0.0.1"
     else:
@@ -286,6 +296,6 @@ def _from_openmpi(env: Mapping[str, str]) -> ClusterEnv:
             "Open MPI across nodes: set MASTER_ADDR (or PSCORE_MASTER_ADDR) to rank 0's host, "
             "e.g. mpirun -x MASTER_ADDR=host0"
         )
-    port_name = _first(env, "PSCORE_MASTER_PORT", "MASTER_PORT")
-    port = _check_port(_int(env, port_name), port_name) if port_name else DEFAULT_MASTER_PORT
+    port_key = _first(env, _config.MASTER_PORT, "MASTER_PORT")
+    port = _check_port(_int(env, port_key), port_key) if port_key else DEFAULT_MASTER_PORT
     return ClusterEnv(rank, world, local_rank, local_world, addr, port, "openmpi", task_index=rank)

@@ -10,7 +10,7 @@ from .errors import NetworkError
 from .errors import TimeoutError as PscoreTimeoutError
 from .group import default_group, resolve
 from .tensor import REDUCE_OPS, Buffer, as_buffer
-from .work import CompletedWork, Work
+from .work import CollectiveWork, CompletedWork, Work
 
 
 class ReduceOp:
@@ -47,7 +47,7 @@ def _finish(g, call, async_op: bool, keep: Any):
         handle = call()
     except (NetworkError, PscoreTimeoutError) as e:
         raise g.explain(e) from None
-    return Work(handle, keep, group=g) if async_op else None
+    return CollectiveWork(handle, keep, g) if async_op else None
 
 
 def _same_kind(bufs: Sequence[Buffer], ref: Buffer, what: str) -> None:

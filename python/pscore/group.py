@@ -4,12 +4,10 @@ the bookkeeping that maps global ranks to group ranks (torch.distributed's model
 from __future__ import annotations
 
 import datetime
-import os
 
-from . import _C, failure_report, rendezvous
+from . import _C, _config, failure_report, rendezvous
 from .store import PrefixStore, create_store, env_store
 
-DEFAULT_TIMEOUT_S = 300.0
 BACKENDS = ("tcp", "pscore", "cpu")
 
 
@@ -69,7 +67,7 @@ _world: dict = {"group": None, "store": None, "rank": None, "groups": 0}
 
 def timeout_seconds(timeout) -> float:
     if timeout is None:
-        return float(os.environ.get("PSCORE_TIMEOUT", DEFAULT_TIMEOUT_S))
+        return _config.TIMEOUT.get()
     if isinstance(timeout, datetime.timedelta):
         return timeout.total_seconds()
     return float(timeout)
@@ -77,19 +75,17 @@ def timeout_seconds(timeout) -> float:
 
 def tuning_from_env() -> dict:
     """Algorithm thresholds from PSCORE_SMALL_ALLREDUCE_BYTES / PSCORE_LARGE_BROADCAST_BYTES."""
-    knobs = {"small_allreduce_bytes": 64 << 10, "large_broadcast_bytes": 512 << 10}
-    for name in knobs:
-        value = os.environ.get(f"PSCORE_{name.upper()}")
-        if value is not None:
-            knobs[name] = int(value)
-    return knobs
+    return {
+        "small_allreduce_bytes": _config.SMALL_ALLREDUCE_BYTES.get(),
+        "large_broadcast_bytes": _config.LARGE_BROADCAST_BYTES.get(),
+    }
 
 
 def build_group(
     store, rank: int, world: int, timeout_s: float, name: str, ranks: list[int], master_addr=None
 ) -> ProcessGroup:
     prefixed = PrefixStore(f"pscore/{name}", store)
-    job = os.environ.get("PSCORE_JOB_ID", "pscore")
+    job = _config.JOB_ID.get()
     hosts_store = ranks[rank] == 0  # global rank 0 serves pscore's own stores
     transport = rendezvous.connect(
         prefixed, rank, world, timeout_s, job, master_addr, hosts_store=hosts_store

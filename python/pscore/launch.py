@@ -30,10 +30,10 @@ import sys
 import time
 import uuid
 
+from pscore import _config
 from pscore.cluster_spec import split_address
 from pscore.launch_output import STDERR, STDOUT, Console, RankOutput, parse_std_streams, streams_for
 from pscore.launch_supervisor import Rank, Supervisor, failure_summary
-from pscore.ps.environment import JOB_ID_ORIGIN, JOB_ID_ORIGIN_VAR
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
@@ -294,9 +294,9 @@ def node_config(args, environ) -> NodeConfig:
     made_up = True
     if args.rdzv_id:
         job_id, made_up = args.rdzv_id, False
-    elif environ.get("PSCORE_JOB_ID"):
-        job_id = environ["PSCORE_JOB_ID"]
-        made_up = environ.get(JOB_ID_ORIGIN_VAR) == JOB_ID_ORIGIN  # a pscore-run inside one
+    elif _config.JOB_ID.raw(environ):
+        job_id = _config.JOB_ID.raw(environ)
+        made_up = _config.JOB_ID_ORIGIN.raw(environ) == _config.MADE_UP_BY_LAUNCHER  # nested
     elif nnodes > 1:
         job_id = f"pscore-run@{addr}:{port}"  # what every node derives alike
     else:
@@ -320,10 +320,10 @@ def rank_environment(base: dict, node: NodeConfig, local_rank: int) -> dict:
         env["PSCORE_" + name] = str(value)
     env["GROUP_RANK"] = str(node.node_rank)
     env["GROUP_WORLD_SIZE"] = str(node.nnodes)
-    env["PSCORE_JOB_ID"] = node.job_id
-    env.pop(JOB_ID_ORIGIN_VAR, None)
+    env[_config.JOB_ID.name] = node.job_id
+    env.pop(_config.JOB_ID_ORIGIN.name, None)
     if node.job_id_made_up:
-        env[JOB_ID_ORIGIN_VAR] = JOB_ID_ORIGIN
+        env[_config.JOB_ID_ORIGIN.name] = _config.MADE_UP_BY_LAUNCHER
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the launcher's pipes as printed
     return env

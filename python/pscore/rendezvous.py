@@ -14,19 +14,11 @@ it, global rank 0 waiting outside the group (wait_until_done).
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 
-from . import _C
+from . import _C, _config
 from .errors import TimeoutError as PscoreTimeoutError
-
-TRANSPORT_ENV = "PSCORE_TRANSPORT"  # auto (default), tcp or shm
-SOCKET_BUFFER_ENV = "PSCORE_SOCKET_BUFFER_BYTES"  # 0 leaves the kernel's autotuning on
-DEFAULT_SOCKET_BUFFER_BYTES = 512 << 10  # keeps in-flight bytes in cache; docs/collectives.md
-EPOLL_MIN_FDS_ENV = "PSCORE_EPOLL_MIN_FDS"  # wait sets this large use epoll, smaller ones poll
-SHM_RING_ENV = "PSCORE_SHM_RING_BYTES"  # per peer, collective lane; a multiple of 64
-DEFAULT_SHM_RING_BYTES = 4 << 20
 
 
 def host_identity() -> str:
@@ -42,7 +34,7 @@ def host_identity() -> str:
 def advertised_host(master_addr: str | None) -> str:
     """The address peers should dial: PSCORE_HOST if set, loopback when the master is local,
     else the local address of the route towards the master."""
-    explicit = os.environ.get("PSCORE_HOST")
+    explicit = _config.HOST.get()
     if explicit:
         return explicit
     if not master_addr or master_addr in ("localhost", "::1") or master_addr.startswith("127."):
@@ -99,7 +91,7 @@ def wait_until_done(store, world: int, timeout: float, who: str) -> None:
 def _try_shm(store, rank, world, job_id, timeout):
     """Returns a connected ShmTransport, or None when some rank could not map the segments."""
     try:
-        ring_bytes = int(os.environ.get(SHM_RING_ENV, DEFAULT_SHM_RING_BYTES))
+        ring_bytes = _config.SHM_RING_BYTES.get()
         t = _C.ShmTransport(rank, world, job_id, ring_bytes=ring_bytes)
         mine = f"{t.segment_name}|{t.token}"
     except Exception:  # noqa: BLE001 - /dev/shm unusable: fall back, but every rank must vote
@@ -121,10 +113,9 @@ def _try_shm(store, rank, world, job_id, timeout):
 
 def _tcp(store, rank, world, job_id, timeout, master_addr):
     host = advertised_host(master_addr)
-    buffer_bytes = int(os.environ.get(SOCKET_BUFFER_ENV, DEFAULT_SOCKET_BUFFER_BYTES))
-    options = {"buffer_bytes": buffer_bytes}
-    if EPOLL_MIN_FDS_ENV in os.environ:
-        options["epoll_min_fds"] = int(os.environ[EPOLL_MIN_FDS_ENV])
+    options = {"buffer_bytes": _config.SOCKET_BUFFER_BYTES.get()}
+    if _config.EPOLL_MIN_FDS.get() is not None:
+        options["epoll_min_fds"] = _config.EPOLL_MIN_FDS.get()
     t = _C.TcpTransport(rank, world, host=host, port=0, job_id=job_id, **options)
     entries = _gather(store, "tcp", rank, world, f"{host}:{t.port}", timeout)
     hosts = [e.rsplit(":", 1)[0] for e in entries]
@@ -144,9 +135,7 @@ def connect(
 ):
     """Builds the transport of one group; `store` should already be prefixed for the group.
     `hosts_store`: whether this rank's process serves the store (default: rank 0)."""
-    choice = os.environ.get(TRANSPORT_ENV, "auto").lower()
-    if choice not in ("auto", "tcp", "shm"):
-        raise ValueError(f"{TRANSPORT_ENV}={choice!r}: expected auto, tcp or shm")
+    choice = _config.TRANSPORT.get()
     deadline = time.monotonic() + timeout
 
     def left() -> float:
@@ -159,7 +148,7 @@ def connect(
             t = _try_shm(store, rank, world, job_id, left())
         if t is None and choice == "shm":
             raise RuntimeError(
-                f"rank {rank}: {TRANSPORT_ENV}=shm but not every rank could map the others' "
+                f"rank {rank}: {_config.TRANSPORT.name}=shm but not every rank could map the others' "
                 "shared memory (ranks on several hosts?)"
             )
     if t is None:

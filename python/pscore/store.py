@@ -10,10 +10,9 @@ timeout / set_timeout. Blocking calls release the GIL and raise
 from __future__ import annotations
 
 import math
-import os
 import urllib.parse
 
-from pscore import _store
+from pscore import _config, _store
 from pscore.cluster import ClusterEnv, discover
 from pscore.file_store import FileStore
 from pscore.redis_store import RedisStore
@@ -151,7 +150,7 @@ class TCPStore(_CppStore):
             bind_host=bind_host,
             auth_token=auth_token,  # None: PSCORE_AUTH_TOKEN / PSCORE_AUTH_TOKEN_FILE
             insecure=insecure,  # None: PSCORE_INSECURE
-            job_id=os.environ.get("PSCORE_JOB_ID", "pscore") if job_id is None else job_id,
+            job_id=_config.JOB_ID.get() if job_id is None else job_id,
         )
 
     @property
@@ -340,7 +339,7 @@ def _redis_store(url: urllib.parse.SplitResult, init_method: str, seconds: float
     if not db_text.isdigit():
         raise ValueError(f"init_method {init_method!r}: the database {db_text!r} is not a number")
     query = urllib.parse.parse_qs(url.query)
-    prefix = query.get("prefix", [os.environ.get("PSCORE_JOB_ID", "pscore")])[-1]
+    prefix = query.get("prefix", [_config.JOB_ID.get()])[-1]
     return RedisStore(
         url.hostname or "127.0.0.1",
         port,

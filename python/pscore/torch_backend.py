@@ -41,9 +41,11 @@ def _seconds(timeout) -> float | None:
 
 
 class _AsyncWork(_TorchWork):
-    """An operation still running in pscore; its future resolves on the completer thread, and
-    wait() waits on pscore's works directly (no hand-off through that thread). `finish` (the
-    write-back of staged outputs) runs once, on whichever thread sees the works done first."""
+    """An operation still running in pscore, as torch's Work type (what DDP and c10d need) with
+    pscore's Work protocol (pscore.work): wait(timeout), is_completed, exception, result. Its
+    future resolves on the completer thread, and wait() waits on pscore's works directly (no
+    hand-off through that thread). `finish` (the write-back of staged outputs) runs once, on
+    whichever thread sees the works done first."""
 
     def __init__(self, works, finish=None):
         super().__init__()
@@ -78,6 +80,11 @@ class _AsyncWork(_TorchWork):
     def exception(self):
         """The operation's failure, or None (also while it runs)."""
         return self._works.exception()
+
+    def result(self) -> list:
+        """The output tensors (torch's Work.result), once the operation is done."""
+        self.wait()
+        return self._future.wait()
 
     def get_future(self):
         return self._future

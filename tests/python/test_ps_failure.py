@@ -47,10 +47,12 @@ def recv_frame(sock):
 def handshake(sock, worker: int = 0, token: str = "") -> None:
     """The client side of the handshake, with Python's hmac (checks the server's SHA-256)."""
     nonce = os.urandom(16)
-    sock.sendall(frame(HELLO, struct.pack("<Ii", 1, worker) + nonce + struct.pack("<I", 0)))
+    job = b"pscore"  # the default job id (PSCORE_JOB_ID unset)
+    hello = struct.pack("<Ii", 1, worker) + nonce + struct.pack("<I", len(job)) + job
+    sock.sendall(frame(HELLO, hello))
     h, body = recv_frame(sock)
     assert h[2] == CHALLENGE and len(body) == 17
-    msg = b"pscore-ps/client" + body[:16] + nonce + struct.pack("<i", worker)
+    msg = b"pscore-ps/client" + body[:16] + nonce + struct.pack("<i", worker) + job
     mac = hmac.new(token.encode(), msg, "sha256").digest() if token else bytes(32)
     sock.sendall(frame(AUTH, mac))
     h, body = recv_frame(sock)

@@ -190,10 +190,10 @@ def test_pscore_store_job_under_a_launcher_starts_in_any_order(launcher, order, 
 
 
 def test_the_ps_job_id_is_the_users_not_one_pscore_run_made_up():
-    assert environment.job_id({}) == ""
+    assert environment.job_id({}) == "pscore"
     assert environment.job_id({"PSCORE_JOB_ID": "j"}) == "j"
     made_up = {"PSCORE_JOB_ID": "f00", "PSCORE_JOB_ID_ORIGIN": "pscore-run"}
-    assert environment.job_id(made_up) == ""
+    assert environment.job_id(made_up) == "pscore"
 
 
 def _store_url(kind: str, tmp_path, redis_server) -> tuple[str, object]:

@@ -131,7 +131,7 @@ def test_async_handles_and_batches(client, servers):
     assert not work.is_completed()
     other = PSClient(addresses(servers), worker_id=1)
     other.push("t_sync", np.full(1000, 3.0, np.float32))
-    assert work.wait(timeout=30) is None and work.is_completed()
+    assert work.wait(timeout=30) is True and work.result() is None and work.is_completed()
     assert work.status() == {"applied": 1, "duplicate": 0, "dropped": 0} and work.progress() == 1
     np.testing.assert_array_equal(client.pull("t_sync"), np.full(1000, -2.0, np.float32))
     other.close()
@@ -142,7 +142,7 @@ def test_async_handles_and_batches(client, servers):
     got = client.pull_many(["t_a", "t_b"])
     assert got["t_a"].tolist() == [-1.0] * 5 and got["t_b"].shape == (2, 2)
     pulls = [client.pull_async("t_a") for _ in range(20)]
-    assert all(w.wait().tolist() == [-1.0] * 5 for w in pulls)
+    assert all(w.result().tolist() == [-1.0] * 5 for w in pulls)
 
 
 def test_global_step(client, servers):
@@ -244,7 +244,7 @@ def test_load_answers_pushes_parked_in_a_sync_round(client, servers, tmp_path):
         work.wait(timeout=0.2)
     other = PSClient(addresses(servers), worker_id=1)
     other.load(str(tmp_path))  # the open round is gone: the parked push is told so
-    assert work.wait(timeout=10) is None
+    assert work.wait(timeout=10) is True and work.result() is None
     assert work.status() == {"applied": 0, "duplicate": 0, "dropped": 1}
     np.testing.assert_array_equal(client.pull("t_sync_load"), np.zeros(4, np.float32))
     other.close()
@@ -260,7 +260,7 @@ def test_a_worker_that_looks_a_sync_table_up_joins_the_open_round(client, server
     assert newcomer.lookup_table(name).consistency == "sync"
     assert newcomer.table_step(name) == 3  # the open round, learnt at lookup
     work = newcomer.push_async(name, np.ones(3, np.float32))
-    assert work.wait(timeout=30) is None
+    assert work.wait(timeout=30) is True and work.result() is None
     assert work.status() == {"applied": 1, "duplicate": 0, "dropped": 0}
     np.testing.assert_array_equal(newcomer.pull(name), np.full(3, -4.0, np.float32))
     newcomer.close()
@@ -296,6 +296,6 @@ def test_sparse_row_limit_counts_the_rows_of_an_open_sync_round(client, servers)
     with pytest.raises(ValueError, match="past max_rows_per_shard=4"):
         other.push_sparse(name, np.arange(500, 600, dtype=np.int64), np.ones((100, 2), np.float32))
     other.push_sparse(name, ids, np.ones((3, 2), np.float32))  # closes the round
-    assert work.wait(timeout=30) is None
+    assert work.wait(timeout=30) is True and work.result() is None
     np.testing.assert_array_equal(client.pull_sparse(name, ids), np.full((3, 2), -1.0))
     other.close()

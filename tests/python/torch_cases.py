@@ -118,6 +118,7 @@ def all_reduce_async(rank, world):
         "completed": work.is_completed(),
         "success": work.is_success(),
         "exception": work.exception(),
+        "result": work.result(),
         "tensor": t,
     }
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pscore import _ps, errors
+from pscore import _config, _ps, errors
 from pscore.ps import discovery, environment
 from pscore.ps.arrays import float_input, float_output, id_input
 from pscore.ps.tables import TableInfo, build_spec, table_info
@@ -76,7 +76,7 @@ class PSClient:
         except ValueError as e:
             if not from_environment:
                 raise
-            raise ValueError(f"{environment.STORE_VAR}={store!r}: {e}") from None
+            raise ValueError(f"{_config.STORE.name}={store!r}: {e}") from None
         self._job_id = environment.job_id() if job_id is None else job_id
         self._servers = None if servers is None else [str(s) for s in servers]
         if self._servers is not None:
@@ -90,9 +90,7 @@ class PSClient:
         opts = _ps.ClientOptions()
         opts.worker = worker_id
         opts.job_id = self._job_id
-        opts.auth_token = (
-            os.environ.get("PSCORE_AUTH_TOKEN", "") if auth_token is None else auth_token
-        )
+        opts.auth_token = _config.auth_token() if auth_token is None else auth_token
         opts.timeout_ms = int(self.timeout * 1000)
         opts.connect_timeout_ms = int(min(connect_timeout, 10.0) * 1000)
         self.worker_id = worker_id
@@ -253,11 +251,11 @@ class PSClient:
 
     def pull(self, name: str, out=None):
         """Copies the table's values into `out` (a new array when None) and returns it."""
-        return self.pull_async(name, out).wait()
+        return self.pull_async(name, out).result()
 
     def push_pull(self, name: str, grad, out=None):
         """push then pull in one round trip (for sync tables, the values after the round)."""
-        return self.push_pull_async(name, grad, out).wait()
+        return self.push_pull_async(name, grad, out).result()
 
     def assign(self, name: str, value) -> None:
         """Overwrites a dense table's values (optimizer state is kept)."""
@@ -302,15 +300,15 @@ class PSClient:
 
     def push_pull_sparse(self, name: str, ids, grads, out=None):
         """push_sparse, then the rows of `ids` after the update, in one round trip."""
-        return self.push_pull_sparse_async(name, ids, grads, out).wait()
+        return self.push_pull_sparse_async(name, ids, grads, out).result()
 
     def pull_sparse(self, name: str, ids, out=None):
         """Rows for `ids` into `out` (shape (len(ids), dim); new when None); returns it."""
-        return self.pull_sparse_async(name, ids, out).wait()
+        return self.pull_sparse_async(name, ids, out).result()
 
     # ----- many tables in one round trip -----
     def _batch(self, works: list[PSWork], result) -> PSWork:
-        combined = _ps.Client.combine([w._work for w in works])
+        combined = _ps.Client.combine([w._handle for w in works])
         return self._track(combined, tuple(works), result)
 
     def push_many_async(self, grads: Mapping[str, Any]) -> PSWork:
@@ -327,7 +325,7 @@ class PSClient:
 
     def pull_many(self, outs) -> dict:
         """Pulls several tables at once: a mapping name -> out (or names); returns name -> array."""
-        return self.pull_many_async(outs).wait()
+        return self.pull_many_async(outs).result()
 
     # ----- coordination -----
     def worker_done(self) -> None:

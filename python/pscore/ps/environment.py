@@ -16,13 +16,9 @@ import os
 import socket
 from collections.abc import Mapping
 
+from pscore import _config
 from pscore.cluster import ClusterEnv, discover
 from pscore.cluster_spec import split_address
-
-STORE_VAR = "PSCORE_STORE"
-# pscore-run sets this in a rank's environment when PSCORE_JOB_ID is an id it made up for the
-# run's own collectives, which parameter servers started outside the run cannot know.
-JOB_ID_ORIGIN_VAR, JOB_ID_ORIGIN = "PSCORE_JOB_ID_ORIGIN", "pscore-run"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +34,7 @@ class ShardPlacement:
 
 
 def store_url(environ: Mapping[str, str] | None = None) -> str | None:
-    env = os.environ if environ is None else environ
-    return env.get(STORE_VAR, "").strip() or None
+    return _config.STORE.get(environ)
 
 
 def _tf_config(environ: Mapping[str, str] | None) -> ClusterEnv | None:
@@ -118,17 +113,16 @@ def find_servers(environ: Mapping[str, str] | None = None) -> tuple[list[str] | 
         return servers, None
     raise ValueError(
         "PSClient: where are the servers? Pass servers=['host:port', ...] or store= (a Store or "
-        f"a URL), or set {STORE_VAR}=URL or a TF_CONFIG with a 'ps' job"
+        f"a URL), or set {_config.STORE.name}=URL or a TF_CONFIG with a 'ps' job"
     )
 
 
 def job_id(environ: Mapping[str, str] | None = None) -> str:
     """The parameter servers' job id: PSCORE_JOB_ID, unless pscore-run made that up for its own
-    run (servers started outside the run could not know it), then empty, as without one."""
-    env = os.environ if environ is None else environ
-    if env.get(JOB_ID_ORIGIN_VAR) == JOB_ID_ORIGIN:
-        return ""
-    return env.get("PSCORE_JOB_ID", "")
+    run (servers started outside the run could not know it), then the default, as without one."""
+    if _config.JOB_ID_ORIGIN.raw(environ) == _config.MADE_UP_BY_LAUNCHER:
+        return _config.JOB_ID.default
+    return _config.JOB_ID.get(environ)
 
 
 def worker_id(environ: Mapping[str, str] | None = None) -> int:

@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from pscore import _ps, errors
+from pscore import _config, _ps, errors
 from pscore.ps import discovery, environment
 from pscore.ps.metrics import MetricsServer
 
@@ -104,7 +104,7 @@ class PServer:
             num_workers,
         )
         o.job_id = environment.job_id() if job_id is None else job_id
-        o.auth_token = os.environ.get("PSCORE_AUTH_TOKEN", "") if auth_token is None else auth_token
+        o.auth_token = _config.auth_token() if auth_token is None else auth_token
         o.insecure = bool(insecure)
         o.recover_dir = os.path.abspath(recover) if recover else ""
         o.fsync_log = bool(fsync_log)
@@ -248,7 +248,7 @@ def _parser() -> argparse.ArgumentParser:
         "--store",
         metavar="URL",
         help="store URL to publish this shard's address in: tcp://host:port (pscore-store or "
-        f"the job's TCPStore), file:///path or redis://host:port (default: ${environment.STORE_VAR}"
+        f"the job's TCPStore), file:///path or redis://host:port (default: ${_config.STORE.name}"
         ", else none)",
     )
     p.add_argument(
@@ -262,7 +262,7 @@ def _parser() -> argparse.ArgumentParser:
         "--job-id",
         metavar="ID",
         help="job id every worker's handshake must carry; also names the store keys "
-        "(default: $PSCORE_JOB_ID, else empty)",
+        "(default: $PSCORE_JOB_ID, else 'pscore')",
     )
     p.add_argument(
         "--insecure",
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             discovery.open_store(store_url, args.store_timeout, on_wait=_say) if store_url else None
         )
     except ValueError as e:  # not a store URL: say which setting gave it
-        origin = "--store" if args.store else environment.STORE_VAR
+        origin = "--store" if args.store else _config.STORE.name
         print(f"pserver: {origin} {store_url!r}: {e}", file=sys.stderr)
         return 2
     except (errors.Error, OSError) as e:

@@ -1,34 +1,33 @@
-// Work: the handle of an operation that may still be running; wait() rethrows its failure.
+// TaskWork: the Work of one collective or point-to-point task, finished once by the executor
+// (or by the task that receives from any source).
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <string>
 
+#include "common/work.h"
+
 namespace pscore {
 
-class Work {
+class TaskWork : public Work {
  public:
-  explicit Work(std::string what) : what_(std::move(what)) {}
-  // Blocks until done or timeout_ms passes (< 0: no limit); throws the operation's error, or
-  // TimeoutError when it is still running at the limit.
-  void wait(int64_t timeout_ms = -1);
-  bool is_completed();
-  // The failure message, or "" when it succeeded or is still running.
-  std::string exception_message();
-  bool failed();
+  explicit TaskWork(std::string what) : Work(std::move(what)) {}
+  bool wait(int64_t timeout_ms = -1) override;
+  bool is_completed() override;
+  std::exception_ptr exception() override;
+
   // The peer of a point-to-point operation (for a receive from any source, the sender, known
   // once it completes); -1 for collectives.
   int source() const { return source_.load(std::memory_order_acquire); }
   void set_source(int rank) { source_.store(rank, std::memory_order_release); }
 
+  // Marks it done, with its failure or nullptr; wakes every waiter.
   void finish(std::exception_ptr error = nullptr);
 
  private:
-  std::string what_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
