@@ -84,9 +84,8 @@ class PSClient:
         opts = _ps.ClientOptions()
         opts.worker = worker_id
         opts.job_id = self._job_id
-        opts.auth_token = (
-            os.environ.get("PSCORE_AUTH_TOKEN", "") if auth_token is None else auth_token
-        )
+        # None: PSCORE_AUTH_TOKEN / PSCORE_AUTH_TOKEN_FILE
+        opts.auth_token = _ps.token_from_env() if auth_token is None else auth_token
         opts.timeout_ms = int(self.timeout * 1000)
         opts.connect_timeout_ms = int(min(connect_timeout, 10.0) * 1000)
         self.worker_id = worker_id
