@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/frame.h"
+#include "common/frame_io.h"
 #include "common/handshake.h"
 #include "ps/byte_codec.h"
 #include "ps/ps_protocol.h"
@@ -25,37 +25,32 @@ void expect_end(const ByteReader& r, const char* what) {
                        " unexpected trailing bytes");
 }
 
-std::string frame_bytes(MsgType type, const std::string& body) {
+const uint8_t* bytes(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
+
+void send(const Socket& s, MsgType type, const std::string& body, const Deadline& d,
+          const std::string& peer) {
   FrameHeader h;
   h.type = static_cast<uint8_t>(type);
-  h.length = body.size();
-  std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
-  return out + body;
+  send_frame(s, h, body, d, peer + ": handshake");
 }
 
 // The next handshake frame: its type and body. A kError frame is the server's refusal.
 std::string read_frame(const Socket& s, const Deadline& d, const std::string& peer, uint8_t* type) {
-  FrameHeader h;
-  s.recv_all(&h, sizeof(h), d, peer + ": handshake");
-  validate_frame(h, kMaxHandshakeBytes, peer);
-  std::string body(h.length, '\0');
-  if (h.length) s.recv_all(body.data(), h.length, d, peer + ": handshake");
-  if (h.type == static_cast<uint8_t>(MsgType::kError)) {
-    ByteReader r(reinterpret_cast<const uint8_t*>(body.data()), body.size(), "handshake error");
+  Frame f = recv_frame(s, kMaxHandshakeBytes, d, peer, peer + ": handshake");
+  if (f.header.type == static_cast<uint8_t>(MsgType::kError)) {
+    ByteReader r(bytes(f.payload), f.payload.size(), "handshake error");
     r.get<uint32_t>();
     // A deliberate refusal (no or wrong token, job id, worker id): retrying cannot help.
     throw Error(peer + " refused the connection: " + r.get_string());
   }
-  *type = h.type;
-  return body;
+  *type = f.header.type;
+  return std::move(f.payload);
 }
 
 NetworkError unexpected(const std::string& peer, MsgType want, uint8_t got) {
   return NetworkError(peer + ": handshake expected " + msg_type_name(uint8_t(want)) + ", got " +
                       msg_type_name(got));
 }
-
-const uint8_t* bytes(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
 }  // namespace
 
@@ -131,8 +126,7 @@ Welcome client_handshake(const Socket& s, const ClientHandshake& opts, const Dea
   hello.authenticate = !opts.token.empty();
   if (hello.authenticate) hello.client_nonce = auth::random_nonce();
   hello.job_id = opts.job_id;
-  std::string out = frame_bytes(MsgType::kHello, encode_hello(hello));
-  s.send_all(out.data(), out.size(), deadline, opts.peer + ": handshake");
+  send(s, MsgType::kHello, encode_hello(hello), deadline, opts.peer);
 
   uint8_t type = 0;
   std::string body = read_frame(s, deadline, opts.peer, &type);
@@ -149,8 +143,7 @@ Welcome client_handshake(const Socket& s, const ClientHandshake& opts, const Dea
     } catch (const Error& e) {
       throw Error(std::string(e.what()) + " (wrong PSCORE_AUTH_TOKEN?)");
     }
-    out = frame_bytes(MsgType::kAuth, std::string(proof.begin(), proof.end()));
-    s.send_all(out.data(), out.size(), deadline, opts.peer + ": handshake");
+    send(s, MsgType::kAuth, std::string(proof.begin(), proof.end()), deadline, opts.peer);
     body = read_frame(s, deadline, opts.peer, &type);
   }
   if (type != static_cast<uint8_t>(MsgType::kWelcome))
