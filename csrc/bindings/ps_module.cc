@@ -136,7 +136,9 @@ void bind_server(py::module_& m) {
       .def_readwrite("fsync_log", &ServerOptions::fsync_log)
       .def_readwrite("snapshots", &ServerOptions::snapshots)
       .def_readwrite("min_part_bytes", &ServerOptions::min_part_bytes)
-      .def_readwrite("log_connections", &ServerOptions::log_connections);
+      .def_readwrite("log_connections", &ServerOptions::log_connections)
+      .def_readwrite("log_quiet_ms", &ServerOptions::log_quiet_ms);
+  // The token and insecure switch every pscore server and client reads (common/auth.h).
   py::class_<PsServer>(m, "Server")
       .def(py::init<const ServerOptions&>())
       .def("start", &PsServer::start, Release())

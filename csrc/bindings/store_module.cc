@@ -62,6 +62,7 @@ PYBIND11_MODULE(_store, m) {
   // PSCORE_AUTH_TOKEN / PSCORE_AUTH_TOKEN_FILE, for the Python users of a token
   // (pscore._config.auth_token).
   m.def("token_from_env", &pscore::auth::token_from_env);
+  m.def("insecure_from_env", &pscore::auth::insecure_from_env);
 
   py::class_<pscore::HashStore, Store, std::shared_ptr<pscore::HashStore>>(m, "HashStore")
       .def(py::init([](int64_t timeout_ms) {

@@ -10,7 +10,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
-#include "ps/handshake.h"
+#include "ps/ps_handshake.h"
 
 namespace pscore::ps {
 namespace {

@@ -2,17 +2,16 @@
 // request/reply prefixes, and error codes. Frames: header.seq = request id (replies echo it),
 // header.tag = table id, header.flags = the request type (echoed in replies).
 //
-// A connection opens with a handshake: client Hello {version, worker, nonce, job id} ->
-// server Challenge {nonce, auth required} -> client Auth {HMAC(token, both nonces, worker,
-// job)} -> server Welcome {shard, shards, workers, HMAC proving the server knows the token}.
-// Until Welcome, frames above kMaxHandshakeBytes or of any other type drop the connection.
+// A connection opens with the handshake of ps_handshake.h (the shared exchange of
+// common/handshake.h). Until kWelcome, frames above kMaxHandshakeBytes or of any other type drop
+// the connection. docs/wire.md has every frame.
 #pragma once
 
 #include <cstdint>
 
 namespace pscore::ps {
 
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;  // 2: the shared handshake
 constexpr uint64_t kMaxHandshakeBytes = 4096;
 
 enum class MsgType : uint8_t {

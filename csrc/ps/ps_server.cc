@@ -6,10 +6,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <random>
 
+#include "common/bind_policy.h"
 #include "common/error.h"
+#include "common/handshake.h"
 #include "ps/json.h"
 #include "ps/ps_protocol.h"
 
@@ -71,17 +72,18 @@ PsServer::~PsServer() {
 
 void PsServer::start() {
   if (running_) return;
-  if (!is_loopback_host(opts_.host) && opts_.auth_token.empty() && !opts_.insecure)
-    throw std::invalid_argument(
-        "refusing to serve shard " + std::to_string(opts_.shard) + " on '" + opts_.host +
-        "' (not loopback) without an auth token: set PSCORE_AUTH_TOKEN, or pass --insecure");
   if (opts_.num_threads < 1) throw std::invalid_argument("num_threads must be >= 1");
   if (opts_.max_queued_requests < 1)
     throw std::invalid_argument("max_queued_requests must be >= 1");
   replayed_ = shard_->recover();
   listener_ = Socket::listen(opts_.host, opts_.port);
+  enforce_bind_policy(listener_, opts_.host, !opts_.auth_token.empty(), opts_.insecure,
+                      "parameter server shard " + std::to_string(opts_.shard));
   listener_.set_nonblocking(true);
   port_ = listener_.local_port();
+  failures_ = std::make_unique<auth::FailureLog>(
+      "parameter server shard " + std::to_string(opts_.shard) + " on port " + std::to_string(port_),
+      opts_.log_quiet_ms);
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (epoll_fd_ < 0 || wake_fd_ < 0) throw NetworkError(errno_message("epoll/eventfd", errno));
@@ -180,8 +182,8 @@ void PsServer::accept_all() {
     if (static_cast<int>(conns_.size()) >= opts_.max_connections) {
       stats_.dropped_connections.fetch_add(1);
       if (opts_.log_connections)
-        std::fprintf(stderr, "[pscore.ps shard %d] refused %s: %d connections already open\n",
-                     opts_.shard, s.peer_address().c_str(), opts_.max_connections);
+        failures_->report(s.peer_address(), "refused: " + std::to_string(opts_.max_connections) +
+                                                " connections already open");
       continue;
     }
     s.set_nodelay();
@@ -204,9 +206,7 @@ void PsServer::drop(const std::shared_ptr<ServerConnection>& c, const std::strin
   stats_.connections.fetch_sub(1);
   if (!violation) return;
   stats_.dropped_connections.fetch_add(1);
-  if (opts_.log_connections)
-    std::fprintf(stderr, "[pscore.ps shard %d] dropped connection from %s: %s\n", opts_.shard,
-                 c->peer().c_str(), why.c_str());
+  if (opts_.log_connections) failures_->report(c->peer(), why);
 }
 
 void PsServer::on_readable(const std::shared_ptr<ServerConnection>& c) {
@@ -219,10 +219,18 @@ void PsServer::on_readable(const std::shared_ptr<ServerConnection>& c) {
     drop(c, e.what(), true);
     return;
   }
-  if (r == ServerConnection::ReadResult::kClosed) {
-    bool violation = why != "closed by peer";
-    drop(c, why, violation);
+  if (r != ServerConnection::ReadResult::kClosed) return;
+  const bool by_peer = why == "closed by peer";
+  if (by_peer && c->stage == ServerConnection::Stage::kAwaitAuth) {
+    // Gone right after the server's proof: it rejected the proof (the tokens differ), or probed.
+    stats_.auth_failures.fetch_add(1);
+    drop(c,
+         "the client closed the connection after the server's proof (its PSCORE_AUTH_TOKEN "
+         "differs from the server's?)",
+         true);
+    return;
   }
+  drop(c, why, !by_peer);
 }
 
 ServerConnection::FrameAction PsServer::on_frame(const std::shared_ptr<ServerConnection>& c,
@@ -266,6 +274,19 @@ ServerConnection::FrameAction PsServer::handshake(const std::shared_ptr<ServerCo
     c->close_reason = why;  // on_readable drops and logs the connection
     return ServerConnection::FrameAction::kClose;
   };
+  auto reply = [&](MsgType type, const std::string& body) {
+    c->send(handshake_header(type, body.size()), bytes_of(body));
+  };
+  auto welcome = [&] {
+    Welcome w;
+    w.shard = opts_.shard;
+    w.num_shards = opts_.num_shards;
+    w.num_workers = opts_.num_workers;
+    w.incarnation = incarnation_;
+    reply(MsgType::kWelcome, encode_welcome(w));
+    c->stage = ServerConnection::Stage::kReady;
+    return ServerConnection::FrameAction::kContinue;
+  };
   const auto type = static_cast<MsgType>(f.header.type);
   if (c->stage == ServerConnection::Stage::kAwaitHello) {
     if (type != MsgType::kHello)
@@ -277,38 +298,30 @@ ServerConnection::FrameAction PsServer::handshake(const std::shared_ptr<ServerCo
       return fail(e.what(), false, false);
     }
     if (c->hello.version != kProtocolVersion)
-      return fail("protocol version " + std::to_string(c->hello.version), false);
+      return fail("protocol version " + std::to_string(c->hello.version) + ", this server speaks " +
+                      std::to_string(kProtocolVersion) + " (mixed pscore versions?)",
+                  false);
     if (c->hello.job_id != opts_.job_id)
       return fail("job id '" + c->hello.job_id + "' is not this server's", true);
     if (c->hello.worker < -1 || c->hello.worker >= opts_.num_workers)
       return fail("worker id " + std::to_string(c->hello.worker) + " outside [-1, " +
                       std::to_string(opts_.num_workers) + ")",
                   false);
-    c->server_nonce = random_nonce();
-    ByteBuffer body;
-    body.append(c->server_nonce.data(), c->server_nonce.size());
-    body.put<uint8_t>(opts_.auth_token.empty() ? 0 : 1);
-    c->send(handshake_header(MsgType::kChallenge, body.size()), std::move(body));
+    c->auth.emplace(opts_.auth_token, handshake_binding(opts_.job_id, c->hello.worker),
+                    kServerName);
+    auth::ServerHandshake::Verdict v =
+        c->auth->on_hello(c->hello.authenticate, c->hello.client_nonce);
+    if (!v.accepted) return fail(v.refusal, true);
+    if (c->auth->state() == auth::ServerHandshake::State::kDone) return welcome();
+    reply(MsgType::kChallenge,
+          encode_challenge({c->auth->server_nonce(), c->auth->server_proof()}));
     c->stage = ServerConnection::Stage::kAwaitAuth;
     return ServerConnection::FrameAction::kContinue;
   }
-  if (type != MsgType::kAuth || f.body.size() != 32) return fail("expected an auth message", false);
-  if (!opts_.auth_token.empty()) {
-    Digest want = client_mac(opts_.auth_token, c->server_nonce, c->hello);
-    if (!constant_time_equal(want.data(), f.body.data(), want.size()))
-      return fail("wrong auth token (HMAC mismatch)", true);
-  }
-  Welcome w;
-  w.shard = opts_.shard;
-  w.num_shards = opts_.num_shards;
-  w.num_workers = opts_.num_workers;
-  w.incarnation = incarnation_;
-  if (!opts_.auth_token.empty())
-    w.server_mac = server_mac(opts_.auth_token, c->hello.nonce, c->server_nonce);
-  std::string body = encode_welcome(w);
-  c->send(handshake_header(MsgType::kWelcome, body.size()), bytes_of(body));
-  c->stage = ServerConnection::Stage::kReady;
-  return ServerConnection::FrameAction::kContinue;
+  if (type != MsgType::kAuth) return fail("expected an auth message", false);
+  auth::ServerHandshake::Verdict v = c->auth->on_proof(f.body.data(), f.body.size());
+  if (!v.accepted) return fail(v.refusal, true);
+  return welcome();
 }
 
 void PsServer::schedule(const std::shared_ptr<ServerConnection>& c) {

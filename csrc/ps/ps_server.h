@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/socket.h"
 #include "ps/auto_snapshot.h"
 #include "ps/request_handler.h"
@@ -24,7 +25,7 @@
 namespace pscore::ps {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";  // a non-loopback host needs auth_token or insecure
+  std::string host = "127.0.0.1";  // one other hosts can reach needs auth_token or insecure
   int port = 0;                    // 0 picks a free port
   int shard = 0;
   int num_shards = 1;
@@ -47,6 +48,8 @@ struct ServerOptions {
   SnapshotPolicy snapshots;  // automatic snapshots into recover_dir (bounds the log)
   int64_t min_part_bytes = 64 * 1024;
   bool log_connections = true;  // log dropped connections to stderr
+  // A peer address's dropped connections are logged at most once per this period.
+  int64_t log_quiet_ms = 60000;
 };
 
 class PsServer {
@@ -97,6 +100,7 @@ class PsServer {
   std::unique_ptr<RequestHandler> handler_;
   std::unique_ptr<ThreadPool> pool_;
   Socket listener_;
+  std::unique_ptr<auth::FailureLog> failures_;  // dropped peers, rate-limited per address
   int port_ = 0;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;

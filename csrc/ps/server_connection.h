@@ -8,12 +8,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common/frame.h"
+#include "common/handshake.h"
 #include "common/socket.h"
 #include "ps/byte_buffer.h"
-#include "ps/handshake.h"
+#include "ps/ps_handshake.h"
 #include "ps/server_stats.h"
 
 namespace pscore::ps {
@@ -43,7 +45,7 @@ class ServerConnection {
                             uint64_t max_frame_bytes, std::string* why);
   Stage stage = Stage::kAwaitHello;
   Hello hello;
-  Nonce server_nonce{};
+  std::optional<auth::ServerHandshake> auth;  // made by the hello
   int64_t opened_us = 0;
   std::string close_reason;  // set by whoever answers kClose
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/handshake.h"
 
 namespace pscore {
 
@@ -33,9 +34,8 @@ StoreServerHandshake::Step refuse(const std::string& message) {
   return {StoreServerHandshake::Action::kRefuse, message, true};
 }
 
-const char* const kNeedsToken =
-    "this store requires authentication: set PSCORE_AUTH_TOKEN (or PSCORE_AUTH_TOKEN_FILE) to "
-    "its secret";
+// How refusals name the store (common/handshake.h).
+const char* const kStoreName = "this store";
 
 }  // namespace
 
@@ -99,7 +99,7 @@ StoreServerHandshake::Step StoreServerHandshake::on_frame(const StoreAuthOptions
       if (h.type == static_cast<uint8_t>(Op::kHello)) return on_hello(server, payload, peer);
       if (h.type == static_cast<uint8_t>(Op::kAuth))
         throw NetworkError(peer + ": a proof before the hello");
-      if (!server.token.empty()) return refuse(kNeedsToken);
+      if (!server.token.empty()) return refuse(auth::requires_token_message(kStoreName));
       state_ = State::kReady;  // a client that skips the hello, on a store with no token
       return {Action::kServe, "", false};
     case State::kAwaitingProof:
@@ -117,25 +117,17 @@ StoreServerHandshake::Step StoreServerHandshake::on_hello(const StoreAuthOptions
   if (hello.version != kStoreHandshakeVersion)
     return refuse("handshake version " + std::to_string(hello.version) + ", this store speaks " +
                   std::to_string(kStoreHandshakeVersion) + " (mixed pscore versions?)");
-  if (server.token.empty()) {
-    if (hello.authenticate)
-      return refuse(
-          "this store has no auth token, but the client has one (set PSCORE_AUTH_TOKEN on the "
-          "store's master too, or on neither)");
-    state_ = State::kReady;
-    return {Action::kReply, encode_challenge(StoreChallenge{}), false};
-  }
-  if (!hello.authenticate) return refuse(kNeedsToken);
-  if (hello.job_id != server.job_id)
+  if (!server.token.empty() && hello.authenticate && hello.job_id != server.job_id)
     return refuse("the client belongs to job '" + hello.job_id + "', this store serves job '" +
                   server.job_id + "' (PSCORE_JOB_ID differs)");
-  client_nonce_ = hello.client_nonce;
-  server_nonce_ = auth::random_nonce();
+  auth_.emplace(server.token, binding(server), kStoreName);
+  auth::ServerHandshake::Verdict v = auth_->on_hello(hello.authenticate, hello.client_nonce);
+  if (!v.accepted) return refuse(v.refusal);
   StoreChallenge c;
-  c.authenticate = true;
-  c.server_nonce = server_nonce_;
-  c.server_proof = auth::server_proof(server.token, server_nonce_, client_nonce_, binding(server));
-  state_ = State::kAwaitingProof;
+  c.authenticate = auth_->authenticates();
+  c.server_nonce = auth_->server_nonce();
+  c.server_proof = auth_->server_proof();
+  state_ = c.authenticate ? State::kAwaitingProof : State::kReady;
   return {Action::kReply, encode_challenge(c), false};
 }
 
@@ -145,10 +137,8 @@ StoreServerHandshake::Step StoreServerHandshake::on_proof(const StoreAuthOptions
   PayloadReader in(payload.data(), payload.size(), peer);
   std::string proof = in.bytes();
   in.finish();
-  auth::Proof expected =
-      auth::client_proof(server.token, server_nonce_, client_nonce_, binding(server));
-  if (!auth::proof_matches(expected, proof.data(), proof.size()))
-    return refuse("authentication failed: the client's proof does not match this store's token");
+  auth::ServerHandshake::Verdict v = auth_->on_proof(proof.data(), proof.size());
+  if (!v.accepted) return refuse(v.refusal);
   state_ = State::kReady;
   return {Action::kReply, "", false};
 }

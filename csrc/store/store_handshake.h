@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/auth.h"
 #include "common/frame.h"
+#include "common/handshake.h"
 #include "store/store_protocol.h"
 
 namespace pscore {
@@ -76,8 +78,7 @@ class StoreServerHandshake {
                 const std::string& peer);
 
   State state_ = State::kFresh;
-  auth::Nonce server_nonce_{};
-  auth::Nonce client_nonce_{};
+  std::optional<auth::ServerHandshake> auth_;  // made by the hello
 };
 
 }  // namespace pscore

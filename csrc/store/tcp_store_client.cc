@@ -130,12 +130,13 @@ void TcpStoreClient::handshake(const Socket& s, const Deadline& deadline) {
       decode_challenge(exchange(s, store_wire::Op::kHello, encode_hello(hello), deadline), name_);
   if (!hello.authenticate) return;
   if (!c.authenticate) throw auth_error("the store did not ask this client to authenticate");
-  auth::Binding binding{auth_.job_id, kStoreAuthContext};
-  auth::Proof expected =
-      auth::server_proof(auth_.token, c.server_nonce, hello.client_nonce, binding);
-  if (!auth::proof_matches(expected, c.server_proof.data(), c.server_proof.size()))
-    throw auth_error("the store could not prove it knows this process's token");
-  auth::Proof proof = auth::client_proof(auth_.token, c.server_nonce, hello.client_nonce, binding);
+  auth::Proof proof;
+  try {
+    proof = auth::answer_challenge(auth_.token, hello.client_nonce, c.server_nonce, c.server_proof,
+                                   {auth_.job_id, kStoreAuthContext}, "the store");
+  } catch (const Error& e) {
+    throw auth_error(e.what());
+  }
   std::string bytes(reinterpret_cast<const char*>(proof.data()), proof.size());
   exchange(s, store_wire::Op::kAuth, store_wire::PayloadWriter().bytes(bytes).take(), deadline);
 }

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["VARIABLES", "Var", "auth_token", "markdown"]
+__all__ = ["VARIABLES", "Var", "auth_token", "insecure", "markdown"]
 
 
 def _integer(text: str) -> int:
@@ -184,6 +184,13 @@ def auth_token() -> str:
     from pscore import _store
 
     return _store.token_from_env()
+
+
+def insecure() -> bool:
+    """PSCORE_INSECURE, parsed by the C++ core's one reader (ValueError naming it when bad)."""
+    from pscore import _store
+
+    return _store.insecure_from_env()
 
 
 def markdown() -> str:

@@ -1,5 +1,5 @@
-// common/auth.h and common/bind_policy.h: where the token comes from, what the two proofs bind,
-// the rate-limited failure log, and which binds need a token.
+// common/auth.h, common/handshake.h and common/bind_policy.h: where the token comes from, what the
+// two proofs bind, the rate-limited failure log, and which binds need a token.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +10,8 @@
 
 #include "common/auth.h"
 #include "common/bind_policy.h"
+#include "common/error.h"
+#include "common/handshake.h"
 #include "common/socket.h"
 
 namespace pscore::auth {
@@ -125,6 +127,42 @@ TEST(Proofs, BindTokenNoncesJobContextAndDirection) {
   EXPECT_TRUE(proof_matches(client, client.data(), client.size()));
   EXPECT_FALSE(proof_matches(client, server.data(), server.size()));
   EXPECT_FALSE(proof_matches(client, client.data(), client.size() - 1));
+}
+
+TEST(ServerHandshake, AcceptsTheRightProofAndNamesEachRefusal) {
+  Binding b{"job", "ctx"};
+  Nonce client_nonce = random_nonce();
+  ServerHandshake good("tok", b, "this server");
+  ASSERT_TRUE(good.on_hello(true, client_nonce).accepted);
+  ASSERT_EQ(good.state(), ServerHandshake::State::kAwaitingProof);
+  Proof answer = answer_challenge("tok", client_nonce, good.server_nonce(), good.server_proof(), b,
+                                  "the server");
+  EXPECT_TRUE(good.on_proof(answer.data(), answer.size()).accepted);
+  EXPECT_EQ(good.state(), ServerHandshake::State::kDone);
+
+  ServerHandshake wrong("tok", b, "this server");
+  ASSERT_TRUE(wrong.on_hello(true, client_nonce).accepted);
+  // A client with another token refuses the server's proof before proving anything.
+  EXPECT_THROW(answer_challenge("other", client_nonce, wrong.server_nonce(), wrong.server_proof(),
+                                b, "the server"),
+               pscore::Error);
+  Proof guess = client_proof("other", wrong.server_nonce(), client_nonce, b);
+  auto v = wrong.on_proof(guess.data(), guess.size());
+  EXPECT_FALSE(v.accepted);
+  EXPECT_EQ(v.refusal, "wrong token: the client's proof does not match this server's token");
+  EXPECT_FALSE(wrong.on_proof(guess.data(), 3).accepted);
+
+  v = ServerHandshake("tok", b, "this server").on_hello(false, Nonce{});
+  EXPECT_FALSE(v.accepted);
+  EXPECT_EQ(v.refusal.rfind("this server requires authentication: set PSCORE_AUTH_TOKEN", 0), 0u)
+      << v.refusal;
+  v = ServerHandshake("", b, "this server").on_hello(true, client_nonce);
+  EXPECT_FALSE(v.accepted);
+  EXPECT_EQ(v.refusal.rfind("this server has no auth token, but the client has one", 0), 0u);
+  ServerHandshake open("", b, "this server");
+  EXPECT_TRUE(open.on_hello(false, Nonce{}).accepted);
+  EXPECT_EQ(open.state(), ServerHandshake::State::kDone);
+  EXPECT_THROW(open.on_proof(answer.data(), answer.size()), pscore::NetworkError);
 }
 
 TEST(FailureLog, PrintsOncePerAddressAndCountsEverything) {

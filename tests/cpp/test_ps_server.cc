@@ -14,8 +14,8 @@
 
 #include "common/frame.h"
 #include "common/socket.h"
-#include "ps/handshake.h"
 #include "ps/ps_client.h"
+#include "ps/ps_handshake.h"
 #include "ps/ps_protocol.h"
 #include "ps/ps_server.h"
 
@@ -174,6 +174,34 @@ TEST(PsServer, HostileConnectionsAreDroppedAndOthersServed) {
   std::string stats = cl.servers[0]->stats_json();
   EXPECT_NE(stats.find("\"auth_failures\":1"), std::string::npos) << stats;
   EXPECT_NE(stats.find("\"dropped_connections\":3"), std::string::npos) << stats;
+}
+
+// What a client with `token` hears from the server on `port` ("" when it is served).
+std::string refusal(int port, const std::string& token) {
+  ClientOptions o;
+  o.auth_token = token;
+  PsClient c(o, 1);
+  try {
+    c.connect(0, "127.0.0.1", port);
+  } catch (const pscore::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PsServer, TellsEachClientWhyItsTokenIsRefused) {
+  Cluster cl(1, 1, "sekrit");
+  const int port = cl.servers[0]->port();
+  EXPECT_NE(refusal(port, "").find("refused the connection: this parameter server requires "
+                                   "authentication: set PSCORE_AUTH_TOKEN"),
+            std::string::npos);
+  EXPECT_NE(refusal(port, "wrong")
+                .find("could not prove it knows this process's token (wrong PSCORE_AUTH_TOKEN?)"),
+            std::string::npos);
+  Cluster open(1, 1);
+  EXPECT_NE(refusal(open.servers[0]->port(), "sekrit")
+                .find("this parameter server has no auth token, but the client has one"),
+            std::string::npos);
 }
 
 TEST(PsServer, RefusesPublicBindWithoutToken) {

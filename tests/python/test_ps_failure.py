@@ -45,21 +45,32 @@ def recv_frame(sock):
 
 
 def handshake(sock, worker: int = 0, token: str = "") -> None:
-    """The client side of the handshake, with Python's hmac (checks the server's SHA-256)."""
-    nonce = os.urandom(16)
+    """The client side of the handshake (docs/wire.md), with Python's hmac: proves `token`
+    (without first checking the server's proof, as a hostile client would), then checks the
+    server's proof."""
+    nonce = os.urandom(32) if token else b""
     job = b"pscore"  # the default job id (PSCORE_JOB_ID unset)
-    hello = struct.pack("<Ii", 1, worker) + nonce + struct.pack("<I", len(job)) + job
+    hello = struct.pack("<IiB", 2, worker, 1 if token else 0) + nonce
+    hello += struct.pack("<I", len(job)) + job
     sock.sendall(frame(HELLO, hello))
     h, body = recv_frame(sock)
-    assert h[2] == CHALLENGE and len(body) == 17
-    msg = b"pscore-ps/client" + body[:16] + nonce + struct.pack("<i", worker) + job
-    mac = hmac.new(token.encode(), msg, "sha256").digest() if token else bytes(32)
-    sock.sendall(frame(AUTH, mac))
-    h, body = recv_frame(sock)
+    if token:
+        assert h[2] == CHALLENGE and len(body) == 64
+        server_nonce, server_proof = body[:32], body[32:]
+        binding = (job, f"pscore ps worker {worker}".encode())  # job id, context
+        sock.sendall(frame(AUTH, proof(token, "client", server_nonce, nonce, binding)))
+        h, body = recv_frame(sock)
+        assert h[2] == WELCOME
+        assert server_proof == proof(token, "server", server_nonce, nonce, binding)
     assert h[2] == WELCOME
-    if token:  # the server proves it knows the token too
-        expect = hmac.new(token.encode(), b"pscore-ps/server" + nonce + msg[16:32], "sha256")
-        assert body[-32:] == expect.digest()
+
+
+def proof(token: str, side: str, server_nonce: bytes, client_nonce: bytes, binding) -> bytes:
+    """HMAC(token, label | server nonce | client nonce | job id | context), fields
+    length-prefixed (common/auth.h)."""
+    fields = (f"pscore-auth-v1 {side}".encode(), server_nonce, client_nonce, *binding)
+    msg = b"".join(struct.pack("<I", len(f)) + f for f in fields)
+    return hmac.new(token.encode(), msg, "sha256").digest()
 
 
 def closed_by_server(sock) -> bool:
@@ -88,7 +99,9 @@ def test_duplicate_push_is_applied_once():
 
 
 def test_bad_frames_drop_only_that_connection(capfd):
-    servers = start_cluster(1, auth_token="s3cret", log_connections=True, max_frame_bytes=1 << 20)
+    servers = start_cluster(
+        1, auth_token="s3cret", log_connections=True, log_quiet=0, max_frame_bytes=1 << 20
+    )
     port = servers[0].port
     try:
 
@@ -116,7 +129,7 @@ def test_bad_frames_drop_only_that_connection(capfd):
             handshake(s, token="s3cret")
             s.sendall(frame(PUSH, length=100) + b"\0" * 10)
         with pytest.raises(
-            pscore.Error, match="refused the connection: wrong auth token.*PSCORE_AUTH"
+            pscore.Error, match="could not prove it knows this process's token.*PSCORE_AUTH"
         ):
             PSClient(addresses(servers), auth_token="wrong", connect_timeout=1.0)
         good = PSClient(addresses(servers), auth_token="s3cret")
@@ -129,12 +142,13 @@ def test_bad_frames_drop_only_that_connection(capfd):
             "bad frame magic",
             "exceeds the cap of 4096",
             "expected a hello",
-            "wrong auth token",
+            "wrong token: the client's proof does not match this parameter server's token",
+            "closed the connection after the server's proof",
             "exceeds the cap of 1048576",
             "truncated frame",
         ):
             assert re.search(
-                r"shard 0\] dropped connection from 127\.0\.0\.1:\d+: .*" + reason, err
+                r"shard 0 on port \d+: dropped connection from 127\.0\.0\.1:\d+: .*" + reason, err
             ), reason
     finally:
         stop_cluster(servers)

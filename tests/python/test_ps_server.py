@@ -97,13 +97,13 @@ def test_public_bind_needs_a_token():
         check=False,
     )
     assert r.returncode == 2
-    assert "without an auth token: set PSCORE_AUTH_TOKEN, or pass --insecure" in r.stderr
+    assert "(reachable from other hosts) without an auth token: set PSCORE_AUTH_TOKEN" in r.stderr
     proc = pserver_process("--host", "0.0.0.0", env={"PSCORE_AUTH_TOKEN": "tok"})
     try:
         port = address_from_banner(proc.banner).rsplit(":", 1)[1]
         c = PSClient([f"127.0.0.1:{port}"], auth_token="tok")
         assert c.stats()[0]["connections"] == 1
-        with pytest.raises(pscore.Error, match="wrong auth token"):
+        with pytest.raises(pscore.Error, match="this parameter server requires authentication"):
             PSClient([f"127.0.0.1:{port}"], auth_token="", connect_timeout=1.0)
     finally:
         proc.terminate()

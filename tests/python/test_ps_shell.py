@@ -412,7 +412,7 @@ def test_a_ps_task_with_a_name_binds_every_interface_and_needs_a_token():
         check=False,
     )
     assert r.returncode == 2
-    assert "on '0.0.0.0' (not loopback) without an auth token" in r.stderr
+    assert "on '0.0.0.0' (reachable from other hosts) without an auth token" in r.stderr
     proc = _start([sys.executable, "-m", "pscore.server"], {**env, "PSCORE_AUTH_TOKEN": "tok"})
     try:
         assert f"(TF_CONFIG task ps:0 at ps-0.invalid:{port}) serving on" in proc.stdout.readline()

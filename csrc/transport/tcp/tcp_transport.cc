@@ -9,7 +9,7 @@
 
 #include "common/bind_policy.h"
 #include "common/error.h"
-#include "common/frame.h"
+#include "common/frame_io.h"
 
 namespace pscore {
 namespace {
@@ -38,12 +38,6 @@ struct Hello {
   int32_t lane;
 };
 
-struct Frame {
-  uint8_t type = 0;
-  uint16_t flags = 0;
-  std::string payload;
-};
-
 std::string rank_name(int r) { return "rank " + std::to_string(r); }
 
 std::string address(const std::string& host, int port) {
@@ -51,28 +45,17 @@ std::string address(const std::string& host, int port) {
          std::to_string(port);
 }
 
-void send_frame(const Socket& s, uint8_t type, uint16_t flags, const std::string& payload,
-                const Deadline& deadline, const std::string& who) {
+void send_handshake(const Socket& s, uint8_t type, uint16_t flags, const std::string& payload,
+                    const Deadline& deadline, const std::string& who) {
   FrameHeader h;
   h.type = type;
   h.flags = flags;
-  h.length = payload.size();
-  std::string buf(reinterpret_cast<const char*>(&h), sizeof(h));
-  buf += payload;
-  s.send_all(buf.data(), buf.size(), deadline, "handshake with " + who);
+  send_frame(s, h, payload, deadline, "handshake with " + who);
 }
 
 // Reads one handshake frame; throws NetworkError on garbage, TimeoutError past the deadline.
-Frame recv_frame(const Socket& s, const Deadline& deadline, const std::string& who) {
-  FrameHeader h;
-  s.recv_all(&h, sizeof(h), deadline, "handshake with " + who);
-  validate_frame(h, kMaxHandshakeBytes, who);
-  Frame f;
-  f.type = h.type;
-  f.flags = h.flags;
-  f.payload.resize(h.length);
-  s.recv_all(f.payload.data(), f.payload.size(), deadline, "handshake with " + who);
-  return f;
+Frame recv_handshake(const Socket& s, const Deadline& deadline, const std::string& who) {
+  return recv_frame(s, kMaxHandshakeBytes, deadline, who, "handshake with " + who);
 }
 
 std::string hello_payload(const Hello& hello, const auth::Nonce* nonce, const std::string& job) {
@@ -85,10 +68,10 @@ std::string hello_payload(const Hello& hello, const auth::Nonce* nonce, const st
 // garbage.
 Hello parse_hello(const Frame& f, uint8_t type, std::string* job, auth::Nonce* nonce,
                   const std::string& who) {
-  bool has_nonce = type == kHello && (f.flags & kFlagAuthenticate);
+  bool has_nonce = type == kHello && (f.header.flags & kFlagAuthenticate);
   size_t fixed = sizeof(Hello) + (has_nonce ? auth::kNonceBytes : 0);
-  if (f.type != type || f.payload.size() < fixed)
-    throw NetworkError(who + ": unexpected handshake frame type " + std::to_string(f.type));
+  if (f.header.type != type || f.payload.size() < fixed)
+    throw NetworkError(who + ": unexpected handshake frame type " + std::to_string(f.header.type));
   Hello hello;
   std::memcpy(&hello, f.payload.data(), sizeof(hello));
   if (has_nonce) std::memcpy(nonce->data(), f.payload.data() + sizeof(Hello), nonce->size());
@@ -170,7 +153,7 @@ void TcpTransport::connect_lower(const std::vector<std::string>& hosts,
       s.set_buffer_bytes(options_.buffer_bytes);
       auth::Nonce nonce{};
       if (authenticate) nonce = auth::random_nonce();
-      send_frame(s, kHello, authenticate ? kFlagAuthenticate : 0,
+      send_handshake(s, kHello, authenticate ? kFlagAuthenticate : 0,
                  hello_payload(Hello{rank_, size_, lane}, authenticate ? &nonce : nullptr,
                                options_.job_id),
                  deadline, rank_name(peer));
@@ -186,15 +169,15 @@ void TcpTransport::authenticate_to(const Socket& s, int peer, int lane,
                                    const Deadline& deadline) {
   Frame f;
   try {
-    f = recv_frame(s, deadline, rank_name(peer));
+    f = recv_handshake(s, deadline, rank_name(peer));
   } catch (const NetworkError& e) {
     throw NetworkError(rank_name(peer) + " at " + where +
                        " closed the connection during the handshake: " + e.what());
   }
-  if (f.type == kRefused) throw NetworkError(refused(peer, where, f.payload));
-  if (f.type != kChallenge || f.payload.size() != auth::kNonceBytes + auth::kProofBytes)
+  if (f.header.type == kRefused) throw NetworkError(refused(peer, where, f.payload));
+  if (f.header.type != kChallenge || f.payload.size() != auth::kNonceBytes + auth::kProofBytes)
     throw NetworkError(auth_failed(peer, where) + ": unexpected handshake frame type " +
-                       std::to_string(f.type));
+                       std::to_string(f.header.type));
   auth::Nonce server_nonce;
   std::memcpy(server_nonce.data(), f.payload.data(), server_nonce.size());
   auth::Binding b = binding(options_.job_id, rank_, peer, lane, size_);
@@ -203,7 +186,7 @@ void TcpTransport::authenticate_to(const Socket& s, int peer, int lane,
     throw NetworkError(auth_failed(peer, where) + ": " + rank_name(peer) +
                        " could not prove it knows this rank's token");
   auth::Proof proof = auth::client_proof(options_.auth_token, server_nonce, client_nonce, b);
-  send_frame(s, kAuth, 0, as_bytes(proof), deadline, rank_name(peer));
+  send_handshake(s, kAuth, 0, as_bytes(proof), deadline, rank_name(peer));
 }
 
 void TcpTransport::accept_higher(const Deadline& deadline) {
@@ -234,7 +217,7 @@ bool TcpTransport::admit(Socket s, const Deadline& deadline) {
                               ? kHandshakeReadMs
                               : std::min<int64_t>(kHandshakeReadMs, deadline.remaining_ms()));
   auth::Nonce client_nonce{};
-  Frame f = recv_frame(s, hello_deadline, who);
+  Frame f = recv_handshake(s, hello_deadline, who);
   std::string job;
   Hello hello = parse_hello(f, kHello, &job, &client_nonce, who);
   if (job != options_.job_id) {
@@ -251,7 +234,7 @@ bool TcpTransport::admit(Socket s, const Deadline& deadline) {
            hello_deadline);
     return false;
   }
-  bool wants_auth = (f.flags & kFlagAuthenticate) != 0;
+  bool wants_auth = (f.header.flags & kFlagAuthenticate) != 0;
   bool have_token = !options_.auth_token.empty();
   if (wants_auth && !have_token) {
     refuse(s, peer_address,
@@ -270,7 +253,7 @@ bool TcpTransport::admit(Socket s, const Deadline& deadline) {
   if (wants_auth &&
       !authenticate_dialler(s, hello.rank, hello.lane, client_nonce, peer_address, hello_deadline))
     return false;
-  send_frame(s, kHelloAck, 0,
+  send_handshake(s, kHelloAck, 0,
              hello_payload(Hello{rank_, size_, hello.lane}, nullptr, options_.job_id), deadline,
              who);
   install(hello.rank, hello.lane, std::move(s));
@@ -284,10 +267,10 @@ bool TcpTransport::authenticate_dialler(const Socket& s, int peer, int lane,
   auth::Binding b = binding(options_.job_id, peer, rank_, lane, size_);
   auth::Proof mine = auth::server_proof(options_.auth_token, server_nonce, client_nonce, b);
   std::string challenge(reinterpret_cast<const char*>(server_nonce.data()), server_nonce.size());
-  send_frame(s, kChallenge, 0, challenge + as_bytes(mine), deadline, rank_name(peer));
+  send_handshake(s, kChallenge, 0, challenge + as_bytes(mine), deadline, rank_name(peer));
   Frame f;
   try {
-    f = recv_frame(s, deadline, rank_name(peer));
+    f = recv_handshake(s, deadline, rank_name(peer));
   } catch (const Error&) {
     failure_log_->report(peer_address, rank_name(peer) + " closed the connection after " +
                                            rank_name(rank_) +
@@ -295,7 +278,7 @@ bool TcpTransport::authenticate_dialler(const Socket& s, int peer, int lane,
     return false;
   }
   auth::Proof expected = auth::client_proof(options_.auth_token, server_nonce, client_nonce, b);
-  if (f.type != kAuth || !auth::proof_matches(expected, f.payload.data(), f.payload.size())) {
+  if (f.header.type != kAuth || !auth::proof_matches(expected, f.payload.data(), f.payload.size())) {
     refuse(s, peer_address,
            "the proof of " + rank_name(peer) + " does not match the token of " + rank_name(rank_),
            deadline);
@@ -308,7 +291,7 @@ void TcpTransport::refuse(const Socket& s, const std::string& peer_address,
                           const std::string& reason, const Deadline& deadline) {
   failure_log_->report(peer_address, reason);
   try {
-    send_frame(s, kRefused, 0, reason, deadline, peer_address);
+    send_handshake(s, kRefused, 0, reason, deadline, peer_address);
   } catch (const Error&) {
     // The dialler is gone already; nothing more to tell it.
   }
@@ -320,8 +303,8 @@ void TcpTransport::await_acks(const std::vector<std::string>& hosts, const std::
   for (int peer = 0; peer < rank_; ++peer) {
     for (int lane = 0; lane < kNumStreams; ++lane, ++i) {
       Socket& s = pending_acks[i];
-      Frame f = recv_frame(s, deadline, rank_name(peer));
-      if (f.type == kRefused)
+      Frame f = recv_handshake(s, deadline, rank_name(peer));
+      if (f.header.type == kRefused)
         throw NetworkError(refused(peer, address(hosts[peer], ports[peer]), f.payload));
       std::string job;
       Hello ack = parse_hello(f, kHelloAck, &job, nullptr, rank_name(peer));

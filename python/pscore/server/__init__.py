@@ -37,9 +37,11 @@ if TYPE_CHECKING:
 
 class PServer:
     """One parameter-server shard served by C++ threads in this process (no GIL held while
-    serving). Binds loopback unless `host` says otherwise; a non-loopback host needs an auth
-    token (``auth_token`` or PSCORE_AUTH_TOKEN; workers prove they know it with an HMAC
-    challenge-response) or ``insecure=True``.
+    serving). Binds loopback unless `host` says otherwise; an address other hosts can reach needs
+    an auth token (``auth_token``, else PSCORE_AUTH_TOKEN or the file PSCORE_AUTH_TOKEN_FILE
+    names; workers prove they know it with the HMAC challenge-response of docs/wire.md) or
+    ``insecure=True`` (default: PSCORE_INSECURE). Dropped connections are logged at most once
+    per peer address per ``log_quiet`` seconds.
 
     ``recover=DIR`` keeps a write-ahead log and snapshots in DIR. A snapshot, which truncates
     the log, is written when the log passes max(``snapshot_log_mb``, ``snapshot_log_ratio`` x
@@ -59,7 +61,7 @@ class PServer:
         store=None,
         job_id: str | None = None,
         auth_token: str | None = None,
-        insecure: bool = False,
+        insecure: bool | None = None,
         recover: str | None = None,
         checkpoint_every: float | None = None,
         snapshot_log_mb: float = SNAPSHOT_LOG_MB,
@@ -71,6 +73,7 @@ class PServer:
         min_part_bytes: int = 64 * 1024,
         metrics_port: int | None = None,
         log_connections: bool = True,
+        log_quiet: float = 60.0,
     ):
         for name, v in (
             ("shard", shard),
@@ -104,8 +107,9 @@ class PServer:
             num_workers,
         )
         o.job_id = environment.job_id() if job_id is None else job_id
+        # None: PSCORE_AUTH_TOKEN / PSCORE_AUTH_TOKEN_FILE and PSCORE_INSECURE, as for the store
         o.auth_token = _config.auth_token() if auth_token is None else auth_token
-        o.insecure = bool(insecure)
+        o.insecure = _config.insecure() if insecure is None else bool(insecure)
         o.recover_dir = os.path.abspath(recover) if recover else ""
         o.fsync_log = bool(fsync_log)
         o.snapshots.every_ms = int(float(checkpoint_every or 0) * 1000)
@@ -116,6 +120,7 @@ class PServer:
         o.max_queued_requests = int(max_queued_requests)
         o.min_part_bytes = int(min_part_bytes)
         o.log_connections = bool(log_connections)
+        o.log_quiet_ms = int(float(log_quiet) * 1000)
         self._opts = o
         self._cpp = _ps.Server(o)
         self._cpp.start()
@@ -267,7 +272,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--insecure",
         action="store_true",
-        help="allow a non-loopback bind without PSCORE_AUTH_TOKEN (default: refuse)",
+        help="allow a non-loopback bind without PSCORE_AUTH_TOKEN (default: refuse; "
+        "PSCORE_INSECURE=1 does the same)",
     )
     p.add_argument(
         "--recover",
@@ -404,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             port=args.port,
             store=store,
             job_id=args.job_id,
-            insecure=args.insecure,
+            insecure=True if args.insecure else None,
             recover=args.recover,
             checkpoint_every=args.checkpoint_every,
             snapshot_log_mb=args.snapshot_log_mb,
