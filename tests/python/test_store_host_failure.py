@@ -1,0 +1,101 @@
+"""A rank dies in a stream of all_reduce calls, in real processes started the way pscore-run
+starts them (rank 0's process serves the store): every survivor names the dead rank first, also
+when it is rank 0 and the store went with it, so no account can be exchanged."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import uuid
+
+import pytest
+from exit_helpers import child_env, write_script
+
+STREAM = """
+    import os, signal, threading
+    import numpy as np
+    import pscore
+
+    pscore.init_process_group()  # env:// as pscore-run sets it: rank 0 serves the store
+    rank, victim = pscore.get_rank(), int(os.environ["VICTIM"])
+    x = np.ones(1000, dtype=np.float32)
+    pscore.all_reduce(x)  # everyone is connected
+    if rank == victim:
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    try:
+        while True:
+            pscore.all_reduce(x)
+    except (ConnectionError, TimeoutError) as e:
+        print("FAILURE:", e, flush=True)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_world(script: str, world: int, victim: int, transport: str) -> dict[int, str]:
+    """Starts the ranks with pscore-run's variables; returns each survivor's failure message."""
+    common = {
+        "PSCORE_WORLD_SIZE": str(world),
+        "PSCORE_MASTER_ADDR": "127.0.0.1",
+        "PSCORE_MASTER_PORT": str(free_port()),
+        "PSCORE_JOB_ID": uuid.uuid4().hex[:16],
+        "PSCORE_TRANSPORT": transport,
+        "PSCORE_TIMEOUT": "60",
+        "VICTIM": str(victim),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script],
+            env=child_env(PSCORE_RANK=str(r), **common),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(world)
+    ]
+    outputs = {}
+    try:
+        for r, p in enumerate(procs):
+            outputs[r] = p.communicate(timeout=120)[0]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    messages = {}
+    for r, p in enumerate(procs):
+        if r == victim:
+            assert p.returncode == -9, (r, p.returncode, outputs[r])
+            continue
+        assert p.returncode == 0, (r, p.returncode, outputs[r])
+        found = re.search(r"^FAILURE: (.*)$", outputs[r], re.MULTILINE)
+        assert found, (r, outputs[r])
+        messages[r] = found.group(1)
+    return messages
+
+
+def first_rank_named(message: str, me: int) -> int:
+    return next(int(r) for r in re.findall(r"rank (\d+)", message) if int(r) != me)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+@pytest.mark.parametrize("world", [3, 4])
+def test_survivors_name_the_store_host_first_when_it_dies(tmp_path, transport, world):
+    script = write_script(tmp_path, "stream.py", STREAM)
+    for _ in range(2):
+        for rank, msg in run_world(script, world, 0, transport).items():
+            assert first_rank_named(msg, rank) == 0, (rank, msg)
+            assert "rank 0" in msg and "store" in msg and "died or hangs" in msg, (rank, msg)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_survivors_name_another_victim_first_while_the_store_lives(tmp_path, transport):
+    script = write_script(tmp_path, "stream.py", STREAM)
+    for rank, msg in run_world(script, 4, 2, transport).items():
+        assert first_rank_named(msg, rank) == 2, (rank, msg)
+        assert "died or hangs" in msg and "store" not in msg, (rank, msg)
