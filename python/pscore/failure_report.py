@@ -12,9 +12,9 @@ that died (or hangs), and the error names it first:
 A rank whose own message already blames the silent rank keeps its form and says so at the end.
 Bounded in time: an unreachable store or a long trail adds at most REPORT_BUDGET_S.
 
-When the store itself is unreachable (it refuses the account, or has not taken it within the
-budget) and a rank's process serves it (pscore-run, env:// and tcp:// put it in rank 0), that
-rank died or hangs, and the error names it first:
+When the store itself is unreachable (it refuses this rank's account, or has not taken it
+within the budget) and a rank of the group serves it (pscore-run, env:// and tcp:// put it in
+rank 0's process), that rank died or hangs, and the error names it first:
 
     rank 0 (the store's host) is unreachable: it died or hangs: rank 3 <- rank 1: ...
 """
@@ -47,7 +47,6 @@ class _Trail:
         self.accounts: list[tuple[int, str]] = []
         self.silent: int | None = None
         self.posted = False  # whether the store took this rank's account
-        self.store_lost = False  # whether the store failed: its connection is gone
 
 
 def _follow(store, rank: int, message: str, trail: _Trail, deadline: float) -> None:
@@ -74,9 +73,7 @@ def _follow(store, rank: int, message: str, trail: _Trail, deadline: float) -> N
 def _follow_quietly(store, rank: int, message: str, trail: _Trail, deadline: float) -> None:
     try:
         _follow(store, rank, message, trail, deadline)
-    except ConnectionError:  # the store's connection is gone: explain with what was read
-        trail.store_lost = True
-    except Exception:  # noqa: BLE001, S110 - any other store failure: explain with what was read
+    except Exception:  # noqa: BLE001, S110 - the store failed too: explain with what was read
         pass
 
 
@@ -101,7 +98,9 @@ def _store_unreachable(exc: BaseException, text: str, store_host: str | None) ->
 def explain(store, rank: int, exc: BaseException, store_host: str | None = None) -> BaseException:
     """`exc` (a network failure or timeout of this rank) with the rank that failed first named
     at the front and the accounts that led there appended; `exc` itself when there is nothing
-    to add. `store_host` names the rank whose process serves the store ("rank 0"), if any."""
+    to add. `store_host` names the group's rank whose process serves the store ("rank 0"), if
+    any. A store lost after taking this rank's account blames no one: its host may have left
+    after reporting a failure of its own."""
     if store is None or not isinstance(exc, (NetworkError, PscoreTimeoutError)):
         return exc
     trail = _Trail()
@@ -112,11 +111,10 @@ def explain(store, rank: int, exc: BaseException, store_host: str | None = None)
     worker.start()
     worker.join(REPORT_BUDGET_S)
     silent, accounts = trail.silent, list(trail.accounts)
-    store_lost = trail.store_lost or not trail.posted  # refused, or no answer within the budget
     text = str(exc)
     if accounts:
         text += " [" + "; ".join(f"rank {r} reported: {a}" for r, a in accounts) + "]"
-    if store_lost:
+    if not trail.posted:  # the store refused this rank's account, or gave no answer in time
         return _store_unreachable(exc, text, store_host)
     if silent is None:
         return type(exc)(text) if accounts else exc

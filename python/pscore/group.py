@@ -45,12 +45,11 @@ class ProcessGroup:
 
     def _store_host_name(self) -> str | None:
         """How this group's messages name the rank serving the store: "rank R" in this group's
-        numbering, with its global rank when that differs; None when unknown."""
+        numbering, with its global rank when that differs; None when unknown or not a member
+        (then its leaving says nothing about this group's failure)."""
         host = self.store_host
-        if host is None:
+        if host is None or host not in self.ranks:
             return None
-        if host not in self.ranks:
-            return f"global rank {host}"
         mine = self.ranks.index(host)
         return f"rank {mine}" if mine == host else f"rank {mine} (global rank {host})"
 

@@ -22,8 +22,10 @@ STREAM = """
     rank, victim = pscore.get_rank(), int(os.environ["VICTIM"])
     x = np.ones(1000, dtype=np.float32)
     pscore.all_reduce(x)  # everyone is connected
-    if rank == victim:
+    if rank == victim and os.environ["HOW"] == "kill":
         threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    if rank == victim and os.environ["HOW"] == "raise":
+        raise SystemExit("the victim leaves with an error")
     try:
         while True:
             pscore.all_reduce(x)
@@ -38,7 +40,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_world(script: str, world: int, victim: int, transport: str) -> dict[int, str]:
+def run_world(
+    script: str, world: int, victim: int, transport: str, how: str = "kill"
+) -> dict[int, str]:
     """Starts the ranks with pscore-run's variables; returns each survivor's failure message."""
     common = {
         "PSCORE_WORLD_SIZE": str(world),
@@ -48,6 +52,7 @@ def run_world(script: str, world: int, victim: int, transport: str) -> dict[int,
         "PSCORE_TRANSPORT": transport,
         "PSCORE_TIMEOUT": "60",
         "VICTIM": str(victim),
+        "HOW": how,
     }
     procs = [
         subprocess.Popen(
@@ -70,7 +75,7 @@ def run_world(script: str, world: int, victim: int, transport: str) -> dict[int,
     messages = {}
     for r, p in enumerate(procs):
         if r == victim:
-            assert p.returncode == -9, (r, p.returncode, outputs[r])
+            assert p.returncode == (-9 if how == "kill" else 1), (r, p.returncode, outputs[r])
             continue
         assert p.returncode == 0, (r, p.returncode, outputs[r])
         found = re.search(r"^FAILURE: (.*)$", outputs[r], re.MULTILINE)
@@ -99,3 +104,14 @@ def test_survivors_name_another_victim_first_while_the_store_lives(tmp_path, tra
     for rank, msg in run_world(script, 4, 2, transport).items():
         assert first_rank_named(msg, rank) == 2, (rank, msg)
         assert "died or hangs" in msg and "store" not in msg, (rank, msg)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_a_store_host_leaving_after_its_report_is_not_blamed(tmp_path, transport):
+    # Rank 1 leaves; rank 0 reports, then exits and takes the store along while rank 2 may
+    # still be reading accounts: rank 2 names rank 1, never the store's host.
+    script = write_script(tmp_path, "stream.py", STREAM)
+    for _ in range(3):
+        for rank, msg in run_world(script, 3, 1, transport, how="raise").items():
+            assert first_rank_named(msg, rank) == 1, (rank, msg)
+            assert "store" not in msg, (rank, msg)
