@@ -21,6 +21,7 @@ rank 0's process), that rank died or hangs, and the error names it first:
 
 from __future__ import annotations
 
+import atexit
 import re
 import threading
 import time
@@ -30,6 +31,23 @@ from .errors import TimeoutError as PscoreTimeoutError
 
 REPORT_WAIT_S = 0.75  # how long a rank's account may take before the rank counts as silent
 REPORT_BUDGET_S = 1.5  # all the time explaining a failure may add
+
+EXIT_WAIT_S = 1.5  # how long exit waits for reports still in a store call
+
+# Report threads still in a store call once explain() returned (a slow store, or one that went
+# away mid-call). Exit waits for them: a daemon thread that comes back from a torch store call
+# into a finalizing interpreter aborts the process ("terminate called without an active
+# exception"), as pscore.torch_backend's completer explains.
+_unfinished: set[threading.Thread] = set()
+
+
+def _wait_for_unfinished_reports() -> None:
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for worker in list(_unfinished):
+        worker.join(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_wait_for_unfinished_reports)
 
 _BLAMED_RANK = re.compile(r"(?:closed by|<- |-> )rank (\d+)")
 
@@ -51,6 +69,7 @@ class _Trail:
 
 def _follow(store, rank: int, message: str, trail: _Trail, deadline: float) -> None:
     store.set(f"abort/{rank}", message)
+    store.check([f"abort/{rank}"])  # a round trip: torch's TCPStore does not answer a set
     trail.posted = True
     seen = {rank}
     peer = _blamed_rank(message)
@@ -75,6 +94,8 @@ def _follow_quietly(store, rank: int, message: str, trail: _Trail, deadline: flo
         _follow(store, rank, message, trail, deadline)
     except Exception:  # noqa: BLE001, S110 - the store failed too: explain with what was read
         pass
+    finally:
+        _unfinished.discard(threading.current_thread())
 
 
 def _names(store_host: str, rank: int | None) -> bool:
@@ -108,6 +129,7 @@ def explain(store, rank: int, exc: BaseException, store_host: str | None = None)
     worker = threading.Thread(
         target=_follow_quietly, args=(store, rank, str(exc), trail, deadline), daemon=True
     )
+    _unfinished.add(worker)
     worker.start()
     worker.join(REPORT_BUDGET_S)
     silent, accounts = trail.silent, list(trail.accounts)

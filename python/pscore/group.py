@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 
 from . import _C, failure_report, rendezvous
 from .store import PrefixStore, TCPStore, create_store, env_store
@@ -25,6 +26,8 @@ class ProcessGroup:
         self.timeout_s = timeout_s
         self.store = store
         self.store_host = store_host  # the global rank whose process serves `store`, if known
+        self._explained: dict[tuple[type, str], BaseException] = {}
+        self._explaining = threading.Lock()
 
     @property
     def rank(self) -> int:
@@ -40,8 +43,17 @@ class ProcessGroup:
 
     def explain(self, exc: BaseException) -> BaseException:
         """Adds the other ranks' accounts of a failure and names the rank that failed first
-        (pscore.failure_report); bounded in time."""
-        return failure_report.explain(self.store, self.rank, exc, self._store_host_name())
+        (pscore.failure_report); bounded in time. Once per failure: threads that see the same
+        error (the torch backend's completer and the caller both wait on a work) share one
+        report rather than racing on the store."""
+        key = (type(exc), str(exc))
+        with self._explaining:
+            if key not in self._explained:
+                self._explained[key] = failure_report.explain(
+                    self.store, self.rank, exc, self._store_host_name()
+                )
+            explained = self._explained[key]
+        return type(explained)(str(explained)) if explained is not exc else exc
 
     def _store_host_name(self) -> str | None:
         """How this group's messages name the rank serving the store: "rank R" in this group's

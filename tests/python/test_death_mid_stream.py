@@ -1,6 +1,7 @@
 """A rank dies in a stream of all_reduce calls, in real processes started the way pscore-run
 starts them (rank 0's process serves the store): every survivor names the dead rank first, also
-when it is rank 0 and the store went with it, so no account can be exchanged."""
+when it is rank 0 and the store went with it, so no account can be exchanged; and survivors that
+exit without destroy_process_group exit cleanly (native API and torch backend)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,25 @@ import uuid
 
 import pytest
 from exit_helpers import child_env, write_script
+
+TORCH_STREAM = """
+    import os, signal, threading
+    import torch
+    import torch.distributed as dist
+    import pscore.torch_backend
+
+    dist.init_process_group("pscore")  # env://: torch's TCPStore in rank 0
+    rank, victim = dist.get_rank(), int(os.environ["VICTIM"])
+    x = torch.ones(1000)
+    dist.all_reduce(x)
+    if rank == victim:
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    try:
+        while True:
+            dist.all_reduce(x)
+    except RuntimeError as e:
+        print("FAILURE:", e, flush=True)  # and exit without destroy_process_group
+"""
 
 STREAM = """
     import os, signal, threading
@@ -45,9 +65,9 @@ def run_world(
 ) -> dict[int, str]:
     """Starts the ranks with pscore-run's variables; returns each survivor's failure message."""
     common = {
-        "PSCORE_WORLD_SIZE": str(world),
-        "PSCORE_MASTER_ADDR": "127.0.0.1",
-        "PSCORE_MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
         "PSCORE_JOB_ID": uuid.uuid4().hex[:16],
         "PSCORE_TRANSPORT": transport,
         "PSCORE_TIMEOUT": "60",
@@ -57,7 +77,7 @@ def run_world(
     procs = [
         subprocess.Popen(
             [sys.executable, script],
-            env=child_env(PSCORE_RANK=str(r), **common),
+            env=child_env(RANK=str(r), **common),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -78,6 +98,7 @@ def run_world(
             assert p.returncode == (-9 if how == "kill" else 1), (r, p.returncode, outputs[r])
             continue
         assert p.returncode == 0, (r, p.returncode, outputs[r])
+        assert "terminate called" not in outputs[r], (r, outputs[r])
         found = re.search(r"^FAILURE: (.*)$", outputs[r], re.MULTILINE)
         assert found, (r, outputs[r])
         messages[r] = found.group(1)
@@ -115,3 +136,13 @@ def test_a_store_host_leaving_after_its_report_is_not_blamed(tmp_path, transport
         for rank, msg in run_world(script, 3, 1, transport, how="raise").items():
             assert first_rank_named(msg, rank) == 1, (rank, msg)
             assert "store" not in msg, (rank, msg)
+
+
+def test_torch_backend_names_the_victim_and_survivors_exit_cleanly(tmp_path):
+    # Their failure reports may still be in a call on torch's store when the script ends, and
+    # the completer thread and the caller both see each failure.
+    script = write_script(tmp_path, "torch_stream.py", TORCH_STREAM)
+    for victim in (2, 0, 2):
+        for rank, msg in run_world(script, 4, victim, "tcp").items():
+            assert first_rank_named(msg, rank) == victim, (rank, msg)
+            assert "died or hangs" in msg, (rank, msg)
