@@ -11,10 +11,17 @@ that died (or hangs), and the error names it first:
 
 A rank whose own message already blames the silent rank keeps its form and says so at the end.
 Bounded in time: an unreachable store or a long trail adds at most REPORT_BUDGET_S.
+
+When the store itself is unreachable (it refuses this rank's account, or has not taken it
+within the budget) and a rank of the group serves it (pscore-run, env:// and tcp:// put it in
+rank 0's process), that rank died or hangs, and the error names it first:
+
+    rank 0 (the store's host) is unreachable: it died or hangs: rank 3 <- rank 1: ...
 """
 
 from __future__ import annotations
 
+import atexit
 import re
 import threading
 import time
@@ -24,6 +31,23 @@ from .errors import TimeoutError as PscoreTimeoutError
 
 REPORT_WAIT_S = 0.75  # how long a rank's account may take before the rank counts as silent
 REPORT_BUDGET_S = 1.5  # all the time explaining a failure may add
+
+EXIT_WAIT_S = 1.5  # how long exit waits for reports still in a store call
+
+# Report threads still in a store call once explain() returned (a slow store, or one that went
+# away mid-call). Exit waits for them: a daemon thread that comes back from a torch store call
+# into a finalizing interpreter aborts the process ("terminate called without an active
+# exception"), as pscore.torch_backend's completer explains.
+_unfinished: set[threading.Thread] = set()
+
+
+def _wait_for_unfinished_reports() -> None:
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for worker in list(_unfinished):
+        worker.join(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_wait_for_unfinished_reports)
 
 _BLAMED_RANK = re.compile(r"(?:closed by|<- |-> )rank (\d+)")
 
@@ -40,10 +64,13 @@ class _Trail:
     def __init__(self):
         self.accounts: list[tuple[int, str]] = []
         self.silent: int | None = None
+        self.posted = False  # whether the store took this rank's account
 
 
 def _follow(store, rank: int, message: str, trail: _Trail, deadline: float) -> None:
     store.set(f"abort/{rank}", message)
+    store.check([f"abort/{rank}"])  # a round trip: torch's TCPStore does not answer a set
+    trail.posted = True
     seen = {rank}
     peer = _blamed_rank(message)
     while peer is not None and peer not in seen:
@@ -65,14 +92,36 @@ def _follow(store, rank: int, message: str, trail: _Trail, deadline: float) -> N
 def _follow_quietly(store, rank: int, message: str, trail: _Trail, deadline: float) -> None:
     try:
         _follow(store, rank, message, trail, deadline)
-    except Exception:  # noqa: BLE001, S110 - the store died too: explain with what was read
+    except Exception:  # noqa: BLE001, S110 - the store failed too: explain with what was read
         pass
+    finally:
+        _unfinished.discard(threading.current_thread())
 
 
-def explain(store, rank: int, exc: BaseException) -> BaseException:
+def _names(store_host: str, rank: int | None) -> bool:
+    """Whether `store_host` ("rank R" or "rank R (global rank G)") is group rank `rank`."""
+    return rank is not None and (
+        store_host == f"rank {rank}" or store_host.startswith(f"rank {rank} (")
+    )
+
+
+def _store_unreachable(exc: BaseException, text: str, store_host: str | None) -> BaseException:
+    """`exc` for a store that is gone: its host named first when known."""
+    if store_host is None:
+        return type(exc)(f"{text} [the store is unreachable: no other rank's account was read]")
+    if _names(store_host, _blamed_rank(str(exc))):
+        return type(exc)(
+            f"{text} [{store_host}, the store's host, is unreachable too: it died or hangs]"
+        )
+    return type(exc)(f"{store_host} (the store's host) is unreachable: it died or hangs: {text}")
+
+
+def explain(store, rank: int, exc: BaseException, store_host: str | None = None) -> BaseException:
     """`exc` (a network failure or timeout of this rank) with the rank that failed first named
     at the front and the accounts that led there appended; `exc` itself when there is nothing
-    to add."""
+    to add. `store_host` names the group's rank whose process serves the store ("rank 0"), if
+    any. A store lost after taking this rank's account blames no one: its host may have left
+    after reporting a failure of its own."""
     if store is None or not isinstance(exc, (NetworkError, PscoreTimeoutError)):
         return exc
     trail = _Trail()
@@ -80,16 +129,17 @@ def explain(store, rank: int, exc: BaseException) -> BaseException:
     worker = threading.Thread(
         target=_follow_quietly, args=(store, rank, str(exc), trail, deadline), daemon=True
     )
+    _unfinished.add(worker)
     worker.start()
     worker.join(REPORT_BUDGET_S)
     silent, accounts = trail.silent, list(trail.accounts)
-    if not accounts and silent is None:
-        return exc
     text = str(exc)
     if accounts:
         text += " [" + "; ".join(f"rank {r} reported: {a}" for r, a in accounts) + "]"
+    if not trail.posted:  # the store refused this rank's account, or gave no answer in time
+        return _store_unreachable(exc, text, store_host)
     if silent is None:
-        return type(exc)(text)
+        return type(exc)(text) if accounts else exc
     if accounts:  # the rank this one blames is not the one that failed: name that one first
         return type(exc)(f"rank {silent} died or hangs (it posted no account): {text}")
     return type(exc)(f"{text} [rank {silent} posted no account: it died or hangs]")

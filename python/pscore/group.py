@@ -4,9 +4,10 @@ the bookkeeping that maps global ranks to group ranks (torch.distributed's model
 from __future__ import annotations
 
 import datetime
+import threading
 
 from . import _C, _config, failure_report, rendezvous
-from .store import PrefixStore, create_store, env_store
+from .store import PrefixStore, TCPStore, create_store, env_store
 
 BACKENDS = ("tcp", "pscore", "cpu")
 
@@ -14,12 +15,17 @@ BACKENDS = ("tcp", "pscore", "cpu")
 class ProcessGroup:
     """A set of ranks with their own connections. `ranks` are global ranks, in group order."""
 
-    def __init__(self, native, ranks: list[int], name: str, timeout_s: float, store=None):
+    def __init__(
+        self, native, ranks: list[int], name: str, timeout_s: float, store=None, store_host=None
+    ):
         self.native = native
         self.ranks = ranks
         self.name = name
         self.timeout_s = timeout_s
         self.store = store
+        self.store_host = store_host  # the global rank whose process serves `store`, if known
+        self._explained: dict[tuple[type, str], BaseException] = {}
+        self._explaining = threading.Lock()
 
     @property
     def rank(self) -> int:
@@ -35,8 +41,27 @@ class ProcessGroup:
 
     def explain(self, exc: BaseException) -> BaseException:
         """Adds the other ranks' accounts of a failure and names the rank that failed first
-        (pscore.failure_report); bounded in time."""
-        return failure_report.explain(self.store, self.rank, exc)
+        (pscore.failure_report); bounded in time. Once per failure: threads that see the same
+        error (the torch backend's completer and the caller both wait on a work) share one
+        report rather than racing on the store."""
+        key = (type(exc), str(exc))
+        with self._explaining:
+            if key not in self._explained:
+                self._explained[key] = failure_report.explain(
+                    self.store, self.rank, exc, self._store_host_name()
+                )
+            explained = self._explained[key]
+        return type(explained)(str(explained)) if explained is not exc else exc
+
+    def _store_host_name(self) -> str | None:
+        """How this group's messages name the rank serving the store: "rank R" in this group's
+        numbering, with its global rank when that differs; None when unknown or not a member
+        (then its leaving says nothing about this group's failure)."""
+        host = self.store_host
+        if host is None or host not in self.ranks:
+            return None
+        mine = self.ranks.index(host)
+        return f"rank {mine}" if mine == host else f"rank {mine} (global rank {host})"
 
     def group_rank(self, global_rank: int, what: str) -> int:
         try:
@@ -62,7 +87,7 @@ class _NonMember:
 
 NON_GROUP_MEMBER = _NonMember()
 
-_world: dict = {"group": None, "store": None, "rank": None, "groups": 0}
+_world: dict = {"group": None, "store": None, "rank": None, "groups": 0, "store_host": None}
 
 
 def timeout_seconds(timeout) -> float:
@@ -82,8 +107,17 @@ def tuning_from_env() -> dict:
 
 
 def build_group(
-    store, rank: int, world: int, timeout_s: float, name: str, ranks: list[int], master_addr=None
+    store,
+    rank: int,
+    world: int,
+    timeout_s: float,
+    name: str,
+    ranks: list[int],
+    master_addr=None,
+    store_host: int | None = None,
 ) -> ProcessGroup:
+    """Connects this rank to the group's other `ranks` (global ranks) through `store`, whose
+    server runs in global rank `store_host`'s process when known (None: elsewhere or unknown)."""
     prefixed = PrefixStore(f"pscore/{name}", store)
     job = _config.JOB_ID.get()
     hosts_store = ranks[rank] == 0  # global rank 0 serves pscore's own stores
@@ -91,7 +125,7 @@ def build_group(
         prefixed, rank, world, timeout_s, job, master_addr, hosts_store=hosts_store
     )
     native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000), **tuning_from_env())
-    return ProcessGroup(native, ranks, name, timeout_s, prefixed)
+    return ProcessGroup(native, ranks, name, timeout_s, prefixed, store_host)
 
 
 def init_process_group(
@@ -115,6 +149,7 @@ def init_process_group(
         raise ValueError(f"backend {backend!r} is not supported; use one of {BACKENDS}")
     timeout_s = timeout_seconds(timeout)
     master_addr = None
+    store_host = None  # the store's server runs in rank 0 when pscore starts it (env://, tcp://)
     if store is None:
         from_env = init_method is None or init_method == "env://"
         if from_env or rank is None or world_size is None:
@@ -135,14 +170,22 @@ def init_process_group(
             store = create_store(init_method, rank, world_size, timeout_s)
             if master_addr is None and init_method.startswith("tcp://"):
                 master_addr = init_method[len("tcp://") :].rsplit(":", 1)[0]
+        store_host = 0 if isinstance(store, TCPStore) else None  # not torchrun's agent store
     elif rank is None or world_size is None:
         raise ValueError("init_process_group(store=...) needs rank and world_size")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is out of range for world_size {world_size}")
     group = build_group(
-        store, rank, world_size, timeout_s, group_name, list(range(world_size)), master_addr
+        store,
+        rank,
+        world_size,
+        timeout_s,
+        group_name,
+        list(range(world_size)),
+        master_addr,
+        store_host,
     )
-    _world.update(group=group, store=store, rank=rank, groups=0)
+    _world.update(group=group, store=store, rank=rank, groups=0, store_host=store_host)
     return group
 
 
@@ -178,12 +221,20 @@ def new_group(ranks=None, timeout=None) -> ProcessGroup | _NonMember:
             store = PrefixStore(f"pscore/{name}", _world["store"])
             rendezvous.wait_until_done(store, len(ranks), timeout_s, f"new_group {ranks}, rank 0")
         return NON_GROUP_MEMBER
-    return build_group(_world["store"], ranks.index(me), len(ranks), timeout_s, name, ranks)
+    return build_group(
+        _world["store"],
+        ranks.index(me),
+        len(ranks),
+        timeout_s,
+        name,
+        ranks,
+        store_host=_world["store_host"],
+    )
 
 
 def destroy_process_group(group=None) -> None:
     if group is None:
-        _world.update(group=None, store=None, rank=None, groups=0)
+        _world.update(group=None, store=None, rank=None, groups=0, store_host=None)
     # The native group closes its connections when the last reference goes.
 
 

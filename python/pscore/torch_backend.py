@@ -26,7 +26,7 @@ from torch._C._distributed_c10d import Work as _TorchWork
 from . import torch_barrier
 from .group import build_group
 from .torch_ops import TorchOperations
-from .torch_store import TorchStore
+from .torch_store import TorchStore, served_by_rank_zero
 from .torch_tensors import Staging
 
 BACKEND_NAME = "pscore"
@@ -192,6 +192,7 @@ class PscoreProcessGroup(TorchOperations, _TorchProcessGroup):
             timeout.total_seconds(),
             "torch",
             list(range(world_size)),
+            store_host=0 if served_by_rank_zero(store) else None,
         )
 
     # Set by torch after __init__; a Python group has no backend object to hold them.

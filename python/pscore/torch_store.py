@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 from typing import Callable
 
 from .errors import NetworkError
@@ -77,6 +78,18 @@ class TorchStore(Store):
 
     def __repr__(self) -> str:
         return f"TorchStore({self._store!r})"
+
+
+def served_by_rank_zero(store) -> bool:
+    """Whether torch's `store` (under any PrefixStores) is a TCPStore whose server runs in rank
+    0's process: torch's env:// and tcp:// rendezvous put it there (as does the documented
+    ``TCPStore(..., is_master=rank == 0)``); under torchrun the agent serves the workers' store."""
+    import torch.distributed as dist
+
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    return isinstance(store, dist.TCPStore) and not agent
 
 
 @contextlib.contextmanager
