@@ -17,14 +17,6 @@ using UpdateKind = pscore::OptimizerKind;
 
 namespace {
 
-struct SerialAdd {
-  float operator()(float* p, float v) const {
-    const float old = *p;
-    *p = old + v;
-    return old;
-  }
-};
-
 struct Problem {
   uint64_t rows, dim;
   std::vector<float> w, s0, s1, grads;
@@ -57,7 +49,7 @@ void run_on_host(Problem& p, const hc::SparseCoefficients& c, unsigned width) {
   const hc::DeviceTable t{p.w.data(), p.s0.data(), p.s1.data(), p.rows, p.dim};
   for (uint64_t i = 0; i < p.ids.size(); ++i) {
     for (unsigned lane = 0; lane < width; ++lane) {
-      hc::update_entry<K>(t, p.ids.data(), p.grads.data(), i, lane, width, c, SerialAdd{});
+      hc::update_entry<K>(t, p.ids.data(), p.grads.data(), i, lane, width, c, hc::SerialAdd{});
     }
   }
 }

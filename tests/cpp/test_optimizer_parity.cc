@@ -201,21 +201,13 @@ bool cuda_supports(const Case& c) {
                    c.kind == OptimizerKind::kAdam);
 }
 
-struct SerialAdd {
-  float operator()(float* p, float v) const {
-    const float old = *p;
-    *p = old + v;
-    return old;
-  }
-};
-
 template <OptimizerKind K>
 void run_cuda_entries(const hc::DeviceTable& t, const std::vector<int64_t>& ids,
                       const std::vector<float>& g, const hc::SparseCoefficients& k) {
   const unsigned width = hc::lanes_per_entry(t.dim);
   for (uint64_t i = 0; i < ids.size(); ++i) {
     for (unsigned lane = 0; lane < width; ++lane) {
-      hc::update_entry<K>(t, ids.data(), g.data(), i, lane, width, k, SerialAdd{});
+      hc::update_entry<K>(t, ids.data(), g.data(), i, lane, width, k, hc::SerialAdd{});
     }
   }
 }

@@ -69,6 +69,15 @@ PSCORE_HOST_DEVICE inline void update_entry(const DeviceTable& t, const Id* ids,
   for (uint64_t j = lane; j < t.dim; j += width) update_element<K>(t, row + j, g[j], c, add);
 }
 
+// The host instantiation's `add`: a plain read-modify-write, for running the body serially.
+struct SerialAdd {
+  float operator()(float* p, float v) const {
+    const float old = *p;
+    *p = old + v;
+    return old;
+  }
+};
+
 // Lanes per batch entry: a whole warp for rows of 32 floats or more, else the smallest power of
 // two that covers a row, so narrow rows do not leave most of a warp idle.
 inline unsigned lanes_per_entry(uint64_t dim) {
