@@ -27,11 +27,13 @@ namespace formulas {
 
 PSCORE_HOST_DEVICE inline float square_root(float x) { return sqrtf(x); }
 PSCORE_HOST_DEVICE inline double square_root(double x) { return sqrt(x); }
+PSCORE_HOST_DEVICE inline float absolute(float x) { return fabsf(x); }
+PSCORE_HOST_DEVICE inline double absolute(double x) { return fabs(x); }
 
 // torch's CPU lerp: self + w (end - self) for |w| < 0.5, else end - (end - self)(1 - w).
 template <typename T>
 PSCORE_HOST_DEVICE inline T lerp(T self, T end, T w) {
-  return (w < T(0.5) && w > T(-0.5)) ? self + w * (end - self) : end - (end - self) * (T(1) - w);
+  return absolute(w) < T(0.5) ? self + w * (end - self) : end - (end - self) * (T(1) - w);
 }
 
 }  // namespace formulas
@@ -45,8 +47,7 @@ struct GradTransform {
 
   PSCORE_HOST_DEVICE bool identity() const { return sign == T(1) && weight_decay == T(0); }
   PSCORE_HOST_DEVICE T apply(T g, T w) const {
-    if (weight_decay == T(0)) return sign == T(1) ? g : sign * g;
-    return sign * g + weight_decay * w;
+    return weight_decay == T(0) ? sign * g : sign * g + weight_decay * w;
   }
   template <typename U>
   GradTransform<U> as() const {

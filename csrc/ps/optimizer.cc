@@ -9,7 +9,7 @@ namespace pscore::ps {
 namespace {
 
 // Each loop steps n elements with the per-element formulas of common/optimizer_formulas.h.
-void sgd(const SgdCoefficients<float>& c, float* __restrict p, const float* __restrict g,
+void sgd(const SgdCoefficients<float> c, float* __restrict p, const float* __restrict g,
          float* __restrict buf, int64_t n, int64_t step) {
   if (c.momentum == 0.0f && c.grad.identity()) {
     for (int64_t i = 0; i < n; ++i) p[i] = p[i] + sgd_delta(g[i], c);
@@ -25,7 +25,7 @@ void sgd(const SgdCoefficients<float>& c, float* __restrict p, const float* __re
   }
 }
 
-void adagrad(const AdagradCoefficients<float>& c, float* __restrict p, const float* __restrict g,
+void adagrad(const AdagradCoefficients<float> c, float* __restrict p, const float* __restrict g,
              float* __restrict sum, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float d = c.grad.apply(g[i], p[i]);
@@ -34,7 +34,7 @@ void adagrad(const AdagradCoefficients<float>& c, float* __restrict p, const flo
   }
 }
 
-void adam(const AdamCoefficients<float>& c, float* __restrict p, const float* __restrict g,
+void adam(const AdamCoefficients<float> c, float* __restrict p, const float* __restrict g,
           float* __restrict m, float* __restrict v, float* __restrict vmax, int64_t n) {
   const bool scale = c.param_scale != 1.0f;
   for (int64_t i = 0; i < n; ++i) {
@@ -51,7 +51,7 @@ void adam(const AdamCoefficients<float>& c, float* __restrict p, const float* __
   }
 }
 
-void rmsprop(const RmspropCoefficients<float>& c, float* __restrict p, const float* __restrict g,
+void rmsprop(const RmspropCoefficients<float> c, float* __restrict p, const float* __restrict g,
              float* __restrict state, int64_t n, int64_t stride) {
   float* __restrict sq = state;
   float* __restrict avg = c.centered ? state + stride : nullptr;
