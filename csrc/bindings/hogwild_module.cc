@@ -297,7 +297,7 @@ void bind_cuda(py::module_& m) {
          uint64_t ids, uint64_t num_ids, int ids_code, uint64_t grads, uint64_t stream,
          std::vector<double> coeffs) {
         hw::cuda::SparseUpdate u;
-        u.kind = static_cast<hw::cuda::UpdateKind>(kind);
+        u.kind = static_cast<pscore::OptimizerKind>(kind);
         u.table = reinterpret_cast<float*>(table);
         u.state0 = reinterpret_cast<float*>(state0);
         u.state1 = reinterpret_cast<float*>(state1);

@@ -100,13 +100,8 @@ void for_rows(const KernelCall& k, Fn fn) {
 template <typename T>
 void run_axpy(const KernelCall& k) {
   T* w = static_cast<T*>(k.w);
-  const T alpha = static_cast<T>(k.c[0]);
+  const T alpha = static_cast<T>(k.axpy_alpha);
   for_rows<T>(k, [&](uint64_t off, const T* g, uint64_t n) { axpy_row(w + off, g, n, alpha); });
-}
-
-template <typename T>
-GradTransform<T> grad_transform(const KernelCall& k) {
-  return GradTransform<T>{static_cast<T>(k.grad_sign), static_cast<T>(k.weight_decay)};
 }
 
 // Row by row, even inside a dense span: each row has its own momentum-started flag.
@@ -114,14 +109,12 @@ template <typename T>
 void run_sgd(const KernelCall& k) {
   T* w = static_cast<T*>(k.w);
   T* buf = static_cast<T*>(k.s0);
-  const SgdCoeffs<T> c{static_cast<T>(k.c[0]), static_cast<T>(k.c[1]), static_cast<T>(k.c[2]),
-                       k.c[3] != 0};
-  const GradTransform<T> t = grad_transform<T>(k);
+  const SgdCoefficients<T> c = k.sgd.as<T>();
   for_rows<T>(k, [&](uint64_t off, const T* g, uint64_t n) {
     for (uint64_t r = off / k.dim, end = (off + n) / k.dim; r < end; ++r, g += k.dim) {
       const uint64_t at = r * k.dim;
       sgd_row(w + at, buf ? buf + at : nullptr, k.row_flags ? k.row_flags + r : nullptr, g, k.dim,
-              c, t);
+              c);
     }
   });
 }
@@ -130,11 +123,9 @@ template <typename T>
 void run_adagrad(const KernelCall& k) {
   T* w = static_cast<T*>(k.w);
   T* acc = static_cast<T*>(k.s0);
-  const AdagradCoeffs<T> c{static_cast<T>(k.c[0]), static_cast<T>(k.c[1])};
-  const GradTransform<T> t = grad_transform<T>(k);
-  for_rows<T>(k, [&](uint64_t off, const T* g, uint64_t n) {
-    adagrad_row(w + off, acc + off, g, n, c, t);
-  });
+  const AdagradCoefficients<T> c = k.adagrad.as<T>();
+  for_rows<T>(
+      k, [&](uint64_t off, const T* g, uint64_t n) { adagrad_row(w + off, acc + off, g, n, c); });
 }
 
 template <typename T>
@@ -143,27 +134,30 @@ void run_adam(const KernelCall& k) {
   T* m = static_cast<T*>(k.s0);
   T* v = static_cast<T*>(k.s1);
   T* vmax = static_cast<T*>(k.s2);
-  const AdamCoeffs<T> c{static_cast<T>(k.c[0]), static_cast<T>(k.c[1]), static_cast<T>(k.c[2]),
-                        static_cast<T>(k.c[3]), static_cast<T>(k.c[4]), static_cast<T>(k.c[5])};
-  const GradTransform<T> t = grad_transform<T>(k);
+  const AdamCoefficients<T> c = k.adam.as<T>();
   for_rows<T>(k, [&](uint64_t off, const T* g, uint64_t n) {
-    adam_row(w + off, m + off, v + off, vmax ? vmax + off : nullptr, g, n, c, t);
+    adam_row(w + off, m + off, v + off, vmax ? vmax + off : nullptr, g, n, c);
   });
 }
 
-KernelFn kernel(KernelOp op, DType dtype) {
+KernelFn kernel(OptimizerKind op, DType dtype) {
   const bool f32 = dtype == DType::kFloat32;
   switch (op) {
-    case KernelOp::kAxpy:
-      return f32 ? &run_axpy<float> : &run_axpy<double>;
-    case KernelOp::kSgd:
+    case OptimizerKind::kSgd:
       return f32 ? &run_sgd<float> : &run_sgd<double>;
-    case KernelOp::kAdagrad:
+    case OptimizerKind::kAdagrad:
       return f32 ? &run_adagrad<float> : &run_adagrad<double>;
-    case KernelOp::kAdam:
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
       return f32 ? &run_adam<float> : &run_adam<double>;
+    case OptimizerKind::kRmsprop:
+      return nullptr;
   }
   return nullptr;
+}
+
+KernelFn axpy_kernel(DType dtype) {
+  return dtype == DType::kFloat32 ? &run_axpy<float> : &run_axpy<double>;
 }
 
 }  // namespace pscore::hogwild::PSCORE_KERNEL_ISA

@@ -30,7 +30,7 @@ std::atomic<int>& selected() {
 
 bool kernel_isa_supported(KernelIsa isa) {
   if (isa == KernelIsa::kBaseline) return true;
-  static const bool avx2 = cpu_has_avx2() && avx2::kernel(KernelOp::kAxpy, DType::kFloat32);
+  static const bool avx2 = cpu_has_avx2() && avx2::axpy_kernel(DType::kFloat32);
   return avx2;
 }
 
@@ -48,8 +48,12 @@ void set_kernel_isa(KernelIsa isa) {
 
 const char* kernel_isa_name(KernelIsa isa) { return isa == KernelIsa::kAvx2 ? "avx2" : "baseline"; }
 
-KernelFn kernel(KernelOp op, DType dtype) {
+KernelFn kernel(OptimizerKind op, DType dtype) {
   return kernel_isa() == KernelIsa::kAvx2 ? avx2::kernel(op, dtype) : baseline::kernel(op, dtype);
+}
+
+KernelFn axpy_kernel(DType dtype) {
+  return kernel_isa() == KernelIsa::kAvx2 ? avx2::axpy_kernel(dtype) : baseline::axpy_kernel(dtype);
 }
 
 }  // namespace pscore::hogwild

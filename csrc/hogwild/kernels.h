@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "common/optimizer_formulas.h"
 #include "hogwild/owner_lock.h"
 
 namespace pscore::hogwild {
@@ -21,13 +22,10 @@ struct LockStripes {
   const LockOwner* owner;  // that handle: tells whether another holder still lives
 };
 
-enum class KernelOp : int { kAxpy = 0, kAdagrad = 1, kAdam = 2, kSgd = 3 };
-
 // One call: the arrays (rows x dim each), the batch (dense: grads for every row in order, ids
-// unused) and the coefficients as doubles, converted to T by the kernel:
-// axpy {alpha}; sgd {lr, momentum, dampening, nesterov (0/1)}; adagrad {decayed lr, eps};
-// adam {beta1, beta2, step_size, inv_sqrt_bc2, eps, param_scale}. sgd, adagrad and adam step
-// with grad_sign * g + weight_decay * w (maximize, L2 weight decay).
+// unused) and the coefficients of its optimizer in double (common/optimizer_formulas.h; the
+// kernel converts them to T), each with its grad transform (maximize, L2 weight decay). Only the
+// struct of the kernel's optimizer is read; axpy reads axpy_alpha.
 // The caller has validated everything; kernels never throw except a lock TimeoutError.
 struct KernelCall {
   void* w = nullptr;
@@ -43,17 +41,21 @@ struct KernelCall {
   DType ids_dtype = DType::kInt64;
   const void* grads = nullptr;
   const LockStripes* locks = nullptr;  // nullptr: lock-free
-  double c[6] = {0, 0, 0, 0, 0, 0};
-  double grad_sign = 1.0;
-  double weight_decay = 0.0;
+  double axpy_alpha = 0.0;             // w += alpha * grads
+  SgdCoefficients<double> sgd;
+  AdagradCoefficients<double> adagrad;
+  AdamCoefficients<double> adam;  // AdamW too
 };
 
 using KernelFn = void (*)(const KernelCall&);
 
 enum class KernelIsa : int { kBaseline = 0, kAvx2 = 1 };
 
-// The kernel for op on float32/float64 tables, from the selected instruction set.
-KernelFn kernel(KernelOp op, DType dtype);
+// The kernel for an optimizer on float32/float64 tables, from the selected instruction set
+// (kSgd, kAdagrad, kAdam and kAdamW; nullptr for an optimizer Hogwild has no kernel for).
+KernelFn kernel(OptimizerKind op, DType dtype);
+// w += alpha * x, from the selected instruction set.
+KernelFn axpy_kernel(DType dtype);
 // The selected set: AVX2+FMA when the CPU has both, unless set_kernel_isa chose otherwise.
 KernelIsa kernel_isa();
 bool kernel_isa_supported(KernelIsa isa);
@@ -62,10 +64,12 @@ void set_kernel_isa(KernelIsa isa);
 const char* kernel_isa_name(KernelIsa isa);
 
 namespace baseline {
-KernelFn kernel(KernelOp op, DType dtype);
-}
+KernelFn kernel(OptimizerKind op, DType dtype);
+KernelFn axpy_kernel(DType dtype);
+}  // namespace baseline
 namespace avx2 {
-KernelFn kernel(KernelOp op, DType dtype);  // nullptr on a non-x86 build
-}
+KernelFn kernel(OptimizerKind op, DType dtype);  // nullptr on a non-x86 build
+KernelFn axpy_kernel(DType dtype);               // nullptr on a non-x86 build
+}  // namespace avx2
 
 }  // namespace pscore::hogwild

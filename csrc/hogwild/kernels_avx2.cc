@@ -15,6 +15,7 @@
 #include "hogwild/kernel_bodies.h"
 #else
 namespace pscore::hogwild::avx2 {
-KernelFn kernel(KernelOp, DType) { return nullptr; }
+KernelFn kernel(OptimizerKind, DType) { return nullptr; }
+KernelFn axpy_kernel(DType) { return nullptr; }
 }  // namespace pscore::hogwild::avx2
 #endif

@@ -122,16 +122,12 @@ void SharedTable::sgd(const UpdateBatch& b, const SgdOptions& o) {
     k.row_flags = nullptr;
   }
   if (o.momentum == 0 && o.weight_decay == 0) {
-    k.c[0] = o.maximize ? o.lr : -o.lr;
-    kernel(KernelOp::kAxpy, dtype())(k);
+    k.axpy_alpha = o.maximize ? o.lr : -o.lr;
+    axpy_kernel(dtype())(k);
   } else {
-    k.c[0] = o.lr;
-    k.c[1] = o.momentum;
-    k.c[2] = o.dampening;
-    k.c[3] = o.nesterov ? 1.0 : 0.0;
-    k.grad_sign = o.maximize ? -1.0 : 1.0;
-    k.weight_decay = o.weight_decay;
-    kernel(KernelOp::kSgd, dtype())(k);
+    k.sgd = sgd_coefficients(o.lr, o.momentum, o.dampening, o.nesterov,
+                             grad_transform(o.maximize, o.weight_decay));
+    kernel(OptimizerKind::kSgd, dtype())(k);
   }
   header().update_count.fetch_add(1, std::memory_order_relaxed);
 }
@@ -151,8 +147,8 @@ void SharedTable::axpy(double alpha, const void* x, uint64_t numel, DType dt, bo
   const LockStripes stripes = lock_stripes_for(b, "locked axpy granule");
   KernelCall k = kernel_call(b, &stripes);
   k.s0 = k.s1 = nullptr;
-  k.c[0] = alpha;
-  kernel(KernelOp::kAxpy, dtype())(k);
+  k.axpy_alpha = alpha;
+  axpy_kernel(dtype())(k);
   header().update_count.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -164,11 +160,9 @@ void SharedTable::adagrad(const UpdateBatch& b, const AdagradOptions& o) {
   const LockStripes stripes = lock_stripes_for(b, "locked adagrad row");
   CoalescedBatch merged;
   KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
-  k.c[0] = o.lr / (1.0 + static_cast<double>(step - 1) * o.lr_decay);
-  k.c[1] = o.eps;
-  k.grad_sign = o.maximize ? -1.0 : 1.0;
-  k.weight_decay = o.weight_decay;
-  kernel(KernelOp::kAdagrad, dtype())(k);
+  k.adagrad = adagrad_coefficients(o.lr, o.lr_decay, o.eps, step,
+                                   grad_transform(o.maximize, o.weight_decay));
+  kernel(OptimizerKind::kAdagrad, dtype())(k);
   header().update_count.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -182,21 +176,13 @@ void SharedTable::adam(const UpdateBatch& b, const AdamOptions& o) {
   }
   check_options(o, w);
   const uint64_t step = next_step(o.step);
-  const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
   const LockStripes stripes = lock_stripes_for(b, "locked adam row");
   CoalescedBatch merged;
   KernelCall k = kernel_call(batch_to_apply(b, dim(), &merged), &stripes);
   if (!o.amsgrad) k.s2 = nullptr;  // an amsgrad table stepped without it keeps its maximum
-  k.c[0] = o.beta1;
-  k.c[1] = o.beta2;
-  k.c[2] = o.lr / bc1;
-  k.c[3] = 1.0 / std::sqrt(bc2);
-  k.c[4] = o.eps;
-  k.c[5] = o.decoupled_weight_decay ? 1.0 - o.lr * o.weight_decay : 1.0;
-  k.grad_sign = o.maximize ? -1.0 : 1.0;
-  k.weight_decay = o.decoupled_weight_decay ? 0.0 : o.weight_decay;
-  kernel(KernelOp::kAdam, dtype())(k);
+  k.adam = adam_coefficients(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
+                             o.decoupled_weight_decay, o.maximize, step);
+  kernel(o.decoupled_weight_decay ? OptimizerKind::kAdamW : OptimizerKind::kAdam, dtype())(k);
   header().update_count.fetch_add(1, std::memory_order_relaxed);
 }
 

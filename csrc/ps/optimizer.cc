@@ -3,117 +3,95 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/optimizer_formulas.h"
+
 namespace pscore::ps {
 namespace {
 
-// torch's CPU lerp: self + w * (end - self) for |w| < 0.5, else end - (end - self) * (1 - w).
-inline float lerp(float self, float end, float w) {
-  return std::abs(w) < 0.5f ? self + w * (end - self) : end - (end - self) * (1.0f - w);
-}
-
-void sgd(const OptimizerSpec& s, float* __restrict p, const float* __restrict g,
+// Each loop steps n elements with the per-element formulas of common/optimizer_formulas.h.
+void sgd(const SgdCoefficients<float> c, float* __restrict p, const float* __restrict g,
          float* __restrict buf, int64_t n, int64_t step) {
-  const float lr = static_cast<float>(s.lr), wd = static_cast<float>(s.weight_decay);
-  const float mom = static_cast<float>(s.momentum);
-  const float keep = static_cast<float>(1.0 - s.dampening);
-  if (mom == 0.0f && wd == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) p[i] = p[i] + (-lr) * g[i];
+  if (c.momentum == 0.0f && c.grad.identity()) {
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i] + sgd_delta(g[i], c);
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
-    float d = wd != 0.0f ? g[i] + wd * p[i] : g[i];
-    if (mom != 0.0f) {
-      buf[i] = step == 1 ? d : buf[i] * mom + keep * d;
-      d = s.nesterov ? d + mom * buf[i] : buf[i];
+    float d = c.grad.apply(g[i], p[i]);
+    if (c.momentum != 0.0f) {
+      buf[i] = step == 1 ? d : sgd_next_buffer(buf[i], d, c);
+      d = sgd_direction(d, buf[i], c);
     }
-    p[i] = p[i] + (-lr) * d;
+    p[i] = p[i] + sgd_delta(d, c);
   }
 }
 
-void adagrad(const OptimizerSpec& s, float* __restrict p, const float* __restrict g,
-             float* __restrict sum, int64_t n, int64_t step) {
-  const float wd = static_cast<float>(s.weight_decay), eps = static_cast<float>(s.eps);
-  const float clr = static_cast<float>(s.lr / (1.0 + static_cast<double>(step - 1) * s.lr_decay));
+void adagrad(const AdagradCoefficients<float> c, float* __restrict p, const float* __restrict g,
+             float* __restrict sum, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    float d = wd != 0.0f ? g[i] + wd * p[i] : g[i];
-    sum[i] = sum[i] + d * d;
-    float std = std::sqrt(sum[i]) + eps;
-    p[i] = p[i] + (-clr) * d / std;
+    const float d = c.grad.apply(g[i], p[i]);
+    sum[i] = adagrad_next_sum(sum[i], d);
+    p[i] = p[i] + adagrad_delta(d, std::sqrt(sum[i]), c);
   }
 }
 
-void adam(const OptimizerSpec& s, bool decoupled, float* __restrict p, const float* __restrict g,
-          float* __restrict state, int64_t n, int64_t step, int64_t stride) {
-  float* __restrict m = state;
-  float* __restrict v = state + stride;
-  float* __restrict vmax = s.amsgrad ? state + 2 * stride : nullptr;
-  const float b1w = static_cast<float>(1.0 - s.beta1), b2 = static_cast<float>(s.beta2);
-  const float b2w = static_cast<float>(1.0 - s.beta2), eps = static_cast<float>(s.eps);
-  const float wd = decoupled ? 0.0f : static_cast<float>(s.weight_decay);
-  const float decay = static_cast<float>(1.0 - s.lr * s.weight_decay);
-  const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(step));
-  const float step_size = static_cast<float>(s.lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+void adam(const AdamCoefficients<float> c, float* __restrict p, const float* __restrict g,
+          float* __restrict m, float* __restrict v, float* __restrict vmax, int64_t n) {
+  const bool scale = c.param_scale != 1.0f;
   for (int64_t i = 0; i < n; ++i) {
-    if (decoupled) p[i] = p[i] * decay;
-    float d = wd != 0.0f ? g[i] + wd * p[i] : g[i];
-    m[i] = lerp(m[i], d, b1w);
-    v[i] = v[i] * b2 + b2w * d * d;
+    if (scale) p[i] = p[i] * c.param_scale;
+    const float d = c.grad.apply(g[i], p[i]);
+    m[i] = adam_next_m(m[i], d, c);
+    v[i] = adam_next_v(v[i], d, c);
     float second = v[i];
     if (vmax) {
       vmax[i] = std::max(vmax[i], v[i]);
       second = vmax[i];
     }
-    float denom = std::sqrt(second) / bc2_sqrt + eps;
-    p[i] = p[i] + (-step_size) * m[i] / denom;
+    p[i] = p[i] + adam_delta(m[i], std::sqrt(second), c);
   }
 }
 
-void rmsprop(const OptimizerSpec& s, float* __restrict p, const float* __restrict g,
+void rmsprop(const RmspropCoefficients<float> c, float* __restrict p, const float* __restrict g,
              float* __restrict state, int64_t n, int64_t stride) {
   float* __restrict sq = state;
-  float* __restrict gavg = s.centered ? state + stride : nullptr;
-  float* __restrict buf = s.momentum != 0 ? state + (s.centered ? 2 : 1) * stride : nullptr;
-  const float alpha = static_cast<float>(s.alpha), aw = static_cast<float>(1.0 - s.alpha);
-  const float wd = static_cast<float>(s.weight_decay), eps = static_cast<float>(s.eps);
-  const float lr = static_cast<float>(s.lr), mom = static_cast<float>(s.momentum);
+  float* __restrict avg = c.centered ? state + stride : nullptr;
+  float* __restrict buf = c.momentum != 0.0f ? state + (c.centered ? 2 : 1) * stride : nullptr;
   for (int64_t i = 0; i < n; ++i) {
-    float d = wd != 0.0f ? g[i] + wd * p[i] : g[i];
-    sq[i] = sq[i] * alpha + aw * d * d;
-    float avg;
-    if (gavg) {
-      gavg[i] = lerp(gavg[i], d, aw);
-      avg = std::sqrt(sq[i] + (-1.0f) * gavg[i] * gavg[i]);
-    } else {
-      avg = std::sqrt(sq[i]);
-    }
-    avg = avg + eps;
-    if (buf) {
-      buf[i] = buf[i] * mom + d / avg;
-      p[i] = p[i] + (-lr) * buf[i];
-    } else {
-      p[i] = p[i] + (-lr) * d / avg;
-    }
+    rmsprop_element(p[i], sq[i], avg ? avg + i : nullptr, buf ? buf + i : nullptr, g[i], c);
   }
+}
+
+template <typename C>
+auto in_float(const C& c) {
+  return c.template as<float>();
 }
 
 }  // namespace
 
-void apply_optimizer(const OptimizerSpec& spec, float* param, const float* grad, float* state,
+void apply_optimizer(const OptimizerSpec& s, float* param, const float* grad, float* state,
                      int64_t n, int64_t step, int64_t slot_stride) {
   const int64_t stride = slot_stride < 0 ? n : slot_stride;
-  switch (spec.kind) {
+  const GradTransform<double> l2 = grad_transform(false, s.weight_decay);
+  const auto t = static_cast<uint64_t>(step);
+  switch (s.kind) {
     case OptimizerKind::kSgd:
-      return sgd(spec, param, grad, state, n, step);
+      return sgd(in_float(sgd_coefficients(s.lr, s.momentum, s.dampening, s.nesterov, l2)), param,
+                 grad, state, n, step);
     case OptimizerKind::kAdagrad:
-      return adagrad(spec, param, grad, state, n, step);
+      return adagrad(in_float(adagrad_coefficients(s.lr, s.lr_decay, s.eps, t, l2)), param, grad,
+                     state, n);
     case OptimizerKind::kAdam:
-      return adam(spec, false, param, grad, state, n, step, stride);
-    case OptimizerKind::kAdamW:
-      return adam(spec, true, param, grad, state, n, step, stride);
+    case OptimizerKind::kAdamW: {
+      const bool decoupled = s.kind == OptimizerKind::kAdamW;
+      const auto c =
+          adam_coefficients(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, decoupled, false, t);
+      return adam(in_float(c), param, grad, state, state + stride,
+                  s.amsgrad ? state + 2 * stride : nullptr, n);
+    }
     case OptimizerKind::kRmsprop:
-      return rmsprop(spec, param, grad, state, n, stride);
+      return rmsprop(in_float(rmsprop_coefficients(s.lr, s.alpha, s.eps, s.momentum, s.centered,
+                                                   s.weight_decay)),
+                     param, grad, state, n, stride);
   }
 }
 

@@ -6,12 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "common/optimizer_formulas.h"
 #include "ps/byte_codec.h"
 
 namespace pscore::ps {
 
 enum class TableKind : uint8_t { kDense = 0, kSparse = 1 };
-enum class OptimizerKind : uint8_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kAdamW = 3, kRmsprop = 4 };
+using pscore::OptimizerKind;  // common/optimizer_formulas.h
 enum class InitKind : uint8_t { kZeros = 0, kUniform = 1, kNormal = 2, kConstant = 3 };
 enum class Consistency : uint8_t { kAsync = 0, kSync = 1, kSsp = 2 };
 

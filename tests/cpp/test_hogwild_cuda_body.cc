@@ -13,17 +13,9 @@
 #include "hogwild/cuda/sparse_update_body.h"
 
 namespace hc = pscore::hogwild::cuda;
-using hc::UpdateKind;
+using UpdateKind = pscore::OptimizerKind;
 
 namespace {
-
-struct SerialAdd {
-  float operator()(float* p, float v) const {
-    const float old = *p;
-    *p = old + v;
-    return old;
-  }
-};
 
 struct Problem {
   uint64_t rows, dim;
@@ -53,11 +45,11 @@ hc::SparseUpdate request(UpdateKind kind, std::vector<double> coeffs) {
 
 // Runs the device body on the host: entries in batch order, each by all `width` lanes.
 template <UpdateKind K>
-void run_on_host(Problem& p, const hc::Coeffs& c, unsigned width) {
+void run_on_host(Problem& p, const hc::SparseCoefficients& c, unsigned width) {
   const hc::DeviceTable t{p.w.data(), p.s0.data(), p.s1.data(), p.rows, p.dim};
   for (uint64_t i = 0; i < p.ids.size(); ++i) {
     for (unsigned lane = 0; lane < width; ++lane) {
-      hc::update_entry<K>(t, p.ids.data(), p.grads.data(), i, lane, width, c, SerialAdd{});
+      hc::update_entry<K>(t, p.ids.data(), p.grads.data(), i, lane, width, c, hc::SerialAdd{});
     }
   }
 }
@@ -101,7 +93,7 @@ void check_against_reference(std::vector<double> coeffs, double b1, double b2, d
       SCOPED_TRACE("dim " + std::to_string(dim) + ", width " + std::to_string(width));
       Problem gpu = make_problem(23, dim, 40, 7);
       Problem ref = gpu;
-      const hc::Coeffs c = hc::coeffs_of(request(K, coeffs));
+      const hc::SparseCoefficients c = hc::coefficients_of(request(K, coeffs));
       run_on_host<K>(gpu, c, width);
       reference(K, ref, coeffs[0], b1, b2, eps, t);
       expect_close(gpu.w, ref.w);
@@ -131,7 +123,7 @@ TEST(CudaBody, SgdOfIntegerValuesIsExactWhateverTheRepeats) {
   Problem p = make_problem(4, 5, 30, 3);
   std::fill(p.w.begin(), p.w.end(), 0.f);
   std::fill(p.grads.begin(), p.grads.end(), -1.f);
-  run_on_host<UpdateKind::kSgd>(p, hc::coeffs_of(request(UpdateKind::kSgd, {1.0})), 4);
+  run_on_host<UpdateKind::kSgd>(p, hc::coefficients_of(request(UpdateKind::kSgd, {1.0})), 4);
   for (uint64_t r = 0; r < 4; ++r) {
     const float hits = static_cast<float>(std::count(p.ids.begin(), p.ids.end(), r));
     for (uint64_t j = 0; j < 5; ++j) EXPECT_EQ(p.w[r * 5 + j], hits);
@@ -156,13 +148,15 @@ TEST(CudaBody, IdRangeCheck) {
 }
 
 TEST(CudaBody, CoefficientsAreCheckedAndFoldedLikeTheCpuKernels) {
-  EXPECT_THROW(hc::coeffs_of(request(UpdateKind::kSgd, {})), std::invalid_argument);
-  EXPECT_THROW(hc::coeffs_of(request(UpdateKind::kAdagrad, {0.1})), std::invalid_argument);
-  EXPECT_THROW(hc::coeffs_of(request(UpdateKind::kAdam, {0.1, 0.9, 0.999, 1e-8, 0})),
+  EXPECT_THROW(hc::coefficients_of(request(UpdateKind::kSgd, {})), std::invalid_argument);
+  EXPECT_THROW(hc::coefficients_of(request(UpdateKind::kAdagrad, {0.1})), std::invalid_argument);
+  EXPECT_THROW(hc::coefficients_of(request(UpdateKind::kAdam, {0.1, 0.9, 0.999, 1e-8, 0})),
                std::invalid_argument);
-  const hc::Coeffs c = hc::coeffs_of(request(UpdateKind::kAdam, {0.1, 0.9, 0.99, 1e-8, 2}));
-  EXPECT_FLOAT_EQ(c.step_size, static_cast<float>(0.1 / (1 - 0.81)));
-  EXPECT_FLOAT_EQ(c.inv_sqrt_bc2, static_cast<float>(1 / std::sqrt(1 - 0.99 * 0.99)));
+  const hc::SparseCoefficients c =
+      hc::coefficients_of(request(UpdateKind::kAdam, {0.1, 0.9, 0.99, 1e-8, 2}));
+  EXPECT_FLOAT_EQ(c.adam.step_size, static_cast<float>(0.1 / (1 - 0.81)));
+  EXPECT_FLOAT_EQ(c.adam.bias_correction2_sqrt, static_cast<float>(std::sqrt(1 - 0.99 * 0.99)));
+  EXPECT_THROW(hc::coefficients_of(request(UpdateKind::kRmsprop, {0.1})), std::invalid_argument);
 }
 
 TEST(CudaBody, RequestsAreCheckedBeforeAnyKernel) {

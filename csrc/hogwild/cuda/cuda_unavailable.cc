@@ -12,7 +12,7 @@ int device_count() { return 0; }
 
 double peak_memory_bandwidth(int) { return 0; }
 
-void launch_sparse_update(const SparseUpdate&, const Coeffs&) {
+void launch_sparse_update(const SparseUpdate&, const SparseCoefficients&) {
   throw Error("pscore was built without CUDA: no GPU Hogwild kernels");
 }
 

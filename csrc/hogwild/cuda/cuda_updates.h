@@ -7,17 +7,17 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/optimizer_formulas.h"
 
 namespace pscore::hogwild::cuda {
 
-enum class UpdateKind : int { kSgd = 0, kAdagrad = 1, kAdam = 2 };
-
 // One sparse batch on the device: table, state and grads are device pointers (float32,
 // row-major rows x dim), ids num_ids int32/int64 device ids. Rows that collide inside the batch
-// are combined with atomicAdd. coeffs: SGD {lr}; Adagrad {lr, eps}; Adam {lr, beta1, beta2, eps,
-// step}. The call returns once the kernels are queued and the ids were checked (one sync).
+// are combined with atomicAdd. kind: kSgd, kAdagrad or kAdam. coeffs: SGD {lr}; Adagrad {lr, eps};
+// Adam {lr, beta1, beta2, eps, step}. The call returns once the kernels are queued and the ids were
+// checked (one sync).
 struct SparseUpdate {
-  UpdateKind kind = UpdateKind::kSgd;
+  OptimizerKind kind = OptimizerKind::kSgd;
   float* table = nullptr;
   float* state0 = nullptr;  // Adagrad accumulator, Adam m
   float* state1 = nullptr;  // Adam v

@@ -10,6 +10,6 @@ namespace pscore::hogwild::cuda {
 // Runs a request sparse_update() has checked: ids checked on the device, then the update
 // kernels, then one stream synchronisation. Throws std::invalid_argument naming the first
 // out-of-range id (nothing written), Error on a CUDA failure.
-void launch_sparse_update(const SparseUpdate& u, const Coeffs& c);
+void launch_sparse_update(const SparseUpdate& u, const SparseCoefficients& c);
 
 }  // namespace pscore::hogwild::cuda

@@ -1,7 +1,6 @@
 // The host side of a GPU sparse update: checks the request and its coefficients, then hands it
 // to the kernels (sparse_update_kernels.cu, or cuda_unavailable.cc in a build without CUDA).
 // Plain C++, built with or without a CUDA compiler, so the host tests cover it.
-#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -11,23 +10,27 @@
 
 namespace pscore::hogwild::cuda {
 
-Coeffs coeffs_of(const SparseUpdate& u) {
+SparseCoefficients coefficients_of(const SparseUpdate& u) {
   const auto& k = u.coeffs;
-  const size_t need = u.kind == UpdateKind::kSgd ? 1 : u.kind == UpdateKind::kAdagrad ? 2 : 5;
+  const bool sgd = u.kind == OptimizerKind::kSgd, adagrad = u.kind == OptimizerKind::kAdagrad;
+  if (!sgd && !adagrad && u.kind != OptimizerKind::kAdam) {
+    throw std::invalid_argument("hogwild cuda: no GPU kernel for optimizer kind " +
+                                std::to_string(static_cast<int>(u.kind)) +
+                                " (sgd, adagrad and adam have one)");
+  }
+  const size_t need = sgd ? 1 : adagrad ? 2 : 5;
   if (k.size() != need) {
     throw std::invalid_argument("hogwild cuda: expected " + std::to_string(need) +
                                 " coefficients, got " + std::to_string(k.size()));
   }
-  Coeffs c;
-  c.lr = static_cast<float>(k[0]);
-  if (u.kind == UpdateKind::kAdagrad) c.eps = static_cast<float>(k[1]);
-  if (u.kind == UpdateKind::kAdam) {
+  const GradTransform<double> plain;
+  SparseCoefficients c;
+  if (sgd) c.sgd = sgd_coefficients(k[0], 0, 0, false, plain).as<float>();
+  if (adagrad) c.adagrad = adagrad_coefficients(k[0], 0, k[1], 1, plain).as<float>();
+  if (u.kind == OptimizerKind::kAdam) {
     if (k[4] < 1) throw std::invalid_argument("hogwild cuda: adam step must be >= 1");
-    c.beta1 = static_cast<float>(k[1]);
-    c.beta2 = static_cast<float>(k[2]);
-    c.eps = static_cast<float>(k[3]);
-    c.step_size = static_cast<float>(k[0] / (1.0 - std::pow(k[1], k[4])));
-    c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(k[2], k[4])));
+    c.adam = adam_coefficients(k[0], k[1], k[2], k[3], 0, false, false, static_cast<uint64_t>(k[4]))
+                 .as<float>();
   }
   return c;
 }
@@ -41,13 +44,13 @@ void sparse_update(const SparseUpdate& u) {
   if (!u.table || u.rows == 0 || u.dim == 0) {
     throw std::invalid_argument("hogwild cuda: empty or null table");
   }
-  if (u.kind != UpdateKind::kSgd && !u.state0) {
+  if (u.kind != OptimizerKind::kSgd && !u.state0) {
     throw std::invalid_argument("hogwild cuda: this optimizer needs its state tensor(s)");
   }
-  if (u.kind == UpdateKind::kAdam && !u.state1) {
+  if (u.kind == OptimizerKind::kAdam && !u.state1) {
     throw std::invalid_argument("hogwild cuda: adam needs exp_avg and exp_avg_sq");
   }
-  const Coeffs c = coeffs_of(u);
+  const SparseCoefficients c = coefficients_of(u);
   if (u.num_ids == 0) return;
   if (!u.ids || !u.grads) throw std::invalid_argument("hogwild cuda: null ids or grads");
   if (u.ids_dtype != DType::kInt64 && u.ids_dtype != DType::kInt32) {

@@ -10,25 +10,21 @@
 
 #include <cstdint>
 
+#include "common/optimizer_formulas.h"
 #include "hogwild/cuda/cuda_updates.h"
-
-#if defined(__CUDACC__)
-#define PSCORE_HOST_DEVICE __host__ __device__
-#else
-#define PSCORE_HOST_DEVICE
-#endif
 
 namespace pscore::hogwild::cuda {
 
-// One call's constant factors, in float. Adam's bias corrections for its step are folded in:
-// w -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps), as the CPU kernels do.
-struct Coeffs {
-  float lr = 0, eps = 0, beta1 = 0, beta2 = 0, step_size = 0, inv_sqrt_bc2 = 0;
+// One call's coefficients in float (common/optimizer_formulas.h); only the kind's struct is set.
+struct SparseCoefficients {
+  SgdCoefficients<float> sgd;
+  AdagradCoefficients<float> adagrad;
+  AdamCoefficients<float> adam;
 };
 
 // Checks SparseUpdate::coeffs for the update's kind and converts them; throws
-// std::invalid_argument on a wrong count or an Adam step below 1.
-Coeffs coeffs_of(const SparseUpdate& u);
+// std::invalid_argument on a wrong count, a kind without GPU kernel or an Adam step below 1.
+SparseCoefficients coefficients_of(const SparseUpdate& u);
 
 // The table and its optimizer state, all rows x dim float32 in device memory.
 struct DeviceTable {
@@ -44,34 +40,43 @@ PSCORE_HOST_DEVICE inline bool id_out_of_range(Id id, uint64_t rows) {
   return id < 0 || static_cast<uint64_t>(id) >= rows;
 }
 
-// Element k of the table takes gradient g.
-template <UpdateKind K, class Add>
+// Element k of the table takes gradient g: the formulas of common/optimizer_formulas.h, with
+// every state change made through `add` (Adam's moments as increments).
+template <OptimizerKind K, class Add>
 PSCORE_HOST_DEVICE inline void update_element(const DeviceTable& t, uint64_t k, float g,
-                                              const Coeffs& c, Add add) {
-  if constexpr (K == UpdateKind::kSgd) {
-    add(t.w + k, -c.lr * g);
-  } else if constexpr (K == UpdateKind::kAdagrad) {
-    const float acc = add(t.s0 + k, g * g) + g * g;
-    add(t.w + k, -c.lr * g / (sqrtf(acc) + c.eps));
+                                              const SparseCoefficients& c, Add add) {
+  if constexpr (K == OptimizerKind::kSgd) {
+    add(t.w + k, sgd_delta(g, c.sgd));
+  } else if constexpr (K == OptimizerKind::kAdagrad) {
+    const float sum = adagrad_next_sum(add(t.s0 + k, g * g), g);
+    add(t.w + k, adagrad_delta(g, formulas::square_root(sum), c.adagrad));
   } else {
-    // m = b1 m + (1-b1) g as the delta (1-b1)(g - m), so colliding updates sum atomically.
-    const float dm = (1.f - c.beta1) * (g - t.s0[k]);
+    const float dm = adam_m_increment(t.s0[k], g, c.adam);
     const float m = add(t.s0 + k, dm) + dm;
-    const float dv = (1.f - c.beta2) * (g * g - t.s1[k]);
+    const float dv = adam_v_increment(t.s1[k], g, c.adam);
     const float v = add(t.s1 + k, dv) + dv;
-    add(t.w + k, -c.step_size * m / (sqrtf(v) * c.inv_sqrt_bc2 + c.eps));
+    add(t.w + k, adam_delta(m, formulas::square_root(v), c.adam));
   }
 }
 
 // Lane `lane` of a `width`-lane group applies its columns of batch entry i.
-template <UpdateKind K, class Add, typename Id>
+template <OptimizerKind K, class Add, typename Id>
 PSCORE_HOST_DEVICE inline void update_entry(const DeviceTable& t, const Id* ids, const float* grads,
                                             uint64_t i, unsigned lane, unsigned width,
-                                            const Coeffs& c, Add add) {
+                                            const SparseCoefficients& c, Add add) {
   const uint64_t row = static_cast<uint64_t>(ids[i]) * t.dim;
   const float* g = grads + i * t.dim;
   for (uint64_t j = lane; j < t.dim; j += width) update_element<K>(t, row + j, g[j], c, add);
 }
+
+// The host instantiation's `add`: a plain read-modify-write, for running the body serially.
+struct SerialAdd {
+  float operator()(float* p, float v) const {
+    const float old = *p;
+    *p = old + v;
+    return old;
+  }
+};
 
 // Lanes per batch entry: a whole warp for rows of 32 floats or more, else the smallest power of
 // two that covers a row, so narrow rows do not leave most of a warp idle.

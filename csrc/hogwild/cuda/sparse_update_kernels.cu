@@ -38,9 +38,9 @@ __global__ void find_bad_id(const Id* ids, uint64_t n, uint64_t rows, unsigned l
   }
 }
 
-template <UpdateKind K, typename Id>
+template <OptimizerKind K, typename Id>
 __global__ void update_rows(DeviceTable t, const Id* __restrict__ ids, uint64_t n,
-                            const float* __restrict__ grads, Coeffs c, unsigned width,
+                            const float* __restrict__ grads, SparseCoefficients c, unsigned width,
                             const unsigned long long* bad) {
   if (*bad != kNoBadId) return;
   const uint64_t thread = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x;
@@ -66,9 +66,9 @@ unsigned long long* scratch_word() {
   return words[dev];
 }
 
-template <UpdateKind K, typename Id>
-void launch_update(const SparseUpdate& u, const Coeffs& c, const unsigned long long* bad,
-                   cudaStream_t stream) {
+template <OptimizerKind K, typename Id>
+void launch_update(const SparseUpdate& u, const SparseCoefficients& c,
+                   const unsigned long long* bad, cudaStream_t stream) {
   const DeviceTable t{u.table, u.state0, u.state1, u.rows, u.dim};
   const unsigned width = lanes_per_entry(u.dim);
   update_rows<K, Id><<<blocks_for(u.num_ids * width), kThreads, 0, stream>>>(
@@ -76,18 +76,18 @@ void launch_update(const SparseUpdate& u, const Coeffs& c, const unsigned long l
 }
 
 template <typename Id>
-void run(const SparseUpdate& u, const Coeffs& c) {
+void run(const SparseUpdate& u, const SparseCoefficients& c) {
   auto stream = static_cast<cudaStream_t>(u.stream);
   const Id* ids = static_cast<const Id*>(u.ids);
   unsigned long long* bad = scratch_word();
   check(cudaMemsetAsync(bad, 0xff, sizeof(*bad), stream), "cudaMemsetAsync");
   find_bad_id<Id><<<blocks_for(u.num_ids), kThreads, 0, stream>>>(ids, u.num_ids, u.rows, bad);
-  if (u.kind == UpdateKind::kSgd) {
-    launch_update<UpdateKind::kSgd, Id>(u, c, bad, stream);
-  } else if (u.kind == UpdateKind::kAdagrad) {
-    launch_update<UpdateKind::kAdagrad, Id>(u, c, bad, stream);
+  if (u.kind == OptimizerKind::kSgd) {
+    launch_update<OptimizerKind::kSgd, Id>(u, c, bad, stream);
+  } else if (u.kind == OptimizerKind::kAdagrad) {
+    launch_update<OptimizerKind::kAdagrad, Id>(u, c, bad, stream);
   } else {
-    launch_update<UpdateKind::kAdam, Id>(u, c, bad, stream);
+    launch_update<OptimizerKind::kAdam, Id>(u, c, bad, stream);
   }
   check(cudaGetLastError(), "kernel launch");
   unsigned long long first_bad = kNoBadId;
@@ -122,7 +122,7 @@ double peak_memory_bandwidth(int device) {
   return 2.0 * khz * 1e3 * bus_bits / 8;
 }
 
-void launch_sparse_update(const SparseUpdate& u, const Coeffs& c) {
+void launch_sparse_update(const SparseUpdate& u, const SparseCoefficients& c) {
   if (u.ids_dtype == DType::kInt64) {
     run<int64_t>(u, c);
   } else {

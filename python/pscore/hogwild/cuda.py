@@ -10,7 +10,7 @@ from typing import Any
 from .. import _hogwild
 from ..tensor import DTYPE_CODES
 
-_KINDS = {"sgd": 0, "adagrad": 1, "adam": 2}
+_KINDS = {"sgd": 0, "adagrad": 1, "adam": 2}  # pscore::OptimizerKind (common/optimizer_formulas.h)
 
 
 def is_built() -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-# Codes match csrc/ps/table_spec.h OptimizerKind.
+# Codes match pscore::OptimizerKind (csrc/common/optimizer_formulas.h).
 _KINDS = {"sgd": 0, "adagrad": 1, "adam": 2, "adamw": 3, "rmsprop": 4}
 
 
