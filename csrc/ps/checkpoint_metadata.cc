@@ -109,29 +109,11 @@ InitializerSpec initializer_from(const MetadataValue& j) {
   return i;
 }
 
-// Hyper-parameters under torch.optim's names, each optimizer with every field.
-constexpr std::pair<const char*, double OptimizerSpec::*> kHyperParameters[] = {
-    {"lr", &OptimizerSpec::lr},
-    {"momentum", &OptimizerSpec::momentum},
-    {"dampening", &OptimizerSpec::dampening},
-    {"weight_decay", &OptimizerSpec::weight_decay},
-    {"beta1", &OptimizerSpec::beta1},
-    {"beta2", &OptimizerSpec::beta2},
-    {"eps", &OptimizerSpec::eps},
-    {"lr_decay", &OptimizerSpec::lr_decay},
-    {"initial_accumulator_value", &OptimizerSpec::initial_accumulator_value},
-    {"alpha", &OptimizerSpec::alpha},
-    {"clip_norm", &OptimizerSpec::clip_norm},
-    {"clip_value", &OptimizerSpec::clip_value}};
-constexpr std::pair<const char*, bool OptimizerSpec::*> kOptimizerFlags[] = {
-    {"nesterov", &OptimizerSpec::nesterov},
-    {"amsgrad", &OptimizerSpec::amsgrad},
-    {"centered", &OptimizerSpec::centered}};
-
 Json optimizer_json(const OptimizerSpec& o) {
   Json j = Json::object();
   j.set("name", optimizer_name(o.kind));
-  for (const auto& [key, field] : kHyperParameters) j.set(key, number_json(o.*field));
+  for (const auto& [key, field] : kOptimizerHyperParameters) j.set(key, number_json(o.*field));
+  for (const auto& [key, field] : kGradientClipping) j.set(key, number_json(o.*field));
   for (const auto& [key, field] : kOptimizerFlags) j.set(key, o.*field);
   return j;
 }
@@ -139,7 +121,8 @@ Json optimizer_json(const OptimizerSpec& o) {
 OptimizerSpec optimizer_from(const MetadataValue& j) {
   OptimizerSpec o;
   o.kind = named(j["name"], kOptimizerKinds, optimizer_name);
-  for (const auto& [key, field] : kHyperParameters) o.*field = j[key].number();
+  for (const auto& [key, field] : kOptimizerHyperParameters) o.*field = j[key].number();
+  for (const auto& [key, field] : kGradientClipping) o.*field = j[key].number();
   for (const auto& [key, field] : kOptimizerFlags) o.*field = j[key].flag();
   return o;
 }

@@ -142,23 +142,9 @@ std::vector<TableSetting> TableSpec::settings() const {
   add("seed", std::to_string(init.seed));
   const OptimizerSpec& o = optimizer;
   add("optimizer", optimizer_name(o.kind));
-  const std::pair<const char*, double OptimizerSpec::*> hyper[] = {
-      {"lr", &OptimizerSpec::lr},
-      {"momentum", &OptimizerSpec::momentum},
-      {"dampening", &OptimizerSpec::dampening},
-      {"weight_decay", &OptimizerSpec::weight_decay},
-      {"beta1", &OptimizerSpec::beta1},
-      {"beta2", &OptimizerSpec::beta2},
-      {"eps", &OptimizerSpec::eps},
-      {"lr_decay", &OptimizerSpec::lr_decay},
-      {"initial_accumulator_value", &OptimizerSpec::initial_accumulator_value},
-      {"alpha", &OptimizerSpec::alpha}};
-  for (const auto& [key, field] : hyper) add(key, shown(o.*field), true);
-  add("nesterov", flag(o.nesterov), true);
-  add("amsgrad", flag(o.amsgrad), true);
-  add("centered", flag(o.centered), true);
-  add("clip_norm", shown(o.clip_norm));
-  add("clip_value", shown(o.clip_value));
+  for (const auto& [key, field] : kOptimizerHyperParameters) add(key, shown(o.*field), true);
+  for (const auto& [key, field] : kOptimizerFlags) add(key, flag(o.*field), true);
+  for (const auto& [key, field] : kGradientClipping) add(key, shown(o.*field));
   add("consistency", consistency_name(consistency.mode));
   add("staleness", std::to_string(consistency.staleness));
   add("backup_workers", std::to_string(consistency.backup_workers));

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/optimizer_formulas.h"
@@ -37,6 +38,26 @@ struct OptimizerSpec {
   int num_slots() const;
   void validate() const;  // throws std::invalid_argument naming the bad hyper-parameter
 };
+
+// The fields of an OptimizerSpec under torch.optim's names, for the settings a table reports
+// and the checkpoint metadata.
+inline constexpr std::pair<const char*, double OptimizerSpec::*> kOptimizerHyperParameters[] = {
+    {"lr", &OptimizerSpec::lr},
+    {"momentum", &OptimizerSpec::momentum},
+    {"dampening", &OptimizerSpec::dampening},
+    {"weight_decay", &OptimizerSpec::weight_decay},
+    {"beta1", &OptimizerSpec::beta1},
+    {"beta2", &OptimizerSpec::beta2},
+    {"eps", &OptimizerSpec::eps},
+    {"lr_decay", &OptimizerSpec::lr_decay},
+    {"initial_accumulator_value", &OptimizerSpec::initial_accumulator_value},
+    {"alpha", &OptimizerSpec::alpha}};
+inline constexpr std::pair<const char*, bool OptimizerSpec::*> kOptimizerFlags[] = {
+    {"nesterov", &OptimizerSpec::nesterov},
+    {"amsgrad", &OptimizerSpec::amsgrad},
+    {"centered", &OptimizerSpec::centered}};
+inline constexpr std::pair<const char*, double OptimizerSpec::*> kGradientClipping[] = {
+    {"clip_norm", &OptimizerSpec::clip_norm}, {"clip_value", &OptimizerSpec::clip_value}};
 
 // uniform: U[a, b); normal: N(mean a, std b); constant: a. Values depend only on (seed, row id,
 // column), never on creation order, so a recovered server recreates identical rows.
