@@ -19,6 +19,8 @@ from pscore.server import PServer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "python" / "pscore"
+# Where the pscore under test was imported from (the tree, or site-packages when installed).
+IMPORTED_FROM = str(pathlib.Path(pscore.__file__).resolve().parents[1])
 VARIABLE = re.compile(r"PSCORE_[A-Z0-9_]+")
 
 
@@ -145,7 +147,7 @@ def test_values_parse_and_blank_means_the_default(monkeypatch):
 
 
 def test_a_bad_hogwild_isa_fails_at_import_naming_the_variable():
-    env = {"PSCORE_HOGWILD_ISA": "sse9", "PYTHONPATH": str(ROOT / "python")}
+    env = {"PSCORE_HOGWILD_ISA": "sse9", "PYTHONPATH": IMPORTED_FROM}
     proc = subprocess.run(
         [sys.executable, "-c", "import pscore"],
         check=False,
@@ -160,7 +162,7 @@ def test_a_bad_hogwild_isa_fails_at_import_naming_the_variable():
 
 def test_the_hogwild_isa_variable_picks_the_kernels():
     code = "import pscore.hogwild as h; print(h.kernel_isa())"
-    env = {"PSCORE_HOGWILD_ISA": "baseline", "PYTHONPATH": str(ROOT / "python")}
+    env = {"PSCORE_HOGWILD_ISA": "baseline", "PYTHONPATH": IMPORTED_FROM}
     proc = subprocess.run(
         [sys.executable, "-c", code],
         check=False,
