@@ -13,7 +13,10 @@ import pytest
 from pscore.bench import __main__ as bench_main
 from pscore.bench import collectives
 
-PYTHON_PATH = os.path.dirname(os.path.dirname(os.path.abspath(collectives.__file__)))
+# The folder holding the pscore under test (python/, or site-packages when installed).
+PYTHON_PATH = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(collectives.__file__)))
+)
 OPTIONS = ["--world", "--transport", "--compare", "--sizes", "--iters", "--rounds", "--json"]
 
 
