@@ -10,7 +10,7 @@ that died (or hangs), and the error names it first:
     rank 2 died or hangs (...): rank 1 <- rank 0: ... [rank 0 reported: ...; rank 3 reported: ...]
 
 A rank whose own message already blames the silent rank keeps its form and says so at the end.
-Bounded in time: an unreachable store or a long trail adds at most REPORT_BUDGET_S.
+Bounded in time: an unreachable store or a long trail adds at most REPORT_BUDGET_S (+ JOIN_SLACK_S).
 
 When the store itself is unreachable (it refuses this rank's account, or has not taken it
 within the budget) and a rank of the group serves it (pscore-run, env:// and tcp:// put it in
@@ -30,6 +30,7 @@ from .errors import NetworkError
 from .errors import TimeoutError as PscoreTimeoutError
 
 REPORT_WAIT_S = 0.75  # how long a rank's account may take before the rank counts as silent
+JOIN_SLACK_S = 0.25  # for the trail's last wait, which ends at the deadline
 REPORT_BUDGET_S = 1.5  # all the time explaining a failure may add
 
 EXIT_WAIT_S = 1.5  # how long exit waits for reports still in a store call
@@ -76,14 +77,22 @@ def _follow(store, rank: int, message: str, trail: _Trail, deadline: float) -> N
     while peer is not None and peer not in seen:
         seen.add(peer)
         wait_s = min(REPORT_WAIT_S, deadline - time.monotonic())
+        # Silent: a peer that posted nothing in a full wait, or one at the end of a trail of
+        # accounts when the budget or the store runs out (another rank's account blames it).
         if wait_s <= 0:
+            if trail.accounts:
+                trail.silent = peer
             return
         try:
             store.wait([f"abort/{peer}"], wait_s)
         except (PscoreTimeoutError, TimeoutError):
-            if wait_s == REPORT_WAIT_S:  # a full wait: the peer is silent, not merely late
+            if wait_s == REPORT_WAIT_S or trail.accounts:
                 trail.silent = peer
             return
+        except Exception:
+            if trail.accounts:  # the store's host left after its own report; trail ends here
+                trail.silent = peer
+            raise
         account = store.get(f"abort/{peer}").decode()
         trail.accounts.append((peer, account))
         peer = _blamed_rank(account)
@@ -131,7 +140,7 @@ def explain(store, rank: int, exc: BaseException, store_host: str | None = None)
     )
     _unfinished.add(worker)
     worker.start()
-    worker.join(REPORT_BUDGET_S)
+    worker.join(REPORT_BUDGET_S + JOIN_SLACK_S)  # its waits end by the deadline
     silent, accounts = trail.silent, list(trail.accounts)
     text = str(exc)
     if accounts:
