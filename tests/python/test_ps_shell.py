@@ -54,6 +54,18 @@ def _env(extra: dict) -> dict:
     return env
 
 
+def _run_pserver(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Runs `python -m pscore.server args` to its end (these runs are expected to exit)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pscore.server", *args],
+        capture_output=True,
+        text=True,
+        env=_env(env or {}),
+        timeout=60,
+        check=False,
+    )
+
+
 def _start(args: list[str], env: dict) -> subprocess.Popen:
     return subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(env)
@@ -266,14 +278,7 @@ def test_pserver_fails_fast_without_its_store():
     url = f"tcp://127.0.0.1:{free_port()}"
     for _ in range(3):
         start = time.monotonic()
-        r = subprocess.run(
-            [sys.executable, "-m", "pscore.server", "--store", url, "--store-timeout", "1"],
-            capture_output=True,
-            text=True,
-            env=_env({}),
-            timeout=60,
-            check=False,
-        )
+        r = _run_pserver("--store", url, "--store-timeout", "1")
         assert r.returncode == 1
         assert r.stderr == (
             f"pserver: no store answered at {url} within 1 s (is pscore-store, or the job's "
@@ -287,14 +292,7 @@ def test_pserver_fails_fast_without_its_store():
 def test_a_busy_metrics_port_is_named():
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
-        r = subprocess.run(
-            [sys.executable, "-m", "pscore.server", "--metrics-port", str(port)],
-            capture_output=True,
-            text=True,
-            env=_env({}),
-            timeout=60,
-            check=False,
-        )
+        r = _run_pserver("--metrics-port", str(port))
     assert r.returncode == 2
     assert r.stderr == (
         f"pserver: [Errno 98] cannot serve metrics on 127.0.0.1:{port}: Address already in use\n"
@@ -324,14 +322,7 @@ def test_pserver_says_it_waits_for_a_store_that_comes_later():
 
 def test_pserver_rejects_a_tf_config_task_that_is_not_ps():
     cluster = {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}
-    r = subprocess.run(
-        [sys.executable, "-m", "pscore.server"],
-        capture_output=True,
-        text=True,
-        env=_env(_tf_config(cluster, "worker", 0)),
-        timeout=60,
-        check=False,
-    )
+    r = _run_pserver(env=_tf_config(cluster, "worker", 0))
     assert r.returncode == 2
     assert "TF_CONFIG says this is task worker:0; pserver serves a 'ps' task" in r.stderr
 
@@ -359,14 +350,7 @@ def test_pserver_rejects_a_tf_config_task_that_is_not_ps():
     ],
 )
 def test_bad_option_values_are_one_line_errors(args, env, code, message):
-    r = subprocess.run(
-        [sys.executable, "-m", "pscore.server", *args],
-        capture_output=True,
-        text=True,
-        env=_env(env),
-        timeout=60,
-        check=False,
-    )
+    r = _run_pserver(*args, env=env)
     assert r.returncode == code
     assert r.stderr.startswith(message) and r.stderr.count("\n") == 1, r.stderr
 
@@ -403,14 +387,7 @@ def test_a_ps_task_with_a_name_binds_every_interface_and_needs_a_token():
     port = free_port()
     cluster = {"worker": ["w-0.invalid:1"], "ps": [f"ps-0.invalid:{port}"]}
     env = _tf_config(cluster, "ps", 0)
-    r = subprocess.run(
-        [sys.executable, "-m", "pscore.server"],
-        capture_output=True,
-        text=True,
-        env=_env(env),
-        timeout=60,
-        check=False,
-    )
+    r = _run_pserver(env=env)
     assert r.returncode == 2
     assert "on '0.0.0.0' (reachable from other hosts) without an auth token" in r.stderr
     proc = _start([sys.executable, "-m", "pscore.server"], {**env, "PSCORE_AUTH_TOKEN": "tok"})
