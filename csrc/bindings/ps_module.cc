@@ -151,8 +151,7 @@ void bind_server(py::module_& m) {
       .def("stats_json", &PsServer::stats_json, Release())
       .def(
           "save", [](PsServer& s, const std::string& dir) { s.shard().save(dir); }, Release())
-      .def(
-          "load", [](PsServer& s, const std::string& dir) { s.load(dir); }, Release());
+      .def("load", [](PsServer& s, const std::string& dir) { s.load(dir); }, Release());
 }
 
 void bind_client(py::module_& m) {

@@ -81,8 +81,7 @@ ProcessGroup::WorkPtr ProcessGroup::submit(OpKind kind, DType dtype, bool async,
   ctx.seq = seq_++;
   std::string what =
       "rank " + std::to_string(rank()) + ": " + op_kind_name(kind) + " #" + std::to_string(ctx.seq);
-  return executor_->submit(
-      what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
+  return executor_->submit(what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
 }
 
 Executor& ProcessGroup::p2p_executor(bool is_send, int peer) {
@@ -303,8 +302,7 @@ ProcessGroup::WorkPtr ProcessGroup::recv_any(void* buf, size_t count, DType dtyp
   auto work =
       std::make_shared<TaskWork>("rank " + std::to_string(rank()) + ": recv from any source");
   TaskWork* outer = work.get();  // the task holds the Work, so it outlives the task
-  return ex->submit(
-      work, [=] { run_recv_any(*outer, buf, count, dtype, tag); }, async);
+  return ex->submit(work, [=] { run_recv_any(*outer, buf, count, dtype, tag); }, async);
 }
 
 ProcessGroup::WorkPtr ProcessGroup::claim_arrived(void* buf, size_t count, DType dtype,

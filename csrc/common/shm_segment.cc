@@ -63,7 +63,7 @@ ShmSegment ShmSegment::create(const std::string& name, size_t nbytes) {
 ShmSegment ShmSegment::open(const std::string& name) {
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) throw NetworkError(errno_message("shm_open(" + name + ")", errno));
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);

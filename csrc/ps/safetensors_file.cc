@@ -107,7 +107,7 @@ void SafetensorsWriter::write(const std::string& path) const {
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(errno_message("cannot open checkpoint " + path, errno));
-  struct stat st {};
+  struct stat st{};
   ::fstat(fd, &st);
   map_bytes_ = static_cast<size_t>(st.st_size);
   auto bad = [&](const std::string& why) {

@@ -179,20 +179,13 @@ TEST(KernelErrors, BadBatchesWriteNothing) {
       "grads are float64 but the table holds float32");
   auto bad_ids = sparse_batch(ok, g, false);
   bad_ids.ids_dtype = DType::kFloat32;
+  expect_rejected(*t, [&] { t->sgd(bad_ids, {0.1}); }, "pass int32 or int64");
+  expect_rejected(*t, [&] { t->sgd(sparse_batch(ok, g, false), {-1.0}); }, "lr = -1");
   expect_rejected(
-      *t, [&] { t->sgd(bad_ids, {0.1}); }, "pass int32 or int64");
-  expect_rejected(
-      *t, [&] { t->sgd(sparse_batch(ok, g, false), {-1.0}); }, "lr = -1");
-  expect_rejected(
-      *t,
-      [&] {
-        t->adagrad(sparse_batch(ok, g, false), {0.1, 1e-10});
-      },
+      *t, [&] { t->adagrad(sparse_batch(ok, g, false), {0.1, 1e-10}); },
       "created with optimizer='none'; adagrad needs optimizer='adagrad'");
-  expect_rejected(
-      *t, [&] { t->adam(sparse_batch(ok, g, false), {}); }, "needs optimizer='adam'");
-  expect_rejected(
-      *t, [&] { t->axpy(NAN, g.data(), 24, DType::kFloat32, false); }, "not finite");
+  expect_rejected(*t, [&] { t->adam(sparse_batch(ok, g, false), {}); }, "needs optimizer='adam'");
+  expect_rejected(*t, [&] { t->axpy(NAN, g.data(), 24, DType::kFloat32, false); }, "not finite");
   expect_rejected(
       *t, [&] { t->axpy(1.0, g.data(), 12, DType::kFloat32, false); },
       "grads hold 12 elements; the whole table, 6 rows x 4 need 24");
@@ -204,10 +197,7 @@ TEST(KernelErrors, AdamRejectsBadBetasAndClosedTablesThrow) {
   std::vector<int64_t> ids{0};
   std::vector<float> g{1.f, 1.f};
   expect_rejected(
-      *t,
-      [&] {
-        t->adam(sparse_batch(ids, g, false), {0.1, 1.0, 0.9, 1e-8, 1});
-      },
+      *t, [&] { t->adam(sparse_batch(ids, g, false), {0.1, 1.0, 0.9, 1e-8, 1}); },
       "must lie in [0, 1)");
   t->close();
   EXPECT_THROW(t->sgd(sparse_batch(ids, g, false), {0.1}), pscore::Error);

@@ -93,7 +93,9 @@ TEST(Segment, LastCloseRemovesTheName) {
 
 TEST(Segment, DestructionDetachesToo) {
   const std::string name = unique_name("dtor");
-  { auto a = create(name); }
+  {
+    auto a = create(name);
+  }
   EXPECT_FALSE(shm_exists(name));
 }
 

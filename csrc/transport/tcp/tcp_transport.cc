@@ -154,9 +154,9 @@ void TcpTransport::connect_lower(const std::vector<std::string>& hosts,
       auth::Nonce nonce{};
       if (authenticate) nonce = auth::random_nonce();
       send_handshake(s, kHello, authenticate ? kFlagAuthenticate : 0,
-                 hello_payload(Hello{rank_, size_, lane}, authenticate ? &nonce : nullptr,
-                               options_.job_id),
-                 deadline, rank_name(peer));
+                     hello_payload(Hello{rank_, size_, lane}, authenticate ? &nonce : nullptr,
+                                   options_.job_id),
+                     deadline, rank_name(peer));
       if (authenticate)
         authenticate_to(s, peer, lane, nonce, address(hosts[peer], ports[peer]), deadline);
       pending_acks.push_back(std::move(s));
@@ -254,8 +254,8 @@ bool TcpTransport::admit(Socket s, const Deadline& deadline) {
       !authenticate_dialler(s, hello.rank, hello.lane, client_nonce, peer_address, hello_deadline))
     return false;
   send_handshake(s, kHelloAck, 0,
-             hello_payload(Hello{rank_, size_, hello.lane}, nullptr, options_.job_id), deadline,
-             who);
+                 hello_payload(Hello{rank_, size_, hello.lane}, nullptr, options_.job_id), deadline,
+                 who);
   install(hello.rank, hello.lane, std::move(s));
   return true;
 }
@@ -278,7 +278,8 @@ bool TcpTransport::authenticate_dialler(const Socket& s, int peer, int lane,
     return false;
   }
   auth::Proof expected = auth::client_proof(options_.auth_token, server_nonce, client_nonce, b);
-  if (f.header.type != kAuth || !auth::proof_matches(expected, f.payload.data(), f.payload.size())) {
+  if (f.header.type != kAuth ||
+      !auth::proof_matches(expected, f.payload.data(), f.payload.size())) {
     refuse(s, peer_address,
            "the proof of " + rank_name(peer) + " does not match the token of " + rank_name(rank_),
            deadline);
