@@ -90,7 +90,7 @@ def main() -> int:
             [
                 sys.executable,
                 "-m",
-                "pscore.server",
+                "pscore.ps.pserver",
                 "--shard",
                 str(s),
                 "--num-shards",

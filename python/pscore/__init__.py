@@ -2,10 +2,12 @@
 rendezvous stores, a parameter server and Hogwild tables."""
 
 from . import hogwild
-from .cluster import ClusterEnv, discover
-from .cluster_spec import ClusterSpec
+from .cluster import ClusterEnv, ClusterSpec, discover
 from .collectives import (
+    NON_GROUP_MEMBER,
+    ProcessGroup,
     ReduceOp,
+    Work,
     all_gather,
     all_gather_into_tensor,
     all_reduce,
@@ -13,12 +15,16 @@ from .collectives import (
     all_to_all_single,
     barrier,
     broadcast,
+    destroy_process_group,
     gather,
     get_backend,
     get_rank,
     get_world_size,
+    init_process_group,
     irecv,
+    is_initialized,
     isend,
+    new_group,
     recv,
     reduce,
     reduce_scatter,
@@ -27,21 +33,60 @@ from .collectives import (
     send,
 )
 from .errors import Error, NetworkError, StoreError, TimeoutError
-from .group import (
-    NON_GROUP_MEMBER,
-    ProcessGroup,
-    destroy_process_group,
-    init_process_group,
-    is_initialized,
-    new_group,
-)
 from .hogwild import SharedTable
 from .ps import PSClient
-from .server import PServer
+from .ps.server import PServer
 from .store import FileStore, HashStore, PrefixStore, RedisStore, Store, TCPStore, create_store
-from .work import Work
 
 __version__ = "0.1.0"
 
+__all__ = [
+    "NON_GROUP_MEMBER",
+    "ClusterEnv",
+    "ClusterSpec",
+    "Error",
+    "FileStore",
+    "HashStore",
+    "NetworkError",
+    "PSClient",
+    "PServer",
+    "PrefixStore",
+    "ProcessGroup",
+    "RedisStore",
+    "ReduceOp",
+    "SharedTable",
+    "Store",
+    "StoreError",
+    "TCPStore",
+    "TimeoutError",
+    "Work",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "create_store",
+    "destroy_process_group",
+    "discover",
+    "gather",
+    "get_backend",
+    "get_rank",
+    "get_world_size",
+    "hogwild",
+    "init_process_group",
+    "irecv",
+    "is_initialized",
+    "isend",
+    "new_group",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "send",
+]
+
 if "torch" in __import__("sys").modules:  # register the torch.distributed backend for free
-    from . import torch_backend
+    from . import torch_backend  # noqa: F401 - importing it registers the backend

@@ -1,5 +1,7 @@
 """Exception classes raised by pscore; each subclasses what users already catch."""
 
+__all__ = ["Error", "NetworkError", "StoreError", "TimeoutError"]
+
 
 class Error(RuntimeError):
     """Base of pscore's failures (bad arguments raise ValueError / TypeError instead)."""

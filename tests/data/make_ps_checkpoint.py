@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from pscore.ps import SGD, Adagrad, Adam, PSClient, RMSprop
-from pscore.server import PServer
+from pscore.ps.server import PServer
 
 DENSE = ("dense_adam", "dense_sgd")
 SPARSE_IDS = {"emb_adagrad": np.array([3, -7, 2**40]), "emb_rms": np.array([1, 2, 5, 11])}

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import pscore
-from pscore import _config, group, rendezvous
+from pscore import _config
+from pscore.collectives import group, rendezvous
 from pscore.ps import PSClient
-from pscore.server import PServer
+from pscore.ps.server import PServer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "python" / "pscore"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pscore.cluster import ClusterSpec, discover, expand_nodelist
-from pscore.slurm import expand_tasks_per_node
+from pscore.cluster.slurm import expand_tasks_per_node
 
 
 def test_nothing_set_is_a_world_of_one():

@@ -13,8 +13,8 @@ import time
 import pytest
 
 import pscore.errors
-from pscore import launch
-from pscore.launch import free_port
+from pscore.launch import launcher
+from pscore.launch.launcher import free_port
 
 PYTHON_PATH = os.path.dirname(os.path.dirname(os.path.abspath(pscore.errors.__file__)))
 
@@ -191,7 +191,7 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
         time.sleep(120)
         """,
     )
-    launcher = subprocess.Popen(
+    launcher_proc = subprocess.Popen(
         [sys.executable, "-m", "pscore.launch", "-n", "2", script],
         env=launcher_env(),
         cwd=tmp_path,
@@ -200,11 +200,11 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
     )
     deadline = time.monotonic() + 30
     while not all((tmp_path / f"pid{r}").exists() for r in range(2)):
-        assert time.monotonic() < deadline and launcher.poll() is None
+        assert time.monotonic() < deadline and launcher_proc.poll() is None
         time.sleep(0.02)
-    launcher.send_signal(signal.SIGTERM)
-    _, err = launcher.communicate(timeout=30)
-    assert launcher.returncode == 128 + signal.SIGTERM
+    launcher_proc.send_signal(signal.SIGTERM)
+    _, err = launcher_proc.communicate(timeout=30)
+    assert launcher_proc.returncode == 128 + signal.SIGTERM
     assert "rank" not in err  # ranks stopped on request are not reported as failures
     for r in range(2):
         assert not pid_alive(int((tmp_path / f"pid{r}").read_text()))
@@ -243,7 +243,7 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
     ],
 )
 def test_bad_arguments(args, message, capsys):
-    assert launch.main(args) == 2
+    assert launcher.main(args) == 2
     assert message in capsys.readouterr().err
 
 
@@ -287,8 +287,8 @@ def test_torchrun_spellings_and_the_node_layout(tmp_path):
 )
 def test_a_made_up_job_id_is_marked_for_the_parameter_servers(args, environ, job_id, made_up):
     """PSClient() (pscore.ps.environment.job_id) ignores a job id pscore-run made up."""
-    node = launch.node_config(launch._parser().parse_args([*args, "x.py"]), environ)
-    env = launch.rank_environment(environ, node, 0)
+    node = launcher.node_config(launcher._parser().parse_args([*args, "x.py"]), environ)
+    env = launcher.rank_environment(environ, node, 0)
     assert job_id is None or env["PSCORE_JOB_ID"] == job_id
     assert (env.get("PSCORE_JOB_ID_ORIGIN") == "pscore-run") == made_up
 
@@ -506,15 +506,15 @@ def test_ranks_of_a_killed_launcher_get_sigterm(tmp_path):
         time.sleep(120)
         """,
     )
-    launcher = subprocess.Popen(
+    launcher_proc = subprocess.Popen(
         [sys.executable, "-m", "pscore.launch", "-n", "2", script], env=launcher_env(), cwd=tmp_path
     )
     deadline = time.monotonic() + 30
     while not all((tmp_path / f"pid{r}").exists() for r in range(2)):
-        assert time.monotonic() < deadline and launcher.poll() is None
+        assert time.monotonic() < deadline and launcher_proc.poll() is None
         time.sleep(0.02)
-    launcher.kill()
-    launcher.wait(30)
+    launcher_proc.kill()
+    launcher_proc.wait(30)
     pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
     while any(pid_alive(p) for p in pids):
         assert time.monotonic() < deadline + 30, "ranks outlived their launcher"

@@ -12,7 +12,7 @@ from test_ps_support import address_from_banner, pserver_process
 
 import pscore
 from pscore.ps import PSClient
-from pscore.server import PServer
+from pscore.ps.server import PServer
 
 TOKEN = "ps-file-secret"
 

@@ -16,7 +16,7 @@ import pytest
 
 from pscore.ps import PSClient, read_checkpoint
 from pscore.ps.checkpoint import read_safetensors
-from pscore.server import PServer
+from pscore.ps.server import PServer
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
 V1 = os.path.join(DATA, "ps_checkpoint_v1")

@@ -16,7 +16,7 @@ from test_ps_support import CHILD_PYTHONPATH, address_from_banner, pserver_proce
 
 import pscore
 from pscore.ps import SGD, PSClient, read_checkpoint
-from pscore.server import PServer
+from pscore.ps.server import PServer
 from pscore.store import HashStore, TCPStore
 
 
@@ -89,7 +89,7 @@ def test_public_bind_needs_a_token():
     env = dict(os.environ, PYTHONPATH=CHILD_PYTHONPATH)
     env.pop("PSCORE_AUTH_TOKEN", None)
     r = subprocess.run(
-        [sys.executable, "-m", "pscore.server", "--host", "0.0.0.0"],
+        [sys.executable, "-m", "pscore.ps.pserver", "--host", "0.0.0.0"],
         capture_output=True,
         text=True,
         env=env,

@@ -55,9 +55,9 @@ def _env(extra: dict) -> dict:
 
 
 def _run_pserver(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Runs `python -m pscore.server args` to its end (these runs are expected to exit)."""
+    """Runs `python -m pscore.ps.pserver args` to its end (these runs are expected to exit)."""
     return subprocess.run(
-        [sys.executable, "-m", "pscore.server", *args],
+        [sys.executable, "-m", "pscore.ps.pserver", *args],
         capture_output=True,
         text=True,
         env=_env(env or {}),
@@ -128,7 +128,7 @@ def test_tf_config_job_starts_in_any_order(order, monkeypatch):
     }
     commands = {
         f"{kind}{i}": (
-            [sys.executable, "-m", "pscore.server"]
+            [sys.executable, "-m", "pscore.ps.pserver"]
             if kind == "ps"
             else [sys.executable, "-c", WORKER],
             _tf_config(cluster, kind, i),
@@ -180,12 +180,12 @@ def test_pscore_store_job_under_a_launcher_starts_in_any_order(launcher, order, 
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     commands = {
-        "store": ([sys.executable, "-m", "pscore.store_server", "--port", str(port)], {}),
+        "store": ([sys.executable, "-m", "pscore.store.server", "--port", str(port)], {}),
         "workers": ([*LAUNCHERS[launcher], "--nproc-per-node", "2", str(script)], env),
     }
     for s in range(2):
         shard = ["--shard", str(s), "--num-shards", "2", "--num-workers", "2"]
-        commands[f"ps{s}"] = ([sys.executable, "-m", "pscore.server", *shard], env)
+        commands[f"ps{s}"] = ([sys.executable, "-m", "pscore.ps.pserver", *shard], env)
     procs = _start_in_order(order, commands)
     try:
         out, err = procs["workers"].communicate(timeout=180)
@@ -304,11 +304,11 @@ def test_pserver_says_it_waits_for_a_store_that_comes_later():
     store is up."""
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    server = _start([sys.executable, "-m", "pscore.server", "--store", url], {})
+    server = _start([sys.executable, "-m", "pscore.ps.pserver", "--store", url], {})
     store = None
     try:
         assert server.stderr.readline() == f"pserver: waiting up to 300 s for the store at {url}\n"
-        store = _start([sys.executable, "-m", "pscore.store_server", "--port", str(port)], {})
+        store = _start([sys.executable, "-m", "pscore.store.server", "--port", str(port)], {})
         assert "serving" in store.stdout.readline()
         assert server.stdout.readline().startswith("pserver: shard 0/1 serving on 127.0.0.1:")
         assert "shard 0 stopped" in _stop(server, "pserver")
@@ -355,7 +355,7 @@ def test_bad_option_values_are_one_line_errors(args, env, code, message):
     assert r.stderr.startswith(message) and r.stderr.count("\n") == 1, r.stderr
 
 
-@pytest.mark.parametrize("module", ["pscore.server", "pscore.store_server"])
+@pytest.mark.parametrize("module", ["pscore.ps.pserver", "pscore.store.server"])
 def test_commands_start_and_stop_without_warnings(module):
     for _ in range(3):
         proc = _start([sys.executable, "-X", "dev", "-m", module], {})
@@ -363,7 +363,7 @@ def test_commands_start_and_stop_without_warnings(module):
         assert "stopped" in _stop(proc, module)
 
 
-@pytest.mark.parametrize("module", ["pscore.server", "pscore.store_server"])
+@pytest.mark.parametrize("module", ["pscore.ps.pserver", "pscore.store.server"])
 def test_every_option_in_help_has_a_default(module):
     r = subprocess.run(
         [sys.executable, "-m", module, "--help"],
@@ -378,7 +378,7 @@ def test_every_option_in_help_has_a_default(module):
     assert len(flags) >= 4
     for flag, text in flags.items():
         assert "(default: " in text, f"{module} --help: {flag} names no default: {text}"
-    if module == "pscore.server":
+    if module == "pscore.ps.pserver":
         for flag in ("--shard", "--num-shards", "--num-workers", "--threads", "--max-frame-mb"):
             assert flag in flags
 
@@ -390,7 +390,7 @@ def test_a_ps_task_with_a_name_binds_every_interface_and_needs_a_token():
     r = _run_pserver(env=env)
     assert r.returncode == 2
     assert "on '0.0.0.0' (reachable from other hosts) without an auth token" in r.stderr
-    proc = _start([sys.executable, "-m", "pscore.server"], {**env, "PSCORE_AUTH_TOKEN": "tok"})
+    proc = _start([sys.executable, "-m", "pscore.ps.pserver"], {**env, "PSCORE_AUTH_TOKEN": "tok"})
     try:
         assert f"(TF_CONFIG task ps:0 at ps-0.invalid:{port}) serving on" in proc.stdout.readline()
         c = PSClient([f"127.0.0.1:{port}"], auth_token="tok", worker_id=0)

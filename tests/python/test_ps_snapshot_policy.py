@@ -15,7 +15,7 @@ import pytest
 from test_ps_support import pserver_process
 
 from pscore.ps import SGD, PSClient
-from pscore.server import PServer
+from pscore.ps.server import PServer
 from pscore.store import TCPStore
 
 MB = 1 << 20

@@ -12,7 +12,7 @@ import traceback
 
 import numpy as np
 
-from pscore.server import PServer
+from pscore.ps.server import PServer
 
 # Children import pscore from wherever this process did (the source tree or an installed wheel).
 CHILD_PYTHONPATH = os.pathsep.join(p for p in sys.path if p)
@@ -69,11 +69,11 @@ def run_workers(fn, num: int, args: tuple = (), timeout: float = 60.0) -> list:
 
 
 def pserver_process(*args: str, env: dict | None = None) -> subprocess.Popen:
-    """Starts `python -m pscore.server ARGS` and waits for its "serving on" line."""
+    """Starts `python -m pscore.ps.pserver ARGS` and waits for its "serving on" line."""
     full_env = dict(os.environ, PYTHONPATH=CHILD_PYTHONPATH)
     full_env.update(env or {})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pscore.server", *args],
+        [sys.executable, "-m", "pscore.ps.pserver", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -20,7 +20,7 @@ from test_ps_support import (
 
 import pscore
 from pscore.ps import SGD, Adam, PSClient
-from pscore.server import PServer
+from pscore.ps.server import PServer
 from pscore.store import TCPStore
 
 

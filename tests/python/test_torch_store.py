@@ -10,7 +10,7 @@ import pytest
 
 import pscore
 from pscore.cluster import discover
-from pscore.torch_store import TorchStore, agent_store
+from pscore.store.torch_store import TorchStore, agent_store
 
 dist = pytest.importorskip("torch.distributed")
 

@@ -1,6 +1,7 @@
-"""One Work protocol (pscore.work): collectives, the parameter-server client and operations that
-finished at once all return a pscore.Work with wait(timeout) -> True, is_completed, exception and
-result; a timed-out wait leaves the operation running. (The torch backend's Work: test_torch_backend.)
+"""One Work protocol (pscore.collectives.work): collectives, the parameter-server client and
+operations that finished at once all return a pscore.Work with wait(timeout) -> True,
+is_completed, exception and result; a timed-out wait leaves the operation running. (The torch
+backend's Work: test_torch_backend.)
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import pytest
 from dist_helpers import run_ranks
 
 import pscore
+from pscore.collectives.work import CollectiveWork, CompletedWork
 from pscore.ps import PSClient, PSWork
-from pscore.server import PServer
-from pscore.work import CollectiveWork, CompletedWork
+from pscore.ps.server import PServer
 
 
 def check_finished(work: pscore.Work, value=None) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+__all__ = ["main", "usage"]
+
 _COLLECTIVE = "busbw and p50 latency per size vs torch gloo, same run"
 # name -> (module, what it measures)
 BENCHMARKS = {

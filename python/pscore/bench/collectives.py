@@ -12,6 +12,8 @@ import time
 
 from .report import human_bytes, p50, print_table, write_json
 
+__all__ = ["default_sizes", "main", "parse_sizes", "parser", "print_report", "run"]
+
 # nccl-tests' bus bandwidth factors: what each rank's links carry relative to the message.
 BUS_FACTOR = {
     "allreduce": lambda n: 2 * (n - 1) / n,

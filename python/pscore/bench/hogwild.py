@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+__all__ = ["EPS", "LR", "main"]
+
 LR = 0.01
 EPS = 1e-10
 SPARSE_OPS = ("sgd", "adagrad")

@@ -22,6 +22,16 @@ import sys
 
 from .report import print_table, write_json
 
+__all__ = [
+    "OPS",
+    "bytes_per_call",
+    "copy_bandwidth",
+    "main",
+    "make_state",
+    "pscore_step",
+    "torch_step",
+]
+
 OPS = ("sgd", "adagrad", "adam")
 LR, EPS, BETAS = 0.01, 1e-8, (0.9, 0.999)
 ARRAYS_TOUCHED = {"sgd": 1, "adagrad": 2, "adam": 3}  # table + optimizer state arrays

@@ -12,6 +12,8 @@ import time
 
 from .report import print_table, write_json
 
+__all__ = ["main", "measure"]
+
 CHUNK = 1 << 20
 
 

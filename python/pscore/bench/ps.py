@@ -37,6 +37,8 @@ import numpy as np
 
 from pscore.bench.report import human_bytes, p50, print_table, write_json
 
+__all__ = ["LR", "main", "run", "run_phase"]
+
 LR = 0.01
 DEFAULT_SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 PHASES = 3  # phases per system, alternating pscore / torch
@@ -230,7 +232,7 @@ def run_phase(system: str, args) -> list[dict]:
                 [
                     sys.executable,
                     "-m",
-                    "pscore.server",
+                    "pscore.ps.pserver",
                     "--shard",
                     str(s),
                     "--num-shards",

@@ -7,6 +7,8 @@ import os
 import platform
 import statistics
 
+__all__ = ["human_bytes", "machine", "p50", "print_table", "write_json"]
+
 
 def p50(samples: list[float]) -> float:
     return statistics.median(samples)

@@ -19,6 +19,8 @@ import uuid
 from pscore.bench.report import p50, print_table, write_json
 from pscore.store import TCPStore
 
+__all__ = ["main"]
+
 
 def _pscore_pair(timeout_s: float):
     master = TCPStore("127.0.0.1", 0, is_master=True, timeout=timeout_s)

@@ -20,6 +20,8 @@ import numpy as np
 
 from .table import SharedTable
 
+__all__ = ["DistributedHogwild", "average_tables"]
+
 
 def _table_list(tables: Any) -> list:
     """A sequence of SharedTables, or a SharedParameters (its tables, in parameter order)."""

@@ -28,6 +28,8 @@ from typing import Any
 from . import optim_options, torch_pickling
 from .table import SharedTable, _default_name
 
+__all__ = ["HogwildOptimizer", "SharedParameters"]
+
 _ATTRIBUTE = "_pscore_hogwild"  # a bound module's SharedParameters
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from .. import _hogwild
 
+__all__ = ["check_tables_serve", "kernel_options", "resolve", "table_state"]
+
 DEFAULTS: dict[str, dict[str, Any]] = {
     "sgd": {
         "lr": 1e-3,

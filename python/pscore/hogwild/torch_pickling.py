@@ -19,6 +19,8 @@ from typing import Any
 
 from .table import SharedTable
 
+__all__ = ["attached", "forget", "table_address", "table_of", "track"]
+
 # This process's tables with bound parameters: by the address of their parameters, and by name.
 _by_address: dict[int, SharedTable] = {}
 _by_name: dict[str, SharedTable] = {}

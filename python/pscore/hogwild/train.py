@@ -15,6 +15,8 @@ from typing import Any
 from ..errors import TimeoutError as PscoreTimeoutError
 from .table import close_all
 
+__all__ = ["WorkerError", "train"]
+
 
 class WorkerError(RuntimeError):
     """A Hogwild worker failed. `rank`, `exitcode` (None if it raised and exited cleanly, else

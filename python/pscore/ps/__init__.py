@@ -4,11 +4,11 @@ Servers (``pscore.PServer`` in-process, or the ``pserver`` command) each hold on
 use :class:`PSClient` to create dense and sparse tables, push gradients and pull parameters.
 """
 
-from pscore.ps.checkpoint import read_checkpoint
-from pscore.ps.client import PSClient
-from pscore.ps.optim import SGD, Adagrad, Adam, AdamW, Optimizer, RMSprop
-from pscore.ps.tables import TableInfo
-from pscore.ps.work import PSWork
+from .checkpoint import read_checkpoint
+from .client import PSClient
+from .optim import SGD, Adagrad, Adam, AdamW, Optimizer, RMSprop
+from .tables import TableInfo
+from .work import PSWork
 
 __all__ = [
     "SGD",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pscore.tensor import as_buffer, is_torch_tensor
+from ..tensor import as_buffer, is_torch_tensor
 
 
 def float_input(x, what: str):

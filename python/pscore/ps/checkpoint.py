@@ -11,6 +11,8 @@ import struct
 
 import numpy as np
 
+__all__ = ["read_checkpoint", "read_safetensors"]
+
 _DTYPES = {
     "F32": np.float32,
     "F64": np.float64,

@@ -12,14 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pscore import _config, _ps, errors
-from pscore.ps import discovery, environment
-from pscore.ps.arrays import float_input, float_output, id_input
-from pscore.ps.tables import TableInfo, build_spec, table_info
-from pscore.ps.work import PSWork
+from .. import _config, _ps, errors
+from . import discovery, environment
+from .arrays import float_input, float_output, id_input
+from .tables import TableInfo, build_spec, table_info
+from .work import PSWork
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+__all__ = ["PSClient"]
 
 
 def _timeout_s(value, name: str) -> float:

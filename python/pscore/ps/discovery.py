@@ -3,13 +3,25 @@ find servers with no host lists, and find a restarted shard's new address."""
 
 from __future__ import annotations
 
-import socket
 import time
 import urllib.parse
 
-from pscore import errors
-from pscore import store as stores
-from pscore.store_base import Store
+from .. import errors
+from ..cluster.spec import advertised_host
+from ..store.base import Store
+from ..store.create import create_store
+from ..store.native import TCPStore
+
+__all__ = [
+    "connect_shard",
+    "num_shards_key",
+    "open_store",
+    "parse_address",
+    "publish",
+    "read_address",
+    "read_num_shards",
+    "shard_key",
+]
 
 _STORE_PATIENCE_S = 2.0  # how long a store may take to answer before on_wait is told
 
@@ -25,20 +37,20 @@ def open_store(store: Store | str, timeout: float, on_wait=None) -> Store:
         raise TypeError(f"store must be a pscore Store or a URL string, not {type(store).__name__}")
     url = urllib.parse.urlsplit(store)
     if url.scheme != "tcp":
-        return stores.create_store(store, timeout=timeout)
+        return create_store(store, timeout=timeout)
     if not url.hostname or not url.port:
         raise ValueError(f"store URL {store!r}: expected tcp://host:port")
     deadline = time.monotonic() + timeout
     first_try = min(timeout, _STORE_PATIENCE_S) if on_wait is not None else timeout
     try:
         try:
-            return stores.TCPStore(url.hostname, url.port, is_master=False, timeout=first_try)
+            return TCPStore(url.hostname, url.port, is_master=False, timeout=first_try)
         except errors.TimeoutError:
             left = deadline - time.monotonic()
             if first_try >= timeout or left <= 0:
                 raise
             on_wait(f"waiting up to {timeout:g} s for the store at {store}")
-            return stores.TCPStore(url.hostname, url.port, is_master=False, timeout=left)
+            return TCPStore(url.hostname, url.port, is_master=False, timeout=left)
     except errors.TimeoutError as e:
         raise errors.TimeoutError(
             f"no store answered at {store} within {timeout:g} s (is pscore-store, or the job's "
@@ -54,17 +66,6 @@ def shard_key(job_id: str, shard: int) -> str:
 
 def num_shards_key(job_id: str) -> str:
     return f"pscore/ps/{job_id or 'default'}/num_shards"
-
-
-def advertised_host(host: str) -> str:
-    """The address others should dial for a server bound to `host`."""
-    if host in ("", "0.0.0.0", "::"):
-        name = socket.gethostname()
-        try:
-            return socket.gethostbyname(name)
-        except OSError:
-            return name
-    return host
 
 
 def publish(

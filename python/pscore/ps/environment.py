@@ -16,9 +16,19 @@ import os
 import socket
 from collections.abc import Mapping
 
-from pscore import _config
-from pscore.cluster import ClusterEnv, discover
-from pscore.cluster_spec import split_address
+from .. import _config
+from ..cluster.discovery import ClusterEnv, discover
+from ..cluster.spec import split_address
+
+__all__ = [
+    "ShardPlacement",
+    "find_servers",
+    "job_id",
+    "servers_from_tf_config",
+    "shard_from_tf_config",
+    "store_url",
+    "worker_id",
+]
 
 
 @dataclasses.dataclass(frozen=True)

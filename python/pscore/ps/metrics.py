@@ -10,6 +10,8 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+__all__ = ["MetricsServer", "ShardCollector"]
+
 _COUNTERS = {
     "bytes_in": "Bytes received from workers",
     "bytes_out": "Bytes sent to workers",

@@ -7,8 +7,10 @@ import dataclasses
 
 import numpy as np
 
-from pscore import _ps
-from pscore.ps.optim import SGD, Optimizer, fill_spec
+from .. import _ps
+from .optim import SGD, Optimizer, fill_spec
+
+__all__ = ["TableInfo", "build_spec", "table_info"]
 
 INITIALIZERS = {"zeros": 0, "uniform": 1, "normal": 2, "constant": 3}
 CONSISTENCY = {"async": 0, "sync": 1, "ssp": 2}

@@ -8,8 +8,8 @@ import math
 import time
 from typing import Any, Callable
 
-from pscore import errors
-from pscore.work import Work
+from .. import errors
+from ..collectives.work import Work
 
 __all__ = ["PSWork"]
 

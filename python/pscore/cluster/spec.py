@@ -1,12 +1,16 @@
 """ClusterSpec: TensorFlow's map from job names ("chief", "worker", "ps", ...) to task
-addresses ("host:port"), built from a dict or read from ``TF_CONFIG``."""
+addresses ("host:port"), built from a dict or read from ``TF_CONFIG``; and the two address
+helpers every server shares: ``split_address`` and ``advertised_host``."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Mapping
 from typing import Union
+
+__all__ = ["ClusterSpec", "advertised_host", "split_address"]
 
 JobTasks = Union[list[str], tuple[str, ...], Mapping[int, str]]
 
@@ -21,6 +25,17 @@ def split_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"task address {address!r} is not 'host:port'")
     return host, int(port_text)
+
+
+def advertised_host(host: str) -> str:
+    """The address others should dial for a server bound to `host`."""
+    if host in ("", "0.0.0.0", "::"):
+        name = socket.gethostname()
+        try:
+            return socket.gethostbyname(name)
+        except OSError:
+            return name
+    return host
 
 
 class ClusterSpec:

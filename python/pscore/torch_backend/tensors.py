@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+__all__ = ["Staging", "carried", "check_list_length", "check_same_shape", "chunks_of", "op_name"]
+
 _BITWISE = {dist.ReduceOp.BAND: "band", dist.ReduceOp.BOR: "bor", dist.ReduceOp.BXOR: "bxor"}
 _ARITHMETIC = {
     dist.ReduceOp.SUM: "sum",

@@ -22,8 +22,8 @@ import weakref
 
 from typing_extensions import Self
 
-from pscore.errors import TimeoutError
-from pscore.store_base import (
+from ..errors import TimeoutError
+from .base import (
     INTERNAL_KEY_PREFIX,
     Store,
     Timeout,
@@ -32,6 +32,8 @@ from pscore.store_base import (
     to_seconds,
     wait_timeout_message,
 )
+
+__all__ = ["FileStore"]
 
 _RECORD = struct.Struct("<cII")  # op, key bytes, value bytes
 _SET = b"S"

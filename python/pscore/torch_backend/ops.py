@@ -7,10 +7,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from . import collectives as c
-from .torch_barrier import monitored_barrier
-from .torch_sparse import all_reduce_sparse
-from .torch_tensors import Staging, check_list_length, check_same_shape, chunks_of, op_name
+from ..collectives import functions as c
+from .barrier import monitored_barrier
+from .sparse import all_reduce_sparse
+from .tensors import Staging, check_list_length, check_same_shape, chunks_of, op_name
+
+__all__ = ["TorchOperations"]
 
 
 class TorchOperations:

@@ -26,12 +26,12 @@ import json
 import os
 from collections.abc import Mapping
 
-from pscore import _config
-from pscore._config import Var
-from pscore.cluster_spec import ClusterSpec, split_address
-from pscore.slurm import expand_nodelist, tasks_on_node
+from .. import _config
+from .._config import Var
+from .slurm import expand_nodelist, tasks_on_node
+from .spec import ClusterSpec, split_address
 
-__all__ = ["ClusterEnv", "ClusterSpec", "discover", "expand_nodelist"]
+__all__ = ["ClusterEnv", "discover"]
 
 DEFAULT_MASTER_PORT = 29500  # torch.distributed's default, used by the Open MPI source
 _TF_COLLECTIVE_JOBS = ("chief", "master", "worker")  # "master": older TFJob name of chief

@@ -19,6 +19,8 @@ import time
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
+__all__ = ["install", "monitored_barrier"]
+
 
 def install(group_type) -> None:
     """Routes torch.distributed.monitored_barrier on groups of `group_type` to the group."""

@@ -14,6 +14,22 @@ import math
 from collections.abc import Iterable
 from typing import Union
 
+__all__ = [
+    "INTERNAL_KEY_PREFIX",
+    "Store",
+    "Timeout",
+    "check_amount",
+    "check_key",
+    "check_keys",
+    "format_keys",
+    "get_timeout_message",
+    "parse_stored_integer",
+    "to_bytes",
+    "to_ms",
+    "to_seconds",
+    "wait_timeout_message",
+]
+
 Timeout = Union[float, int, datetime.timedelta]
 Value = Union[bytes, bytearray, memoryview, str]
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+__all__ = ["expand_nodelist", "expand_tasks_per_node", "tasks_on_node"]
+
 _TASKS_ITEM = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 
 

@@ -1,12 +1,6 @@
-"""pscore as a torch.distributed backend: `import pscore.torch_backend` (or `import pscore` after
-torch) registers "pscore", and unmodified code - DDP included - runs on pscore's transports:
-
-    dist.init_process_group("pscore", ...)
-    model = torch.nn.parallel.DistributedDataParallel(model)
-
-Every operation runs asynchronously: it returns at once, `wait()` waits on pscore directly, and
-a completer thread resolves the Work's future when pscore finishes, so DDP's backward keeps
-computing while gradient buckets are reduced.
+"""The "pscore" torch.distributed ProcessGroup: every operation runs asynchronously: it returns at
+once, `wait()` waits on pscore directly, and a completer thread resolves the Work's future when
+pscore finishes, so DDP's backward keeps computing while gradient buckets are reduced.
 """
 
 from __future__ import annotations
@@ -23,11 +17,13 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup as _TorchProcessGroup
 from torch._C._distributed_c10d import Work as _TorchWork
 
-from . import torch_barrier
-from .group import build_group
-from .torch_ops import TorchOperations
-from .torch_store import TorchStore, served_by_rank_zero
-from .torch_tensors import Staging
+from ..collectives.group import build_group
+from ..store.torch_store import TorchStore, served_by_rank_zero
+from . import barrier
+from .ops import TorchOperations
+from .tensors import Staging
+
+__all__ = ["BACKEND_NAME", "PscoreProcessGroup", "register"]
 
 BACKEND_NAME = "pscore"
 STOP_WAIT_S = 5.0  # at exit, how long the completer may take to finish resolving a future
@@ -240,7 +236,4 @@ def register() -> None:
     """Registers the "pscore" backend with torch.distributed (idempotent)."""
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])
-    torch_barrier.install(PscoreProcessGroup)
-
-
-register()
+    barrier.install(PscoreProcessGroup)

@@ -14,9 +14,11 @@ import datetime
 import os
 from typing import Callable
 
-from .errors import NetworkError
-from .errors import TimeoutError as PscoreTimeoutError
-from .store_base import Store, format_keys, get_timeout_message, wait_timeout_message
+from ..errors import NetworkError
+from ..errors import TimeoutError as PscoreTimeoutError
+from .base import Store, format_keys, get_timeout_message, wait_timeout_message
+
+__all__ = ["TorchStore", "agent_store", "served_by_rank_zero"]
 
 
 class TorchStore(Store):
@@ -113,7 +115,7 @@ def agent_store(host: str, port: int, prefix: str, timeout_s: float) -> Store:
     (ClusterEnv.agent_store_prefix: this attempt's keys)."""
     import torch.distributed as dist
 
-    from .store import PrefixStore
+    from .prefix import PrefixStore
 
     client = dist.TCPStore(
         host, port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s)

@@ -6,8 +6,25 @@ from __future__ import annotations
 import datetime
 import threading
 
-from . import _C, _config, failure_report, rendezvous
-from .store import PrefixStore, TCPStore, create_store, env_store
+from .. import _C, _config
+from ..store.create import create_store, env_store
+from ..store.native import TCPStore
+from ..store.prefix import PrefixStore
+from . import failure_report, rendezvous
+
+__all__ = [
+    "NON_GROUP_MEMBER",
+    "ProcessGroup",
+    "build_group",
+    "default_group",
+    "destroy_process_group",
+    "init_process_group",
+    "is_initialized",
+    "new_group",
+    "resolve",
+    "timeout_seconds",
+    "tuning_from_env",
+]
 
 BACKENDS = ("tcp", "pscore", "cpu")
 
@@ -153,7 +170,7 @@ def init_process_group(
     if store is None:
         from_env = init_method is None or init_method == "env://"
         if from_env or rank is None or world_size is None:
-            from . import cluster
+            from .. import cluster
 
             env = cluster.discover()
             if env.rank < 0 and rank is None:

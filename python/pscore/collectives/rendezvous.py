@@ -17,8 +17,10 @@ from __future__ import annotations
 import socket
 import time
 
-from . import _C, _config
-from .errors import TimeoutError as PscoreTimeoutError
+from .. import _C, _config
+from ..errors import TimeoutError as PscoreTimeoutError
+
+__all__ = ["advertised_host", "connect", "host_identity", "wait_until_done"]
 
 
 def host_identity() -> str:

@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+__all__ = ["Console", "RankOutput", "parse_std_streams", "streams_for"]
+
 STDOUT, STDERR = 1, 2  # torchrun's Std bits: 1 = stdout, 2 = stderr, 3 = both
 TAIL_LINES = 12
 _MAX_LINE_BYTES = 1 << 16  # a longer line is copied in pieces of this size, each prefixed

@@ -6,11 +6,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import NetworkError
-from .errors import TimeoutError as PscoreTimeoutError
+from ..errors import NetworkError
+from ..errors import TimeoutError as PscoreTimeoutError
+from ..tensor import REDUCE_OPS, Buffer, as_buffer
 from .group import default_group, resolve
-from .tensor import REDUCE_OPS, Buffer, as_buffer
 from .work import CollectiveWork, CompletedWork, Work
+
+__all__ = [
+    "ReduceOp",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "gather",
+    "get_backend",
+    "get_rank",
+    "get_world_size",
+    "irecv",
+    "isend",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "send",
+]
 
 
 class ReduceOp:

@@ -11,6 +11,8 @@ import socket
 import threading
 import time
 
+__all__ = ["Rank", "Supervisor", "describe", "exit_code", "failure_summary"]
+
 
 def exit_code(returncode: int) -> int:
     """The launcher's exit status for a rank's return code (128 + N for signal N)."""

@@ -11,7 +11,7 @@ PSCORE_LOCAL_RANK / PSCORE_LOCAL_WORLD_SIZE / PSCORE_MASTER_ADDR / PSCORE_MASTER
 RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT / GROUP_RANK /
 GROUP_WORLD_SIZE, a PSCORE_JOB_ID shared by the job, OMP_NUM_THREADS=1 and PYTHONUNBUFFERED=1
 unless already set. Each line a rank prints comes out prefixed with ``[rankN]: ``
-(``launch_output``). Ranks run in their own process groups; SIGINT, SIGTERM and SIGHUP sent to
+(launch/output.py). Ranks run in their own process groups; SIGINT, SIGTERM and SIGHUP sent to
 the launcher are forwarded to them. When a rank fails, the launcher says which, sends SIGTERM to
 the others on this node (SIGKILL after the grace period), ends with a summary of the failure and
 exits with the failing rank's code (128 + N for a rank killed by signal N). See docs/launch.md.
@@ -30,10 +30,19 @@ import sys
 import time
 import uuid
 
-from pscore import _config
-from pscore.cluster_spec import split_address
-from pscore.launch_output import STDERR, STDOUT, Console, RankOutput, parse_std_streams, streams_for
-from pscore.launch_supervisor import Rank, Supervisor, failure_summary
+from .. import _config
+from ..cluster.spec import split_address
+from .output import STDERR, STDOUT, Console, RankOutput, parse_std_streams, streams_for
+from .supervisor import Rank, Supervisor, failure_summary
+
+__all__ = [
+    "DEFAULT_MASTER_PORT",
+    "NodeConfig",
+    "free_port",
+    "main",
+    "node_config",
+    "rank_environment",
+]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
@@ -441,7 +450,3 @@ def main(argv: list | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

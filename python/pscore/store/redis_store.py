@@ -13,14 +13,16 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from pscore.errors import NetworkError, TimeoutError
-from pscore.store_base import (
+from ..errors import NetworkError, TimeoutError
+from .base import (
     Store,
     Timeout,
     get_timeout_message,
     to_seconds,
     wait_timeout_message,
 )
+
+__all__ = ["RedisStore"]
 
 _CHANNEL_PREFIX = b"pscore-store-notify:"
 _RECHECK_S = 1.0

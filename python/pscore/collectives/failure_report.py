@@ -26,8 +26,10 @@ import re
 import threading
 import time
 
-from .errors import NetworkError
-from .errors import TimeoutError as PscoreTimeoutError
+from ..errors import NetworkError
+from ..errors import TimeoutError as PscoreTimeoutError
+
+__all__ = ["explain"]
 
 REPORT_WAIT_S = 0.75  # how long a rank's account may take before the rank counts as silent
 JOIN_SLACK_S = 0.25  # for the trail's last wait, which ends at the deadline

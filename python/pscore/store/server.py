@@ -1,4 +1,4 @@
-"""The ``pscore-store`` command (also ``python -m pscore.store_server``): serves a TCPStore from
+"""The ``pscore-store`` command (also ``python -m pscore.store.server``): serves a TCPStore from
 the shell until SIGTERM or SIGINT, for processes that find each other through it - ``pserver
 --store URL``, ``PSClient(store=URL)``, ``PSCORE_STORE=URL``:
 
@@ -16,9 +16,11 @@ import signal
 import sys
 import threading
 
-from pscore import errors
-from pscore.ps.discovery import advertised_host
-from pscore.store import TCPStore
+from .. import errors
+from ..cluster.spec import advertised_host
+from .native import TCPStore
+
+__all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:

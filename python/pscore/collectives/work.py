@@ -19,7 +19,7 @@ import datetime
 import math
 from typing import Any, Callable
 
-from .errors import TimeoutError as PscoreTimeoutError
+from ..errors import TimeoutError as PscoreTimeoutError
 
 __all__ = ["CollectiveWork", "CompletedWork", "Work", "timeout_seconds"]
 

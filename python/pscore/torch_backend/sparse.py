@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from . import collectives as c
-from .torch_tensors import carried
+from ..collectives import functions as c
+from .tensors import carried
+
+__all__ = ["all_reduce_sparse"]
 
 
 def all_reduce_sparse(t: torch.Tensor, group) -> None:
