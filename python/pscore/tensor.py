@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["DTYPE_CODES", "REDUCE_OPS", "Buffer", "as_buffer", "dtype_name", "is_torch_tensor"]
+
 # Codes match csrc/common/dtype.h.
 DTYPE_CODES = {
     "float16": 0,

@@ -10,6 +10,8 @@ from typing import Any
 from .. import _hogwild
 from ..tensor import DTYPE_CODES
 
+__all__ = ["adagrad", "adam", "is_available", "is_built", "peak_memory_bandwidth", "sgd"]
+
 _KINDS = {"sgd": 0, "adagrad": 1, "adam": 2}  # pscore::OptimizerKind (common/optimizer_formulas.h)
 
 

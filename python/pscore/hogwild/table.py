@@ -20,6 +20,8 @@ import numpy as np
 from .. import _hogwild
 from ..tensor import DTYPE_CODES, is_torch_tensor
 
+__all__ = ["STATE_NAMES", "SharedTable", "close_all"]
+
 # The optimizer state a table carries, by the name create() takes, and its arrays by torch's
 # names: "momentum" is SGD's momentum buffer, "amsgrad" Adam's state with amsgrad's maximum.
 OPTIMIZERS = {None: 0, "none": 0, "sgd": 0, "adagrad": 1, "adam": 2, "momentum": 3, "amsgrad": 4}

@@ -7,6 +7,8 @@ import numpy as np
 
 from ..tensor import as_buffer, is_torch_tensor
 
+__all__ = ["float_input", "float_output", "id_input"]
+
 
 def float_input(x, what: str):
     """(owner, address, numel) of x as contiguous float32, copying only when x is not."""

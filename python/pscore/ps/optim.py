@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+__all__ = ["SGD", "Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "fill_spec"]
+
 # Codes match pscore::OptimizerKind (csrc/common/optimizer_formulas.h).
 _KINDS = {"sgd": 0, "adagrad": 1, "adam": 2, "adamw": 3, "rmsprop": 4}
 
