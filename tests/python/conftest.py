@@ -3,6 +3,7 @@ test leaves behind (a hung rank must fail its test, not keep CI waiting on its o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -106,10 +107,8 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def pytest_sessionfinish(session, exitstatus):
+def pytest_sessionfinish():
     """Last resort: no process started by the tests survives the session."""
     for pid in _descendants(os.getpid()):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

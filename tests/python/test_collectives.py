@@ -168,11 +168,11 @@ def test_large_numpy_allreduce(transport):
     assert set(results.values()) == {f"pscore/{transport}"}
 
 
-def matches_gloo(rank, world):
+def matches_gloo(rank, world, gloo_file):
     """Integer results equal torch.distributed gloo's exactly, floats within rounding."""
     import torch.distributed as dist
 
-    store = dist.FileStore(GLOO_FILE, world)
+    store = dist.FileStore(gloo_file, world)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     g = torch.Generator().manual_seed(rank)
     for dtype in (torch.int32, torch.int64, torch.float32, torch.float64):
@@ -195,13 +195,8 @@ def matches_gloo(rank, world):
     return True
 
 
-GLOO_FILE = ""
-
-
 def test_matches_gloo(tmp_path):
-    global GLOO_FILE
-    GLOO_FILE = str(tmp_path / "gloo")
-    assert all(run_ranks(matches_gloo, 3).values())
+    assert all(run_ranks(matches_gloo, 3, str(tmp_path / "gloo")).values())
 
 
 BITWISE = {"band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}
@@ -213,7 +208,7 @@ def bitwise_matrix(rank, world):
     for dtype in (torch.int8, torch.uint8, torch.int32, torch.int64):
         for n in SIZES:
 
-            def value(r, dtype=dtype, n=n):
+            def value(r, n=n):
                 return torch.randint(0, 127, (n,), generator=torch.Generator().manual_seed(r))
 
             for op, fn in BITWISE.items():

@@ -201,5 +201,5 @@ def test_the_parameter_server_reads_the_token_file_like_the_store(monkeypatch, t
         with pytest.raises(pscore.Error):
             PSClient([server.address], auth_token="wrong", connect_timeout=5)
     monkeypatch.setenv("PSCORE_AUTH_TOKEN_FILE", str(tmp_path / "missing"))
-    with pytest.raises(ValueError, match="PSCORE_AUTH_TOKEN_FILE=.*missing: cannot read"):
+    with pytest.raises(ValueError, match=r"PSCORE_AUTH_TOKEN_FILE=.*missing: cannot read"):
         _config.auth_token()

@@ -34,7 +34,7 @@ class ThreadCollective:
         self.calls = [0] * world
 
     def for_rank(self, rank: int):
-        def all_reduce(arr, op="sum", group=None):
+        def all_reduce(arr, op="sum", group=None):  # noqa: ARG001 - DistributedHogwild passes group=
             assert op == "avg"
             self.calls[rank] += 1
             self.slots[rank] = arr.copy()
@@ -144,12 +144,12 @@ def test_average_tables_can_include_optimizer_state():
 def test_argument_errors():
     with SharedTable.create(_name("args"), (2,)) as t:
         with pytest.raises(ValueError, match="sync_every must be an int >= 1"):
-            DistributedHogwild([t], 0, all_reduce=lambda a, op: None)
+            DistributedHogwild([t], 0, all_reduce=lambda *_: None)
         with pytest.raises(ValueError, match="at least one SharedTable"):
-            DistributedHogwild([], 5, all_reduce=lambda a, op: None)
+            DistributedHogwild([], 5, all_reduce=lambda *_: None)
 
 
-def _real_machine(rank, world, steps):
+def _real_machine(rank, _world, steps):
     t = SharedTable.create(_name(f"real{rank}"), (ROWS, DIM))
     sync = DistributedHogwild([t], 25, locked=True)  # pscore.all_reduce on the default group
     train(_machine_worker, num_procs=2, args=(t, rank, steps), sync=sync, timeout=120)

@@ -55,7 +55,8 @@ def test_kernel_isa_selection():
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("locked", [False, True])
 @pytest.mark.parametrize("row_shape", [(), (5,), (64,), (3, 100)])
-def test_each_optimizer_matches_numpy(isa, dtype, locked, row_shape):
+@pytest.mark.usefixtures("isa")
+def test_each_optimizer_matches_numpy(dtype, locked, row_shape):
     rng = np.random.default_rng(0)
     rows = 13
     shape = (rows, *row_shape)

@@ -82,7 +82,7 @@ def _accuracy(w, active, y):
 
 
 @pytest.mark.parametrize(
-    "data,optimizer", [("breast_cancer", "sgd"), ("digits", "adagrad"), ("digits", "sgd")]
+    ("data", "optimizer"), [("breast_cancer", "sgd"), ("digits", "adagrad"), ("digits", "sgd")]
 )
 def test_two_hogwild_processes_reach_the_one_process_accuracy(data, optimizer):
     from pscore.hogwild import SharedTable, train

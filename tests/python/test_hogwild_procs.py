@@ -30,13 +30,13 @@ def _count_worker(rank, table, steps, locked):
     return rank * 10, os.getpid()
 
 
-def _failing_worker(rank, table):
+def _failing_worker(rank, _table):
     if rank == 1:
         raise KeyError(f"worker {rank} found no key")
     time.sleep(30)  # the parent must stop this one once rank 1 has failed
 
 
-def _exiting_worker(rank, table, how):
+def _exiting_worker(rank, _table, how):
     if rank == 0:
         if how == "exit":
             os._exit(3)
@@ -44,7 +44,7 @@ def _exiting_worker(rank, table, how):
     time.sleep(30)
 
 
-def _sleeping_worker(rank):
+def _sleeping_worker(_rank):
     time.sleep(30)
 
 

@@ -131,15 +131,15 @@ def test_bad_arguments():
         pscore.init_process_group("nccl2", init_method="tcp://127.0.0.1:1", rank=0, world_size=1)
     with pytest.raises(ValueError, match="rank 2 is out of range for world_size 2"):
         pscore.init_process_group(store=object(), rank=2, world_size=2)
-    with pytest.raises(ValueError, match="PSCORE_TRANSPORT='udp'"):
-        os.environ["PSCORE_TRANSPORT"] = "udp"
-        try:
+    os.environ["PSCORE_TRANSPORT"] = "udp"
+    try:
+        with pytest.raises(ValueError, match="PSCORE_TRANSPORT='udp'"):
             pscore.init_process_group(
                 init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
             )
-        finally:
-            del os.environ["PSCORE_TRANSPORT"]
-            pscore.destroy_process_group()
+    finally:
+        del os.environ["PSCORE_TRANSPORT"]
+        pscore.destroy_process_group()
 
 
 def test_world_of_one_needs_no_peers():

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from test_multihost import ADDR, NS, sh, two_hosts  # noqa: F401 - two_hosts is a fixture
 
 JOB = """
@@ -40,11 +41,11 @@ def _run_nodes(tmp_path, port: int, fail_rank: int, nproc: int = 2) -> list:
         PSCORE_TRANSPORT="tcp",  # the namespaces share /dev/shm; make the ranks use the link
         PSCORE_AUTH_TOKEN="launch-netns-secret",  # binding a non-loopback address needs one
     )
-    flags = ["--nnodes", "2", "--master-addr", ADDR[0], "--master-port", str(port)]
+    launcher = [sys.executable, "-m", "pscore.launch", "--nnodes", "2", "--master-addr", ADDR[0]]
+    job = ["--master-port", str(port), "-n", str(nproc), str(script), str(fail_rank)]
     nodes = [
         subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "pscore.launch", *flags]
-            + ["--node-rank", str(i), "-n", str(nproc), str(script), str(fail_rank)],
+            ["ip", "netns", "exec", ns, *launcher, "--node-rank", str(i), *job],
             env=env,
             cwd=tmp_path,
             stdout=subprocess.PIPE,
@@ -64,7 +65,8 @@ def _run_nodes(tmp_path, port: int, fail_rank: int, nproc: int = 2) -> list:
     return results
 
 
-def test_two_nodes_reduce_across_the_link(two_hosts, tmp_path):  # noqa: F811
+@pytest.mark.usefixtures("two_hosts")
+def test_two_nodes_reduce_across_the_link(tmp_path):
     for attempt, nproc in enumerate((2, 2, 1)):
         results = _run_nodes(tmp_path, 29611 + attempt, fail_rank=-1, nproc=nproc)
         world = 2 * nproc
@@ -78,7 +80,8 @@ def test_two_nodes_reduce_across_the_link(two_hosts, tmp_path):  # noqa: F811
             assert sorted(out.splitlines()) == expected, (attempt, node, out, err[-3000:])
 
 
-def test_a_failed_rank_on_node_1_is_summarised_there(two_hosts, tmp_path):  # noqa: F811
+@pytest.mark.usefixtures("two_hosts")
+def test_a_failed_rank_on_node_1_is_summarised_there(tmp_path):
     (code0, _, err0), (code1, out1, err1) = _run_nodes(tmp_path, 29621, fail_rank=3)
     assert code1 == 1, err1[-3000:]
     assert "[rank3]: rank 3 of 4 sum 10.0 over pscore/tcp" in out1

@@ -76,7 +76,8 @@ def two_hosts():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
 
 
-def test_ranks_on_two_hosts_and_a_cut_link(two_hosts, tmp_path):
+@pytest.mark.usefixtures("two_hosts")
+def test_ranks_on_two_hosts_and_a_cut_link(tmp_path):
     flag = tmp_path / "go"
     url = f"tcp://{ADDR[0]}:29591"
     env = dict(
@@ -140,7 +141,8 @@ import json, os, sys
 import pscore
 from pscore.hogwild import DistributedHogwild, SharedTable, train
 from test_hogwild_distributed import DIM, ROWS, _machine_worker
-rank, url, steps, name, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+rank, url, name, mode = int(sys.argv[1]), sys.argv[2], sys.argv[4], sys.argv[5]
+steps = int(sys.argv[3])
 pscore.init_process_group(init_method=url, rank=rank, world_size=2, timeout=5)
 if mode == "machine-1-leaves" and rank == 1:
     os._exit(0)  # this machine goes away before the first averaging round
@@ -202,7 +204,8 @@ def _hogwild_machines(mode: str, steps: int, port: int) -> list:
     return outs
 
 
-def test_distributed_hogwild_between_two_hosts(two_hosts):
+@pytest.mark.usefixtures("two_hosts")
+def test_distributed_hogwild_between_two_hosts():
     """A Hogwild group of 2 worker processes per host, tables averaged across the veth link
     every 25 local steps; integer updates, so the final tables are checked exactly."""
     steps = 200
@@ -213,7 +216,8 @@ def test_distributed_hogwild_between_two_hosts(two_hosts):
     assert a["rounds"] == b["rounds"] >= 2
 
 
-def test_distributed_hogwild_reports_a_host_that_goes_away(two_hosts):
+@pytest.mark.usefixtures("two_hosts")
+def test_distributed_hogwild_reports_a_host_that_goes_away():
     """Host B leaves after joining: host A's averaging round fails fast, naming rank 1, its
     workers are stopped and its train() raises instead of hanging."""
     (a, err_a), (b, _) = _hogwild_machines("machine-1-leaves", 200, 29593)

@@ -36,7 +36,7 @@ def _maker():
 make = _maker()
 
 
-@pytest.fixture()
+@pytest.fixture
 def client():
     servers = [PServer(s, 2, 1, log_connections=False) for s in range(2)]
     c = PSClient([s.address for s in servers], worker_id=0)

@@ -129,7 +129,7 @@ def test_bad_frames_drop_only_that_connection(capfd):
             handshake(s, token="s3cret")
             s.sendall(frame(PUSH, length=100) + b"\0" * 10)
         with pytest.raises(
-            pscore.Error, match="could not prove it knows this process's token.*PSCORE_AUTH"
+            pscore.Error, match=r"could not prove it knows this process's token.*PSCORE_AUTH"
         ):
             PSClient(addresses(servers), auth_token="wrong", connect_timeout=1.0)
         good = PSClient(addresses(servers), auth_token="s3cret")

@@ -84,7 +84,7 @@ def torch_run(init, grads, opt_cls, kwargs, clip_norm=None, clip_value=None):
     return p.detach().numpy(), opt
 
 
-@pytest.mark.parametrize("name,ours,opt_cls,kwargs", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("name", "ours", "opt_cls", "kwargs"), CASES, ids=[c[0] for c in CASES])
 def test_dense_matches_torch(cluster, name, ours, opt_cls, kwargs):
     init = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
     grads = gradients(2)
@@ -114,7 +114,7 @@ def test_gradient_clipping_matches_torch(cluster, clip):
 
 
 @pytest.mark.parametrize(
-    "ours,opt_cls,kwargs",
+    ("ours", "opt_cls", "kwargs"),
     [CASES[2][1:], CASES[3][1:], CASES[5][1:]],
     ids=["sgd_nesterov", "adagrad", "adam_amsgrad"],
 )

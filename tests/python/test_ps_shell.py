@@ -253,7 +253,7 @@ def test_store_arguments_that_are_not_stores():
 
 def test_psclient_names_pscore_store_when_its_url_is_bad(monkeypatch):
     monkeypatch.setenv("PSCORE_STORE", "h:1")
-    with pytest.raises(ValueError, match="^PSCORE_STORE='h:1': init_method 'h:1': unknown scheme"):
+    with pytest.raises(ValueError, match=r"^PSCORE_STORE='h:1': init_method 'h:1': unknown scheme"):
         PSClient()
 
 

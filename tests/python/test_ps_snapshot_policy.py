@@ -5,6 +5,7 @@ acknowledged push."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -29,10 +30,8 @@ def wal_bytes(directory: Path) -> int:
 def dir_bytes(directory: Path) -> int:
     total = 0
     for p in directory.iterdir():
-        try:
+        with contextlib.suppress(FileNotFoundError):  # a temp file renamed meanwhile
             total += p.stat().st_size
-        except FileNotFoundError:  # a temp file renamed meanwhile
-            pass
     return total
 
 

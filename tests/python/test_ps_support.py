@@ -88,7 +88,7 @@ def pserver_process(*args: str, env: dict | None = None) -> subprocess.Popen:
 
 
 def address_from_banner(banner: str) -> str:
-    return banner.split("serving on ")[1].split(",")[0].strip()
+    return banner.split("serving on ")[1].split(",", maxsplit=1)[0].strip()
 
 
 def digits_split(seed: int = 0):

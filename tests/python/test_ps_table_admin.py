@@ -24,7 +24,7 @@ from pscore.ps.server import PServer
 from pscore.store import TCPStore
 
 
-@pytest.fixture()
+@pytest.fixture
 def servers():
     s = start_cluster(2, num_workers=3)
     yield s
@@ -76,7 +76,7 @@ def test_drop_answers_parked_sync_pushes_as_dropped(servers):
 def test_recreating_with_other_settings_names_each_difference(servers):
     c = PSClient(addresses(servers), worker_id=0)
     c.create_sparse("e", 64, optimizer=Adam(lr=0.001), consistency="sync")
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError, match="already exists with other settings") as err:
         c.create_sparse("e", 32, optimizer=SGD(lr=0.1))
     msg = str(err.value)
     assert "table 'e' already exists with other settings (existing vs requested)" in msg

@@ -4,6 +4,8 @@ the global step, stats and checkpoints."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -21,7 +23,7 @@ def servers():
     stop_cluster(s)
 
 
-@pytest.fixture()
+@pytest.fixture
 def client(servers):
     c = PSClient(addresses(servers), worker_id=0)
     yield c
@@ -126,7 +128,7 @@ def test_torch_tensors_zero_copy(client):
 def test_async_handles_and_batches(client, servers):
     client.create_dense("t_sync", (1000,), consistency="sync", optimizer=SGD(lr=1.0))
     work = client.push_async("t_sync", np.ones(1000, np.float32))
-    with pytest.raises(pscore.TimeoutError, match="not completed within 0.1 s"):
+    with pytest.raises(pscore.TimeoutError, match=re.escape("not completed within 0.1 s")):
         work.wait(timeout=0.1)  # the round waits for worker 1
     assert not work.is_completed()
     other = PSClient(addresses(servers), worker_id=1)

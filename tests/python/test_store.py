@@ -154,7 +154,7 @@ def test_wait_blocks_until_keys_are_set(store):
 def test_wait_with_zero_timeout_checks_once(store):
     store.set("here", b"")
     store.wait(["here"], 0)
-    with pytest.raises(TimeoutError, match="'(job7/)?gone'"):
+    with pytest.raises(TimeoutError, match=r"'(job7/)?gone'"):
         store.wait(["gone"], 0)
 
 
@@ -300,7 +300,7 @@ def test_processes_rendezvous(kind, request, tmp_path):
             for r in range(world)
         ]
         outputs = [p.communicate(timeout=60) for p in procs]
-        for p, (out, err) in zip(procs, outputs):
+        for p, (_out, err) in zip(procs, outputs):
             assert p.returncode == 0, err
         leaders = {json.loads(out)["leader"] for out, _ in outputs}
     assert len(leaders) == 1 and leaders.pop() in {"0", "1", "2"}

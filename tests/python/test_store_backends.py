@@ -60,7 +60,7 @@ def test_file_store_survives_a_torn_record(tmp_path):
 
 
 def test_file_store_in_a_missing_directory_is_a_value_error(tmp_path):
-    with pytest.raises(ValueError, match="FileStore cannot open .*No such file or directory"):
+    with pytest.raises(ValueError, match=r"FileStore cannot open .*No such file or directory"):
         FileStore(str(tmp_path / "no" / "such" / "dir" / "f"))
 
 

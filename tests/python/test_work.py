@@ -57,7 +57,7 @@ def test_parameter_server_work_follows_the_protocol():
         client.close()
 
 
-def two_ranks(rank, world):
+def two_ranks(rank, _world):
     """Rank 1 sends only after the barrier, so rank 0's first wait on the receive times out."""
     got = np.zeros(4, np.float32)
     if rank == 0:

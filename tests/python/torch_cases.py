@@ -82,7 +82,7 @@ def _all_reduce(op_name: str, rank: int, dtype) -> torch.Tensor:
 
 for _op in OPS:
 
-    def _case(rank, world, _op=_op):
+    def _case(rank, _world, _op=_op):
         return {str(d): attempt(lambda d=d: _all_reduce(_op, rank, d)) for d in DTYPES}
 
     _case.__name__ = f"all_reduce_{_op.lower()}"
@@ -90,7 +90,7 @@ for _op in OPS:
 
 
 @case
-def all_reduce_shapes(rank, world):
+def all_reduce_shapes(rank, _world):
     """A 0-d tensor, an empty one, a 3-d one and a transposed (dense, non-contiguous) one."""
     out = {}
     for name, t in {
@@ -104,7 +104,7 @@ def all_reduce_shapes(rank, world):
 
 
 @case
-def all_reduce_async(rank, world):
+def all_reduce_async(rank, _world):
     t = data(rank)
     work = dist.all_reduce(t, async_op=True)
     fut = work.get_future()
@@ -321,7 +321,7 @@ def all_to_all_single(rank, world):
 
 
 @case
-def barriers(rank, world):
+def barriers(_rank, _world):
     t = datetime.timedelta(seconds=30)
     return {
         "barrier": attempt(dist.barrier),
@@ -439,7 +439,7 @@ def coalescing_manager(rank, world):
 
 
 @case
-def coalescing_manager_with_device(rank, world):
+def coalescing_manager_with_device(rank, _world):
     """The older form that hands the device to the group (gloo refuses it). torch leaves the
     group marked as coalescing when the group refuses, and would then drop every later
     all_reduce silently: the mark is cleared here."""

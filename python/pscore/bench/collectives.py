@@ -20,9 +20,9 @@ BUS_FACTOR = {
     "allgather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "alltoall": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "barrier": lambda n: 0.0,
+    "broadcast": lambda _n: 1.0,
+    "reduce": lambda _n: 1.0,
+    "barrier": lambda _n: 0.0,
 }
 
 
@@ -50,7 +50,7 @@ def default_sizes() -> list[int]:
 def _ops(name, torch, dist, pscore, world):
     """(pscore call, gloo call) building their buffers once per size."""
 
-    def make(nbytes):
+    def make(nbytes):  # noqa: PLR0911 - one return per operation
         n = max(1, nbytes // 4)
         x = torch.ones(n, dtype=torch.float32)
         if name == "allreduce":
@@ -78,7 +78,7 @@ def _ops(name, torch, dist, pscore, world):
                 lambda: dist.all_to_all_single(out, inp)
             )
         if name == "barrier":
-            return (lambda: pscore.barrier()), (lambda: dist.barrier())
+            return pscore.barrier, dist.barrier
         raise ValueError(name)
 
     return make

@@ -103,7 +103,7 @@ def _batches(args, rank, kind):
     return _cache[kind]
 
 
-def _step_fn(impl, op, tables, args, rank):
+def _step_fn(impl, op, tables, args, rank):  # noqa: PLR0911 - one return per implementation and operation
     """Returns (step(k), rows_per_step) for one worker."""
     if op in DENSE_OPS:
         g = np.random.default_rng(rank).standard_normal(args.dense, dtype=np.float32)
@@ -112,14 +112,14 @@ def _step_fn(impl, op, tables, args, rank):
 
             v, s, gt = tables["t_vec"], tables["t_vec_sum"], torch.from_numpy(g)
             if op == "dense-sgd":
-                return (lambda k: v.add_(gt, alpha=-LR)), 1
+                return (lambda _k: v.add_(gt, alpha=-LR)), 1
             return (
-                lambda k: (s.addcmul_(gt, gt), v.addcdiv_(gt, s.sqrt().add_(EPS), value=-LR))
+                lambda _k: (s.addcmul_(gt, gt), v.addcdiv_(gt, s.sqrt().add_(EPS), value=-LR))
             ), 1
         t, locked = tables["p_vec"], impl == "pscore-locked"
         if op == "dense-sgd":
-            return (lambda k: t.sgd(None, g, LR, locked=locked)), 1
-        return (lambda k: t.adagrad(None, g, LR, EPS, locked=locked)), 1
+            return (lambda _k: t.sgd(None, g, LR, locked=locked)), 1
+        return (lambda _k: t.adagrad(None, g, LR, EPS, locked=locked)), 1
     pool = _batches(args, rank, "torch" if impl == "torch-mp" else "numpy")
     n_pool = len(pool)
     if impl == "torch-mp":
@@ -251,7 +251,7 @@ def _paired_ratio(m, base):
     return statistics.median(a / b for a, b in zip(m["runs_rows_per_s"], base["runs_rows_per_s"]))
 
 
-def _print(results, args, impls):
+def _print(results, args):
     print(
         f"# hogwild: rows={args.rows} dim={args.dim} batch={args.batch} dense={args.dense} "
         f"float32, {args.seconds}s x {args.repeat} runs, cpus={os.cpu_count()}, "
@@ -315,7 +315,7 @@ def main(argv: list[str]) -> int:
                     r["vs_1proc"] = _paired_ratio(m, by_n[1][(impl, op)])
                 results.append(r)
     load_after = os.getloadavg()[0]
-    _print(results, args, impls)
+    _print(results, args)
     print(
         f"# 1-minute load average {load_before:.1f} before, {load_after:.1f} after, on "
         f"{os.cpu_count()} cpus: scaling with processes needs idle cores"

@@ -40,11 +40,11 @@ def _op_latencies(client, iters: int, value: bytes) -> dict:
     client.set("existing", value)
     ops = {
         "set": lambda i: client.set(f"k{i % 64}", value),
-        "get": lambda i: client.get("existing"),
-        "add": lambda i: client.add("counter", 1),
-        "check": lambda i: client.check(["existing"]),
-        "wait(existing)": lambda i: client.wait(["existing"]),
-        "compare_set": lambda i: client.compare_set("cas", b"", value),
+        "get": lambda _i: client.get("existing"),
+        "add": lambda _i: client.add("counter", 1),
+        "check": lambda _i: client.check(["existing"]),
+        "wait(existing)": lambda _i: client.wait(["existing"]),
+        "compare_set": lambda _i: client.compare_set("cas", b"", value),
     }
     out = {}
     for name, op in ops.items():
@@ -62,7 +62,7 @@ def _op_latencies(client, iters: int, value: bytes) -> dict:
 def _wakeup_latency(master, client, iters: int) -> float:
     """A waiter parks on a fresh key; the master sets it; p50 from the set to the wake-up."""
     samples = []
-    for i in range(iters):
+    for _i in range(iters):
         key = f"wake/{uuid.uuid4().hex}"
         woke: list = []
 

@@ -66,11 +66,11 @@ class ClusterSpec:
         else:
             raise ValueError(f"job {job!r}: tasks must be a list or dict, got {tasks!r}")  # noqa: TRY004 - malformed config
         out: dict[int, str] = {}
-        for index, address in items:
+        for key, address in items:
             try:
-                index = int(index)  # JSON object keys arrive as strings
+                index = int(key)  # JSON object keys arrive as strings
             except (TypeError, ValueError):
-                raise ValueError(f"job {job!r}: task index {index!r} is not an integer") from None
+                raise ValueError(f"job {job!r}: task index {key!r} is not an integer") from None
             if index < 0:
                 raise ValueError(f"job {job!r}: task index {index} is negative")
             split_address(address)
@@ -133,6 +133,8 @@ class ClusterSpec:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ClusterSpec) and self._jobs == other._jobs
+
+    __hash__ = None  # equal by value, and its jobs are dicts: unhashable, as Python makes it
 
     def __bool__(self) -> bool:
         return bool(self._jobs)

@@ -3,6 +3,7 @@ arrays and contiguous CPU torch tensors, in place and without copies."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -181,7 +182,8 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
     out = as_buffer(output, what="output")
     if len(input_list) != g.size:
         raise ValueError(
-            f"reduce_scatter: input_list has {len(input_list)} entries, the group has {g.size} ranks"
+            f"reduce_scatter: input_list has {len(input_list)} entries, "
+            f"the group has {g.size} ranks"
         )
     ins = [as_buffer(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
     _same_kind(ins, out, "input_list")
@@ -387,10 +389,10 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
         raise ValueError("irecv: this rank is not in the group")
     b = as_buffer(tensor)
     if src is None:
-        call = lambda: g.native.recv_any(b.ptr, b.numel, b.dtype_code, tag, True)
+        call = functools.partial(g.native.recv_any, b.ptr, b.numel, b.dtype_code, tag, True)
     else:
         peer = g.group_rank(src, "src")
-        call = lambda: g.native.recv(b.ptr, b.numel, b.dtype_code, peer, tag, True)
+        call = functools.partial(g.native.recv, b.ptr, b.numel, b.dtype_code, peer, tag, True)
     return _finish(g, call, True, b)
 
 

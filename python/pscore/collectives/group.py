@@ -96,7 +96,8 @@ class ProcessGroup:
 
 
 class _NonMember:
-    """What new_group returns on ranks outside the new group (torch: GroupMember.NON_GROUP_MEMBER)."""
+    """What new_group returns on ranks outside the new group (torch's
+    GroupMember.NON_GROUP_MEMBER)."""
 
     def __repr__(self) -> str:
         return "NON_GROUP_MEMBER"

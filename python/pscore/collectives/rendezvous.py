@@ -14,6 +14,7 @@ it, global rank 0 waiting outside the group (wait_until_done).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 
@@ -77,12 +78,10 @@ def _finish(store, rank: int, world: int, timeout: float, hosts_store: bool) -> 
         store.set(f"done/{rank}", "1")
         wait_until_done(store, world, timeout, f"rank {rank}")
         return
-    try:
+    # The host may leave the moment it sees this key, before its reply reaches us: this rank is
+    # connected, and a host that died instead shows at the first collective.
+    with contextlib.suppress(ConnectionError):
         store.set(f"done/{rank}", "1")
-    except ConnectionError:
-        # The host may leave the moment it sees this key, before its reply reaches us: this
-        # rank is connected, and a host that died instead shows at the first collective.
-        pass
 
 
 def wait_until_done(store, world: int, timeout: float, who: str) -> None:
@@ -150,8 +149,8 @@ def connect(
             t = _try_shm(store, rank, world, job_id, left())
         if t is None and choice == "shm":
             raise RuntimeError(
-                f"rank {rank}: {_config.TRANSPORT.name}=shm but not every rank could map the others' "
-                "shared memory (ranks on several hosts?)"
+                f"rank {rank}: {_config.TRANSPORT.name}=shm but not every rank could map the "
+                "others' shared memory (ranks on several hosts?)"
             )
     if t is None:
         t = _tcp(store, rank, world, job_id, left(), master_addr)

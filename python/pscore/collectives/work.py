@@ -121,7 +121,7 @@ class _Done:
     what = "completed"
     source = -1
 
-    def wait(self, timeout_ms: int = -1) -> bool:
+    def wait(self, _timeout_ms: int = -1) -> bool:
         return True
 
     def is_completed(self) -> bool:

@@ -69,7 +69,7 @@ def average_tables(
             if i == 0:
                 t.axpy(1.0, averaged, locked=locked)
             else:
-                live += averaged  # state arrays have no kernel entry; numpy adds in place
+                np.add(live, averaged, out=live)  # state arrays have no kernel entry
 
 
 def _state_names(t: SharedTable) -> tuple:

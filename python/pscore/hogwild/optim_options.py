@@ -61,7 +61,7 @@ def resolve(family: str, given: dict) -> dict:
             f"options are {', '.join(DEFAULTS[family])}"
         )
     options = {**DEFAULTS[family], **given}
-    if family == "adam" or family == "adamw":
+    if family in {"adam", "adamw"}:
         options["betas"] = tuple(float(b) for b in options["betas"])
     return options
 

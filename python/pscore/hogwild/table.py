@@ -162,8 +162,9 @@ class SharedTable:
         optimizer: None/"sgd" (no state), "momentum" (SGD's "momentum_buffer"), "adagrad"
         (accumulator "sum"), "adam" ("exp_avg", "exp_avg_sq") or "amsgrad" (Adam's with
         "max_exp_avg_sq"): the state lives in the segment too. exist_ok attaches to an existing
-        table of the same shape, dtype and optimizer (ValueError if it differs). A name left behind by
-        processes that all died is reclaimed. Raises FileExistsError when the name is taken.
+        table of the same shape, dtype and optimizer (ValueError if it differs). A name left
+        behind by processes that all died is reclaimed. Raises FileExistsError when the name is
+        taken.
         """
         if shape is None:
             raise TypeError("SharedTable.create needs a shape")

@@ -271,9 +271,8 @@ def _check_standalone(args, nnodes: int) -> None:
         )
 
 
-def node_config(args, environ) -> NodeConfig:
-    """Checks the flags and resolves them into this node's config; ValueError says what is
-    wrong."""
+def _check_flags(args) -> None:
+    """Refuses flag values that are wrong whatever the node (ValueError says which)."""
     if args.nproc < 1:
         raise ValueError(f"-n must be >= 1, got {args.nproc}")
     if not args.grace_period >= 0:  # also refuses nan
@@ -285,6 +284,12 @@ def node_config(args, environ) -> NodeConfig:
         )
     if args.module and args.no_python:
         raise ValueError("-m runs a module with Python; it cannot be combined with --no-python")
+
+
+def node_config(args, environ) -> NodeConfig:
+    """Checks the flags and resolves them into this node's config; ValueError says what is
+    wrong."""
+    _check_flags(args)
     nnodes = _node_count(args.nnodes)
     if args.standalone:
         _check_standalone(args, nnodes)

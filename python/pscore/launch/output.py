@@ -80,9 +80,8 @@ class _Copier(threading.Thread):
 
     def run(self) -> None:
         try:
-            for line in iter(lambda: self.pipe.readline(_MAX_LINE_BYTES), b""):
-                if not line.endswith(b"\n"):
-                    line += b"\n"
+            for read in iter(lambda: self.pipe.readline(_MAX_LINE_BYTES), b""):
+                line = read if read.endswith(b"\n") else read + b"\n"
                 if self.console is not None:
                     try:
                         self.console.write(self.which, self.prefix + line)

@@ -4,6 +4,7 @@ failure at the end of the run."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -63,10 +64,8 @@ class Supervisor:
         with self.lock:
             targets = list(self.live)
         for pid in targets:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def stop_all(self, sig: int = signal.SIGTERM) -> None:
         self._signal_live(sig)
@@ -75,7 +74,7 @@ class Supervisor:
             self.killer.daemon = True
             self.killer.start()
 
-    def on_signal(self, signum: int, frame) -> None:
+    def on_signal(self, signum: int, _frame) -> None:
         if self.signalled is None:
             self.signalled = signum
         self.stop_all(signum)

@@ -41,8 +41,8 @@ class PServer:
     the log, is written when the log passes max(``snapshot_log_mb``, ``snapshot_log_ratio`` x
     the last snapshot's size) and, with ``checkpoint_every`` (seconds), that often while the log
     holds records. Pushes and other updates wait while the log is at twice that bound until the
-    snapshot is on disk, so DIR stays under about the snapshot plus twice the bound. ``snapshot_log_mb=0``
-    turns the size trigger off."""
+    snapshot is on disk, so DIR stays under about the snapshot plus twice the bound.
+    ``snapshot_log_mb=0`` turns the size trigger off."""
 
     def __init__(
         self,

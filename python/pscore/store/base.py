@@ -47,7 +47,8 @@ def to_seconds(timeout: Timeout, name: str = "timeout", allow_zero: bool = False
         seconds = float(timeout)
     else:
         raise TypeError(
-            f"{name} must be seconds (int/float) or datetime.timedelta, not {type(timeout).__name__}"
+            f"{name} must be seconds (int/float) or datetime.timedelta, "
+            f"not {type(timeout).__name__}"
         )
     if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"

@@ -13,6 +13,7 @@ With ``world_size`` given, the file is deleted when that many instances have bee
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -129,10 +130,8 @@ def _release(log: _FileLog, world_size: int | None) -> None:
         if world_size is not None:
             left = log.transact(lambda d: _add(d, _LEFT_KEY, 1))
             if left >= world_size:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(log.path)
-                except FileNotFoundError:
-                    pass
     finally:
         log.close()
 
@@ -179,7 +178,7 @@ class FileStore(Store):
         return self._log
 
     def _set(self, key: str, value: bytes) -> None:
-        self._check_open().transact(lambda d: ([(_SET, key, value)], None))
+        self._check_open().transact(lambda _data: ([(_SET, key, value)], None))
 
     def _get(self, key: str) -> bytes:
         log = self._check_open()
