@@ -54,8 +54,8 @@ class ClusterEnv:
     cluster_spec: ClusterSpec | None = None
     hosts: list[str] = dataclasses.field(default_factory=list)  # Slurm: the expanded nodelist
     # torchrun: the agent serves the store at master_addr:master_port and every rank connects to
-    # it as a client; this attempt's keys live under this prefix (pscore.torch_store). None: rank
-    # 0 serves the store.
+    # it as a client; this attempt's keys live under this prefix (pscore.store.torch_store).
+    # None: rank 0 serves the store.
     agent_store_prefix: str | None = None
 
     @property

@@ -58,9 +58,9 @@ class ProcessGroup:
 
     def explain(self, exc: BaseException) -> BaseException:
         """Adds the other ranks' accounts of a failure and names the rank that failed first
-        (pscore.failure_report); bounded in time. Once per failure: threads that see the same
-        error (the torch backend's completer and the caller both wait on a work) share one
-        report rather than racing on the store."""
+        (pscore.collectives.failure_report); bounded in time. Once per failure: threads that see
+        the same error (the torch backend's completer and the caller both wait on a work) share
+        one report rather than racing on the store."""
         key = (type(exc), str(exc))
         with self._explaining:
             if key not in self._explained:

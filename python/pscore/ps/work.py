@@ -1,6 +1,6 @@
-"""PSWork: the Work (pscore.work) of an asynchronous parameter-server request. wait() reconnects
-shards that went away (a restarted server) and resends the failed parts with their original
-sequence numbers, so a retried push is applied exactly once."""
+"""PSWork: the Work (pscore.collectives.work) of an asynchronous parameter-server request.
+wait() reconnects shards that went away (a restarted server) and resends the failed parts with
+their original sequence numbers, so a retried push is applied exactly once."""
 
 from __future__ import annotations
 

@@ -36,7 +36,8 @@ def _tcp_store(host: str, port: int, rank: int, world_size: int, timeout: float)
 
 def env_store(env: ClusterEnv, rank: int, world_size: int, timeout_s: float) -> Store:
     """The store of a job discovered from the environment: under torchrun, a client of the store
-    its agent serves (pscore.torch_store); otherwise rank 0 serves one at the master's address."""
+    its agent serves (pscore.store.torch_store); otherwise rank 0 serves one at the master's
+    address."""
     _check_rank(rank, world_size, "env")
     if env.agent_store_prefix is not None:
         from .torch_store import agent_store

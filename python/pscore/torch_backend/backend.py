@@ -38,10 +38,10 @@ def _seconds(timeout) -> float | None:
 
 class _AsyncWork(_TorchWork):
     """An operation still running in pscore, as torch's Work type (what DDP and c10d need) with
-    pscore's Work protocol (pscore.work): wait(timeout), is_completed, exception, result. Its
-    future resolves on the completer thread, and wait() waits on pscore's works directly (no
-    hand-off through that thread). `finish` (the write-back of staged outputs) runs once, on
-    whichever thread sees the works done first."""
+    pscore's Work protocol (pscore.collectives.work): wait(timeout), is_completed, exception,
+    result. Its future resolves on the completer thread, and wait() waits on pscore's works
+    directly (no hand-off through that thread). `finish` (the write-back of staged outputs) runs
+    once, on whichever thread sees the works done first."""
 
     def __init__(self, works, finish=None):
         super().__init__()

@@ -1,5 +1,5 @@
 """The operations of pscore's torch ProcessGroup (torch_backend.PscoreProcessGroup): each
-checks its arguments as gloo does, stages the tensors (torch_tensors), and starts pscore's
+checks its arguments as gloo does, stages the tensors (torch_backend.tensors), and starts pscore's
 collectives through the group's `_run`, which tracks them to completion."""
 
 from __future__ import annotations
