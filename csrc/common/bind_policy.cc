@@ -33,7 +33,8 @@ void enforce_bind_policy(const Socket& listener, const std::string& host, bool h
       server + ": refusing to listen on " + where +
       " (reachable from other hosts) without an auth token: set PSCORE_AUTH_TOKEN (or " +
       "PSCORE_AUTH_TOKEN_FILE) to the same secret on every process, bind a loopback address, " +
-      "or pass insecure=True / PSCORE_INSECURE=1 to accept unauthenticated connections");
+      "or pass insecure=True (--insecure for pscore-store and pserver) / PSCORE_INSECURE=1 to "
+      "accept unauthenticated connections");
 }
 
 }  // namespace pscore

@@ -51,10 +51,18 @@ ServerTable::ServerTable(const TableLayout& layout, int shard, int num_shards, i
 
 int64_t ServerTable::num_rows() const { return sparse_ ? sparse_->num_rows() : 0; }
 
+void check_worker_id(int worker, int num_workers, const std::string& what) {
+  if (worker == -1)
+    throw std::invalid_argument(what +
+                                ": this client is read-only (worker id -1, an observer such as "
+                                "TF's ps and evaluator tasks); only workers push");
+  if (worker < 0 || worker >= num_workers)
+    throw std::invalid_argument(what + ": worker id " + std::to_string(worker) +
+                                " is outside [0, " + std::to_string(num_workers) + ")");
+}
+
 void ServerTable::validate_worker(int worker) const {
-  if (worker < 0 || worker >= num_workers_)
-    throw std::invalid_argument("table '" + spec().name + "': worker id " + std::to_string(worker) +
-                                " is outside [0, " + std::to_string(num_workers_) + ")");
+  check_worker_id(worker, num_workers_, "table '" + spec().name + "'");
 }
 
 int64_t ServerTable::progress_for(int worker) const {

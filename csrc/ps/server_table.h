@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,10 @@
 namespace pscore::ps {
 
 using ReplyOutbox = std::vector<std::pair<ReplyFn, ByteBuffer>>;
+
+// Throws invalid_argument unless `worker` is a pushing worker in [0, num_workers); worker -1,
+// a read-only observer (TF's ps and evaluator tasks), is told so. `what` names the operation.
+void check_worker_id(int worker, int num_workers, const std::string& what);
 
 class ServerTable {
  public:

@@ -297,9 +297,7 @@ std::vector<std::shared_ptr<ServerTable>> ShardState::tables() const {
 }
 
 void ShardState::worker_done(int worker, ReplyOutbox& out) {
-  if (worker < 0 || worker >= opts_.num_workers)
-    throw std::invalid_argument("worker id " + std::to_string(worker) + " is outside [0, " +
-                                std::to_string(opts_.num_workers) + ")");
+  check_worker_id(worker, opts_.num_workers, "worker_done");
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (done_[worker]) return;

@@ -390,6 +390,7 @@ def test_a_ps_task_with_a_name_binds_every_interface_and_needs_a_token():
     r = _run_pserver(env=env)
     assert r.returncode == 2
     assert "on '0.0.0.0' (reachable from other hosts) without an auth token" in r.stderr
+    assert "--insecure for pscore-store and pserver" in r.stderr
     proc = _start([sys.executable, "-m", "pscore.ps.pserver"], {**env, "PSCORE_AUTH_TOKEN": "tok"})
     try:
         assert f"(TF_CONFIG task ps:0 at ps-0.invalid:{port}) serving on" in proc.stdout.readline()
@@ -421,3 +422,16 @@ def test_pscore_store_wins_over_tf_config():
     assert environment.find_servers(tf) == (["127.0.0.1:2"], None)
     both = {**tf, "PSCORE_STORE": "file:///tmp/s"}
     assert environment.find_servers(both) == (None, "file:///tmp/s")
+
+
+def test_pscore_store_on_every_interface_names_its_insecure_flag():
+    r = subprocess.run(
+        [sys.executable, "-m", "pscore.store.server", "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True,
+        text=True,
+        env=_env({}),
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 2
+    assert "without an auth token" in r.stderr and "--insecure" in r.stderr, r.stderr

@@ -177,3 +177,18 @@ def test_sync_push_timeout_on_a_frozen_shard_says_the_state_is_unknown():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_observer_that_pushes_is_told_it_is_read_only(servers):
+    worker = PSClient(addresses(servers), worker_id=0)
+    worker.create_dense("w", (8,))
+    worker.create_sparse("emb", 4)
+    observer = PSClient(addresses(servers), worker_id=-1)  # TF's ps or evaluator task
+    np.testing.assert_array_equal(observer.pull("w"), worker.pull("w"))  # reading is fine
+    read_only = r"this client is read-only \(worker id -1"
+    with pytest.raises(ValueError, match=read_only):
+        observer.push("w", np.ones(8, np.float32))
+    with pytest.raises(ValueError, match=read_only):
+        observer.push_sparse("emb", np.array([1], np.int64), np.ones((1, 4), np.float32))
+    with pytest.raises(ValueError, match=read_only):
+        observer.worker_done()
