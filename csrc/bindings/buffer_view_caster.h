@@ -10,6 +10,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "common/buffer_view.h"
 
@@ -71,3 +72,61 @@ struct type_caster<pscore::BufferView> {
 };
 
 }  // namespace pybind11::detail
+
+namespace pscore::bindings {
+
+// A numpy array as a view without a trip through Python: only an array that needs nothing
+// explained (a pscore dtype in native byte order, C-contiguous, writable where asked).
+inline bool numpy_view(pybind11::handle x, bool writable, BufferView* v) {
+  namespace py = pybind11;
+  if (!py::array::check_(x)) return false;
+  auto a = py::reinterpret_borrow<py::array>(x);
+  const int flags = a.flags();
+  if (!(flags & py::array::c_style)) return false;
+  if (writable && !(flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_)) return false;
+  const py::dtype dt = a.dtype();
+  const char order = dt.byteorder();
+  if (order == (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? '>' : '<')) return false;
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  static const std::pair<std::pair<char, int>, DType> kTypes[] = {
+      {{'f', 2}, DType::kFloat16}, {{'f', 4}, DType::kFloat32}, {{'f', 8}, DType::kFloat64},
+      {{'i', 1}, DType::kInt8},    {{'u', 1}, DType::kUInt8},   {{'i', 4}, DType::kInt32},
+      {{'i', 8}, DType::kInt64}};
+  bool known = false;
+  for (const auto& [key, type] : kTypes) {
+    if (key.first == kind && key.second == size) {
+      v->dtype = type;
+      known = true;
+    }
+  }
+  if (!known) return false;
+  v->numel = static_cast<uint64_t>(a.size());
+  v->nbytes = v->numel * static_cast<uint64_t>(size);
+  v->data = v->numel ? const_cast<void*>(a.data()) : nullptr;
+  v->device = DeviceType::kCpu;
+  v->device_index = 0;
+  v->stream = 0;
+  v->shape.assign(a.shape(), a.shape() + a.ndim());
+  return true;
+}
+
+// The view of x for a binding that takes objects as the user passed them: a BufferView or a
+// numpy array numpy_view takes is read here; anything else (torch tensors, __dlpack__ objects,
+// arrays with something to explain) goes through pscore.buffer.view, which makes the view or
+// raises the error naming `what`. `host` is view()'s host argument. The memory stays x's, and x
+// lives through the call: the view made here may go when this returns.
+inline BufferView to_view(pybind11::handle x, const char* what, bool writable, const char* host) {
+  namespace py = pybind11;
+  BufferView v;
+  if (numpy_view(x, writable, &v)) return v;
+  py::detail::make_caster<BufferView> caster;
+  if (caster.load(x, false)) return py::detail::cast_op<BufferView>(caster);
+  static const auto* view = new py::object(py::module_::import("pscore.buffer").attr("view"));
+  using namespace py::literals;
+  py::object made = (*view)(x, "writable"_a = writable, "what"_a = what, "host"_a = host);
+  if (!caster.load(made, false)) throw py::type_error("pscore.buffer.view made no BufferView");
+  return py::detail::cast_op<BufferView>(caster);
+}
+
+}  // namespace pscore::bindings

@@ -110,12 +110,25 @@ hw::UpdateBatch batch(const hw::SharedTable& t, const char* op,
   return b;
 }
 
+constexpr const char* kHostOnly =
+    "SharedTable takes CPU tensors (pscore.hogwild.cuda updates GPU tables)";
+
+// ids (None: dense) and grads as the caller passed them, viewed read-only.
+hw::UpdateBatch batch_of(const hw::SharedTable& t, const char* op, const py::handle& ids,
+                         const py::handle& grads, bool locked) {
+  const pscore::BufferView g = pscore::bindings::to_view(grads, "grads", false, kHostOnly);
+  if (ids.is_none()) return batch(t, op, std::nullopt, g, locked);
+  const std::string ids_what = std::string(op) + " ids";
+  return batch(t, op, pscore::bindings::to_view(ids, ids_what.c_str(), false, kHostOnly), g,
+               locked);
+}
+
 // One update from Python: validation with the GIL, the kernel without it.
 template <typename Options>
-void update(hw::SharedTable& t, const char* op, const std::optional<pscore::BufferView>& ids,
-            const pscore::BufferView& grads, bool locked, bool coalesce, const Options& o,
+void update(hw::SharedTable& t, const char* op, const py::handle& ids, const py::handle& grads,
+            bool locked, bool coalesce, const Options& o,
             void (hw::SharedTable::*apply)(const hw::UpdateBatch&, const Options&)) {
-  hw::UpdateBatch b = batch(t, op, ids, grads, locked);
+  hw::UpdateBatch b = batch_of(t, op, ids, grads, locked);
   b.coalesce = coalesce;
   pscore::bindings::GilRelease release;
   (t.*apply)(b, o);
@@ -200,27 +213,24 @@ void bind_table(py::module_& m) {
           Release())
       .def_static("remove", &hw::Segment::remove, Release())
       .def_static("shm_path", &hw::Segment::shm_path)
-      .def(
-          "sgd",
-          [](hw::SharedTable& t, const std::optional<pscore::BufferView>& ids,
-             const pscore::BufferView& grads, bool locked, bool coalesce, const hw::SgdOptions& o) {
-            update(t, "sgd", ids, grads, locked, coalesce, o, &hw::SharedTable::sgd);
-          })
+      .def("sgd",
+           [](hw::SharedTable& t, const py::handle& ids, const py::handle& grads, bool locked,
+              bool coalesce, const hw::SgdOptions& o) {
+             update(t, "sgd", ids, grads, locked, coalesce, o, &hw::SharedTable::sgd);
+           })
       .def("adagrad",
-           [](hw::SharedTable& t, const std::optional<pscore::BufferView>& ids,
-              const pscore::BufferView& grads, bool locked, bool coalesce,
-              const hw::AdagradOptions& o) {
+           [](hw::SharedTable& t, const py::handle& ids, const py::handle& grads, bool locked,
+              bool coalesce, const hw::AdagradOptions& o) {
              update(t, "adagrad", ids, grads, locked, coalesce, o, &hw::SharedTable::adagrad);
            })
       .def("adam",
-           [](hw::SharedTable& t, const std::optional<pscore::BufferView>& ids,
-              const pscore::BufferView& grads, bool locked, bool coalesce,
-              const hw::AdamOptions& o) {
+           [](hw::SharedTable& t, const py::handle& ids, const py::handle& grads, bool locked,
+              bool coalesce, const hw::AdamOptions& o) {
              update(t, "adam", ids, grads, locked, coalesce, o, &hw::SharedTable::adam);
            })
       .def("axpy",
-           [](hw::SharedTable& t, double alpha, const pscore::BufferView& x, bool locked) {
-             hw::UpdateBatch b = batch(t, "axpy", std::nullopt, x, locked);
+           [](hw::SharedTable& t, double alpha, const py::handle& x, bool locked) {
+             hw::UpdateBatch b = batch_of(t, "axpy", py::none(), x, locked);
              pscore::bindings::GilRelease release;
              t.axpy(alpha, b.grads, b.grads_numel, b.grads_dtype, b.locked);
            })

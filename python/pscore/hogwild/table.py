@@ -76,16 +76,6 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
     return dims
 
 
-_HOST_ONLY = "SharedTable takes CPU tensors (pscore.hogwild.cuda updates GPU tables)"
-_IDS_WHAT = {op: f"{op} ids" for op in ("sgd", "adagrad", "adam")}
-
-
-def _view(x: Any, what: str) -> Any:
-    """A read-only view of x (pscore.buffer); the binding checks dtype and shape against the
-    table."""
-    return view(x, writable=False, what=what, host=_HOST_ONLY)
-
-
 def _foreign_order(x: Any) -> bool:
     return isinstance(x, np.ndarray) and not x.dtype.isnative
 
@@ -369,23 +359,20 @@ class SharedTable:
     def axpy(self, alpha: float, x: Any, *, locked: bool = False) -> None:
         """table += alpha * x over the whole table (x shaped like the table)."""
         try:
-            g = _view(x, "grads")
+            self._h.axpy(float(alpha), x, locked)
         except TypeError:
             self._refuse_byte_order("axpy", None, x)
             raise
-        self._h.axpy(float(alpha), g, locked)
 
     def _update(self, op: str, ids: Any, grads: Any, locked: bool, coalesce: bool, opts) -> None:
+        # The binding views ids and grads (numpy arrays directly, others via pscore.buffer).
+        if ids is not None and type(ids) is not np.ndarray:
+            ids = _id_array(ids, op)
         try:
-            g = view(grads, writable=False, what="grads", host=_HOST_ONLY)
-            if ids is not None:
-                if type(ids) is not np.ndarray:
-                    ids = _id_array(ids, op)
-                ids = view(ids, writable=False, what=_IDS_WHAT[op], host=_HOST_ONLY)
+            getattr(self._h, op)(ids, grads, locked, coalesce, opts)
         except TypeError:
             self._refuse_byte_order(op, ids, grads)
             raise
-        getattr(self._h, op)(ids, g, locked, coalesce, opts)
 
     def _refuse_byte_order(self, op: str, ids: Any, grads: Any) -> None:
         """The binding's words for an array in the other byte order, which views refuse."""
