@@ -240,3 +240,18 @@ def test_cuda_tensors_carry_their_device_and_the_current_stream():
         "cuda:0",
         torch.cuda.current_stream(0).cuda_stream,
     )
+
+
+def test_native_calls_take_dlpack_objects_and_name_them_in_errors():
+    import uuid
+
+    from pscore.hogwild import SharedTable
+
+    with SharedTable.create(f"bv-{uuid.uuid4().hex[:10]}", (4, 2)) as t:
+        ids = DLPackOnly(np.array([0, 3], np.int64))
+        t.sgd(ids, DLPackOnly(np.ones((2, 2), np.float32)), lr=1.0)
+        assert t.numpy().tolist() == [[-1, -1], [0, 0], [0, 0], [-1, -1]]
+        with pytest.raises(TypeError, match="grads are float64 but the table holds float32"):
+            t.sgd(ids, DLPackOnly(np.ones((2, 2))))
+        with pytest.raises(ValueError, match=r"grads is not contiguous; .* shape \(2, 2\)"):
+            t.sgd(ids, DLPackOnly(np.ones((2, 4), np.float32)[:, ::2]))
