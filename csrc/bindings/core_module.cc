@@ -1,9 +1,10 @@
 // pscore._C: transports (for rendezvous from Python) and the ProcessGroup's collectives.
-// Buffers cross as integer addresses from pscore.tensor.as_buffer; every call that can block
-// releases the GIL.
+// Buffers cross as pscore.buffer.BufferView (bindings/buffer_view_caster.h); every call that can
+// block releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bindings/buffer_view_caster.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
 #include "bindings/work.h"
@@ -17,20 +18,30 @@ using namespace pscore;
 
 namespace {
 
-using Ptrs = std::vector<uintptr_t>;
+using Views = std::vector<BufferView>;
 using Gil = bindings::ReleaseGil;
 
-void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+// The collectives run on host memory: each view's address, after checking it is there.
+void* host(const BufferView& b) { return b.host_data("tensor"); }
 
-std::vector<void*> ptrs(const Ptrs& ps) {
+std::vector<void*> hosts(const Views& vs) {
   std::vector<void*> out;
-  for (auto p : ps) out.push_back(ptr(p));
+  out.reserve(vs.size());
+  for (const auto& v : vs) out.push_back(host(v));
   return out;
 }
 
-std::vector<const void*> const_ptrs(const Ptrs& ps) {
+std::vector<const void*> const_hosts(const Views& vs) {
   std::vector<const void*> out;
-  for (auto p : ps) out.push_back(ptr(p));
+  out.reserve(vs.size());
+  for (const auto& v : vs) out.push_back(host(v));
+  return out;
+}
+
+std::vector<size_t> counts(const Views& vs) {
+  std::vector<size_t> out;
+  out.reserve(vs.size());
+  for (const auto& v : vs) out.push_back(v.numel);
   return out;
 }
 
@@ -87,7 +98,6 @@ void bind_work(py::module_& m) {
 
 void bind_process_group(py::module_& m) {
   using PG = ProcessGroup;
-  auto dt = [](int code) { return dtype_from_code(code); };
   auto rop = [](int code) { return reduce_op_from_code(code); };
   py::class_<PG, std::shared_ptr<PG>>(m, "ProcessGroup")
       .def(py::init([](std::shared_ptr<Transport> t, int64_t timeout_ms, int spin_us,
@@ -107,71 +117,71 @@ void bind_process_group(py::module_& m) {
       .def_property_readonly("transport", &PG::transport_name)
       .def(
           "allreduce",
-          [=](PG& g, uintptr_t buf, size_t n, int d, int op, bool async) {
-            return g.allreduce(ptr(buf), n, dt(d), rop(op), async);
+          [=](PG& g, const BufferView& b, int op, bool async) {
+            return g.allreduce(host(b), b.numel, b.dtype, rop(op), async);
           },
           Gil())
       .def(
           "broadcast",
-          [=](PG& g, uintptr_t buf, size_t n, int d, int root, bool async) {
-            return g.broadcast(ptr(buf), n, dt(d), root, async);
+          [=](PG& g, const BufferView& b, int root, bool async) {
+            return g.broadcast(host(b), b.numel, b.dtype, root, async);
           },
           Gil())
       .def(
           "reduce",
-          [=](PG& g, uintptr_t buf, size_t n, int d, int op, int root, bool async) {
-            return g.reduce(ptr(buf), n, dt(d), rop(op), root, async);
+          [=](PG& g, const BufferView& b, int op, int root, bool async) {
+            return g.reduce(host(b), b.numel, b.dtype, rop(op), root, async);
           },
           Gil())
       .def(
           "allgather",
-          [=](PG& g, uintptr_t in, size_t n, int d, const Ptrs& outs, bool async) {
-            return g.allgather(ptr(in), n, dt(d), ptrs(outs), async);
+          [=](PG& g, const BufferView& in, const Views& outs, bool async) {
+            return g.allgather(host(in), in.numel, in.dtype, hosts(outs), async);
           },
           Gil())
       .def(
           "reduce_scatter",
-          [=](PG& g, const Ptrs& ins, uintptr_t out, size_t n, int d, int op, bool async) {
-            return g.reduce_scatter(const_ptrs(ins), ptr(out), n, dt(d), rop(op), async);
+          [=](PG& g, const Views& ins, const BufferView& out, int op, bool async) {
+            return g.reduce_scatter(const_hosts(ins), host(out), out.numel, out.dtype, rop(op),
+                                    async);
           },
           Gil())
       .def(
           "gather",
-          [=](PG& g, uintptr_t in, size_t n, int d, const Ptrs& outs, int root, bool async) {
-            return g.gather(ptr(in), n, dt(d), ptrs(outs), root, async);
+          [=](PG& g, const BufferView& in, const Views& outs, int root, bool async) {
+            return g.gather(host(in), in.numel, in.dtype, hosts(outs), root, async);
           },
           Gil())
       .def(
           "scatter",
-          [=](PG& g, const Ptrs& ins, uintptr_t out, size_t n, int d, int root, bool async) {
-            return g.scatter(const_ptrs(ins), ptr(out), n, dt(d), root, async);
+          [=](PG& g, const Views& ins, const BufferView& out, int root, bool async) {
+            return g.scatter(const_hosts(ins), host(out), out.numel, out.dtype, root, async);
           },
           Gil())
       .def(
           "all_to_all",
-          [=](PG& g, const Ptrs& ins, std::vector<size_t> sc, const Ptrs& outs,
-              std::vector<size_t> rc, int d, bool async) {
-            return g.all_to_all(const_ptrs(ins), std::move(sc), ptrs(outs), std::move(rc), dt(d),
-                                async);
+          [=](PG& g, const Views& ins, const Views& outs, bool async) {
+            const DType d = ins.empty() ? DType::kUInt8 : ins.front().dtype;
+            return g.all_to_all(const_hosts(ins), counts(ins), hosts(outs), counts(outs), d, async);
           },
           Gil())
       .def("barrier", &PG::barrier, py::arg("async_op"), Gil())
       .def(
           "send",
-          [=](PG& g, uintptr_t buf, size_t n, int d, int dst, uint32_t tag, bool async) {
-            return g.send(ptr(buf), n, dt(d), dst, tag, async);
+          [=](PG& g, const BufferView& b, int dst, uint32_t tag, bool async) {
+            return g.send(host(b), b.numel, b.dtype, dst, tag, async);
           },
           Gil())
       .def(
           "recv",
-          [=](PG& g, uintptr_t buf, size_t n, int d, int src, uint32_t tag, bool async) {
-            return g.recv(ptr(buf), n, dt(d), src, tag, async);
+          [=](PG& g, const BufferView& b, int src, uint32_t tag, bool async) {
+            return g.recv(host(b), b.numel, b.dtype, src, tag, async);
           },
           Gil())
       .def(
           "recv_any",
-          [=](PG& g, uintptr_t buf, size_t n, int d, uint32_t tag, bool async) {
-            return g.recv_any(ptr(buf), n, dt(d), tag, async);
+          [=](PG& g, const BufferView& b, uint32_t tag, bool async) {
+            return g.recv_any(host(b), b.numel, b.dtype, tag, async);
           },
           Gil())
       .def("abort", &PG::abort, Gil())

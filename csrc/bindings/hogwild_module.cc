@@ -1,16 +1,17 @@
-// pscore._hogwild: shared-memory Hogwild tables and their update kernels. Updates take numpy arrays
-// (table.py turns CPU torch tensors into numpy views, no copy) and read their pointers, dtypes and
-// shapes here, which costs far less per call than Python-side checks; the kernels run without the
-// GIL.
+// pscore._hogwild: shared-memory Hogwild tables and their update kernels. Arrays cross as
+// pscore.buffer.BufferView (table.py and cuda.py make them); dtypes and shapes are checked here
+// against the table, and the kernels run without the GIL.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bindings/buffer_view_caster.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
 #include "common/dtype.h"
@@ -59,104 +60,67 @@ void register_segment_errors() {
   });
 }
 
-// ---- the numpy fast path: pointers, dtypes and shapes read straight from the arrays ---------
-// (pscore/hogwild/table.py turns torch tensors and lists into numpy views first.)
+// ---- updates: ids and grads cross as pscore.buffer.BufferView (table.py makes them) ---------
 
-bool np_native_order(const py::array& a) {
-  const bool little = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
-  return a.dtype().byteorder() != (little ? '>' : '<');
+std::vector<uint64_t> dims(const pscore::BufferView& b) {
+  return std::vector<uint64_t>(b.shape.begin(), b.shape.end());
 }
 
-std::string np_dtype_name(const py::array& a) {
-  std::string name = py::str(a.dtype().attr("name"));
-  return np_native_order(a) ? name : name + " (non-native byte order)";
-}
-
-// The element type of `a` when it is a native-order float32/float64/int32/int64, else false.
-bool np_dtype(const py::array& a, DType* out) {
-  if (!np_native_order(a)) return false;
-  const char k = a.dtype().kind();
-  const auto n = a.itemsize();
-  if (k == 'f' && n == 4)
-    *out = DType::kFloat32;
-  else if (k == 'f' && n == 8)
-    *out = DType::kFloat64;
-  else if (k == 'i' && n == 4)
-    *out = DType::kInt32;
-  else if (k == 'i' && n == 8)
-    *out = DType::kInt64;
-  else
-    return false;
-  return true;
-}
-
-std::string shape_of(const py::array& a) {
-  std::vector<uint64_t> s;
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s.push_back(static_cast<uint64_t>(a.shape(i)));
-  return hw::shape_string(s);
-}
-
-py::array as_array(const py::handle& x, const char* what) {
-  if (!py::isinstance<py::array>(x)) {
-    throw py::type_error(std::string(what) + ": expected a numpy array or a torch tensor, got " +
-                         std::string(py::str(py::type::handle_of(x).attr("__name__"))));
-  }
-  auto a = py::reinterpret_borrow<py::array>(x);
-  if (!(a.flags() & py::array::c_style)) {
-    throw py::value_error(std::string(what) +
-                          " is not contiguous; call .contiguous() or np.ascontiguousarray first");
-  }
-  return a;
-}
-
-// Checks ids (None: dense) and grads against the table as table.py documents, then fills a batch.
-hw::UpdateBatch np_batch(const hw::SharedTable& t, const char* op, const py::handle& ids_obj,
-                         const py::handle& grads_obj, bool locked) {
+// Checks ids (none: dense) and grads against the table as table.py documents, then fills a batch.
+hw::UpdateBatch batch(const hw::SharedTable& t, const char* op,
+                      const std::optional<pscore::BufferView>& ids, const pscore::BufferView& g,
+                      bool locked) {
   const std::string where = std::string(op) + " on shared table '" + t.name() + "'";
   if (t.closed()) throw py::value_error(where + ": the table is closed");
-  py::array g = as_array(grads_obj, "grads");
-  DType gt;
-  if (!np_dtype(g, &gt) || gt != t.dtype()) {
-    throw py::type_error(where + ": grads are " + np_dtype_name(g) + " but the table holds " +
-                         pscore::dtype_name(t.dtype()));
+  if (g.dtype != t.dtype()) {
+    throw py::type_error(where + ": grads are " + pscore::dtype_name(g.dtype) +
+                         " but the table holds " + pscore::dtype_name(t.dtype()));
   }
   const std::vector<uint64_t> shape = t.shape();
   hw::UpdateBatch b;
-  b.grads = g.data();
-  b.grads_numel = static_cast<uint64_t>(g.size());
-  b.grads_dtype = gt;
+  b.grads = g.host_data("grads");
+  b.grads_numel = g.numel;
+  b.grads_dtype = g.dtype;
   b.locked = locked;
-  if (ids_obj.is_none()) {
-    bool same = g.ndim() == static_cast<py::ssize_t>(shape.size());
-    for (size_t i = 0; same && i < shape.size(); ++i) same = g.shape(i) == (py::ssize_t)shape[i];
-    if (!same) {
-      throw py::value_error(where + ": dense grads have shape " + shape_of(g) + ", the table " +
-                            hw::shape_string(shape));
+  if (!ids) {
+    if (dims(g) != shape) {
+      throw py::value_error(where + ": dense grads have shape " + hw::shape_string(dims(g)) +
+                            ", the table " + hw::shape_string(shape));
     }
     b.dense = true;
     return b;
   }
   const std::string ids_what = std::string(op) + " ids";
-  py::array ids = as_array(ids_obj, ids_what.c_str());
-  DType it;
-  if (!np_dtype(ids, &it) || (it != DType::kInt32 && it != DType::kInt64)) {
-    throw py::type_error(ids_what + " are " + np_dtype_name(ids) + "; pass int64 or int32");
+  if (ids->dtype != DType::kInt32 && ids->dtype != DType::kInt64) {
+    throw py::type_error(ids_what + " are " + pscore::dtype_name(ids->dtype) +
+                         "; pass int64 or int32");
   }
-  if (ids.ndim() != 1) {
-    throw py::value_error(ids_what + " must be 1-D, got shape " + shape_of(ids));
+  if (ids->shape.size() != 1) {
+    throw py::value_error(ids_what + " must be 1-D, got shape " + hw::shape_string(dims(*ids)));
   }
   std::vector<uint64_t> want = shape;
-  want[0] = static_cast<uint64_t>(ids.shape(0));
-  bool same = g.ndim() == static_cast<py::ssize_t>(want.size());
-  for (size_t i = 0; same && i < want.size(); ++i) same = g.shape(i) == (py::ssize_t)want[i];
-  if (!same) {
-    throw py::value_error(where + ": grads have shape " + shape_of(g) + "; " +
+  want[0] = static_cast<uint64_t>(ids->shape[0]);
+  if (dims(g) != want) {
+    throw py::value_error(where + ": grads have shape " + hw::shape_string(dims(g)) + "; " +
                           std::to_string(want[0]) + " ids need " + hw::shape_string(want));
   }
-  b.ids = ids.data();
+  b.ids = ids->host_data(ids_what.c_str());
   b.num_ids = want[0];
-  b.ids_dtype = it;
+  b.ids_dtype = ids->dtype;
   return b;
+}
+
+constexpr const char* kHostOnly =
+    "SharedTable takes CPU tensors (pscore.hogwild.cuda updates GPU tables)";
+
+// ids (None: dense) and grads as the caller passed them, viewed read-only.
+hw::UpdateBatch batch_of(const hw::SharedTable& t, const char* op, const py::handle& ids,
+                         const py::handle& grads, bool locked) {
+  const pscore::BufferView g = pscore::bindings::to_view(grads, "grads", false, kHostOnly);
+  if (ids.is_none()) return batch(t, op, std::nullopt, g, locked);
+  const std::string ids_what = std::string(op) + " ids";
+  return batch(t, op, pscore::bindings::to_view(ids, ids_what.c_str(), false, kHostOnly), g,
+               locked);
 }
 
 // One update from Python: validation with the GIL, the kernel without it.
@@ -164,7 +128,7 @@ template <typename Options>
 void update(hw::SharedTable& t, const char* op, const py::handle& ids, const py::handle& grads,
             bool locked, bool coalesce, const Options& o,
             void (hw::SharedTable::*apply)(const hw::UpdateBatch&, const Options&)) {
-  hw::UpdateBatch b = np_batch(t, op, ids, grads, locked);
+  hw::UpdateBatch b = batch_of(t, op, ids, grads, locked);
   b.coalesce = coalesce;
   pscore::bindings::GilRelease release;
   (t.*apply)(b, o);
@@ -222,7 +186,7 @@ void bind_table(py::module_& m) {
   t.def_static(
        "create",
        [](const std::string& name, const std::vector<uint64_t>& shape, int dtype_code,
-          int optimizer_code, uint32_t lock_stripes, uint64_t init_ptr, uint64_t init_nbytes,
+          int optimizer_code, uint32_t lock_stripes, const std::optional<pscore::BufferView>& init,
           double initial_accumulator, bool populate, int64_t lock_timeout_ms) {
          hw::TableSpec spec;
          spec.shape = shape;
@@ -231,8 +195,10 @@ void bind_table(py::module_& m) {
          spec.lock_stripes = lock_stripes;
          hw::CreateOptions o;
          o.segment = segment_options(0, 0, populate, lock_timeout_ms);
-         o.init = reinterpret_cast<const void*>(init_ptr);
-         o.init_nbytes = init_nbytes;
+         if (init) {
+           o.init = init->host_data("init");
+           o.init_nbytes = init->nbytes;
+         }
          o.initial_accumulator = initial_accumulator;
          return hw::SharedTable::create(name, spec, o);
        },
@@ -264,7 +230,7 @@ void bind_table(py::module_& m) {
            })
       .def("axpy",
            [](hw::SharedTable& t, double alpha, const py::handle& x, bool locked) {
-             hw::UpdateBatch b = np_batch(t, "axpy", py::none(), x, locked);
+             hw::UpdateBatch b = batch_of(t, "axpy", py::none(), x, locked);
              pscore::bindings::GilRelease release;
              t.axpy(alpha, b.grads, b.grads_numel, b.grads_dtype, b.locked);
            })
@@ -293,22 +259,26 @@ void bind_cuda(py::module_& m) {
   m.def("cuda_peak_memory_bandwidth", &hw::cuda::peak_memory_bandwidth, Release());
   m.def(
       "cuda_sparse_update",
-      [](int kind, uint64_t table, uint64_t state0, uint64_t state1, uint64_t rows, uint64_t dim,
-         uint64_t ids, uint64_t num_ids, int ids_code, uint64_t grads, uint64_t stream,
-         std::vector<double> coeffs) {
+      [](int kind, const pscore::BufferView& table, const std::optional<pscore::BufferView>& state0,
+         const std::optional<pscore::BufferView>& state1, const pscore::BufferView& ids,
+         const pscore::BufferView& grads, std::vector<double> coeffs) {
+        const int device = table.device_index;
+        auto state = [&](const std::optional<pscore::BufferView>& s, const char* what) {
+          return s ? static_cast<float*>(s->cuda_data(what, device)) : nullptr;
+        };
         hw::cuda::SparseUpdate u;
         u.kind = static_cast<pscore::OptimizerKind>(kind);
-        u.table = reinterpret_cast<float*>(table);
-        u.state0 = reinterpret_cast<float*>(state0);
-        u.state1 = reinterpret_cast<float*>(state1);
-        u.rows = rows;
-        u.dim = dim;
-        u.ids = reinterpret_cast<const void*>(ids);
-        u.num_ids = num_ids;
-        u.ids_dtype = pscore::dtype_from_code(ids_code);
-        u.grads = reinterpret_cast<const float*>(grads);
-        u.stream = reinterpret_cast<void*>(stream);
-        u.coeffs = coeffs;
+        u.table = static_cast<float*>(table.cuda_data("table"));
+        u.state0 = state(state0, "state0");
+        u.state1 = state(state1, "state1");
+        u.rows = table.shape.empty() ? 0 : static_cast<uint64_t>(table.shape[0]);
+        u.dim = u.rows ? table.numel / u.rows : 0;
+        u.ids = ids.cuda_data("ids", device);
+        u.num_ids = ids.numel;
+        u.ids_dtype = ids.dtype;
+        u.grads = static_cast<const float*>(grads.cuda_data("grads", device));
+        u.stream = reinterpret_cast<void*>(table.stream);
+        u.coeffs = std::move(coeffs);
         hw::cuda::sparse_update(u);
       },
       Release());

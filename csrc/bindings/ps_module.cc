@@ -1,9 +1,15 @@
 // pscore._ps: the parameter server (PsServer) and client (PsClient) for Python. Arrays cross as
-// (address, element count) pairs taken from pscore.tensor.as_buffer; every call that can block
+// pscore.buffer.BufferView (float32 values, int64 ids, host memory); every call that can block
 // releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "bindings/buffer_view_caster.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
 #include "bindings/work.h"
@@ -16,10 +22,22 @@ using namespace pscore::ps;
 
 namespace {
 
+using pscore::BufferView;
+using pscore::DType;
+
+// b's host address as T (float32 values or int64 ids), after checking that is what it holds.
 template <typename T>
-T* ptr(uintptr_t address) {
-  return reinterpret_cast<T*>(address);
+T* typed(const BufferView& b, const char* what) {
+  const DType want =
+      std::is_same_v<std::remove_const_t<T>, float> ? DType::kFloat32 : DType::kInt64;
+  if (b.dtype != want) {
+    throw std::invalid_argument(std::string(what) + " must be " + pscore::dtype_name(want) +
+                                ", got " + pscore::dtype_name(b.dtype));
+  }
+  return static_cast<T*>(b.host_data(what));
 }
+
+int64_t count(const BufferView& b) { return static_cast<int64_t>(b.numel); }
 
 using Release = pscore::bindings::ReleaseGil;
 
@@ -182,8 +200,9 @@ void bind_client(py::module_& m) {
       .def("incarnation", &PsClient::incarnation)
       .def(
           "create_table",
-          [](PsClient& c, const TableSpec& spec, uintptr_t init, int64_t n) {
-            return c.create_table(spec, init ? ptr<const float>(init) : nullptr, n);
+          [](PsClient& c, const TableSpec& spec, const std::optional<BufferView>& init) {
+            if (!init) return c.create_table(spec, nullptr, 0);
+            return c.create_table(spec, typed<const float>(*init, "init"), count(*init));
           },
           Release())
       .def("lookup_table", &PsClient::lookup_table, Release())
@@ -192,46 +211,50 @@ void bind_client(py::module_& m) {
       .def("table_status", &PsClient::table_status, Release())
       .def(
           "push",
-          [](PsClient& c, const std::string& name, uintptr_t g, int64_t n) {
-            return c.push(name, ptr<const float>(g), n);
+          [](PsClient& c, const std::string& name, const BufferView& g) {
+            return c.push(name, typed<const float>(g, "grad"), count(g));
           },
           Release())
       .def(
           "pull",
-          [](PsClient& c, const std::string& name, uintptr_t out, int64_t n) {
-            return c.pull(name, ptr<float>(out), n);
+          [](PsClient& c, const std::string& name, const BufferView& out) {
+            return c.pull(name, typed<float>(out, "out"), count(out));
           },
           Release())
       .def(
           "push_pull",
-          [](PsClient& c, const std::string& name, uintptr_t g, uintptr_t out, int64_t n) {
-            return c.push_pull(name, ptr<const float>(g), ptr<float>(out), n);
+          [](PsClient& c, const std::string& name, const BufferView& g, const BufferView& out) {
+            return c.push_pull(name, typed<const float>(g, "grad"), typed<float>(out, "out"),
+                               count(g));
           },
           Release())
       .def(
           "assign",
-          [](PsClient& c, const std::string& name, uintptr_t v, int64_t n) {
-            return c.assign(name, ptr<const float>(v), n);
+          [](PsClient& c, const std::string& name, const BufferView& v) {
+            return c.assign(name, typed<const float>(v, "value"), count(v));
           },
           Release())
       .def(
           "push_sparse",
-          [](PsClient& c, const std::string& name, uintptr_t ids, uintptr_t g, int64_t n) {
-            return c.push_sparse(name, ptr<const int64_t>(ids), ptr<const float>(g), n);
+          [](PsClient& c, const std::string& name, const BufferView& ids, const BufferView& g) {
+            return c.push_sparse(name, typed<const int64_t>(ids, "ids"),
+                                 typed<const float>(g, "grads"), count(ids));
           },
           Release())
       .def(
           "pull_sparse",
-          [](PsClient& c, const std::string& name, uintptr_t ids, uintptr_t out, int64_t n) {
-            return c.pull_sparse(name, ptr<const int64_t>(ids), ptr<float>(out), n);
+          [](PsClient& c, const std::string& name, const BufferView& ids, const BufferView& out) {
+            return c.pull_sparse(name, typed<const int64_t>(ids, "ids"), typed<float>(out, "out"),
+                                 count(ids));
           },
           Release())
       .def(
           "push_pull_sparse",
-          [](PsClient& c, const std::string& name, uintptr_t ids, uintptr_t g, uintptr_t out,
-             int64_t n) {
-            return c.push_pull_sparse(name, ptr<const int64_t>(ids), ptr<const float>(g),
-                                      ptr<float>(out), n);
+          [](PsClient& c, const std::string& name, const BufferView& ids, const BufferView& g,
+             const BufferView& out) {
+            return c.push_pull_sparse(name, typed<const int64_t>(ids, "ids"),
+                                      typed<const float>(g, "grads"), typed<float>(out, "out"),
+                                      count(ids));
           },
           Release())
       .def("worker_done", &PsClient::worker_done, Release())

@@ -269,12 +269,12 @@ def test_uninitialised_use_is_a_clear_error():
 
 
 def test_buffers_view_without_copies_and_refuse_foreign_byte_order():
-    from pscore.tensor import as_buffer
+    from pscore.buffer import view
 
     a = np.arange(6, dtype=np.int32)
-    b = as_buffer(a)
+    b = view(a)
     assert (b.ptr, b.nbytes, b.dtype, b.numel) == (a.ctypes.data, 24, "int32", 6)
     t = torch.ones(3, dtype=torch.bfloat16)
-    assert (as_buffer(t).ptr, as_buffer(t).dtype) == (t.data_ptr(), "bfloat16")
+    assert (view(t).ptr, view(t).dtype) == (t.data_ptr(), "bfloat16")
     with pytest.raises(TypeError, match="not in this machine's byte order"):
-        as_buffer(np.ones(3, ">f4" if np.little_endian else "<f4"))
+        view(np.ones(3, ">f4" if np.little_endian else "<f4"))

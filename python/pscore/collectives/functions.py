@@ -7,9 +7,9 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from ..buffer import REDUCE_OPS, BufferView, view
 from ..errors import NetworkError
 from ..errors import TimeoutError as PscoreTimeoutError
-from ..tensor import REDUCE_OPS, Buffer, as_buffer
 from .group import default_group, resolve
 from .work import CollectiveWork, CompletedWork, Work
 
@@ -74,7 +74,7 @@ def _finish(g, call, async_op: bool, keep: Any):
     return CollectiveWork(handle, keep, g) if async_op else None
 
 
-def _same_kind(bufs: Sequence[Buffer], ref: Buffer, what: str) -> None:
+def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
     for i, b in enumerate(bufs):
         if b.dtype != ref.dtype:
             raise TypeError(f"{what}[{i}] is {b.dtype}, expected {ref.dtype}")
@@ -86,10 +86,10 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = as_buffer(tensor)
+    b = view(tensor)
     return _finish(
         g,
-        lambda: g.native.allreduce(b.ptr, b.numel, b.dtype_code, _op_code(op, b.dtype), async_op),
+        lambda: g.native.allreduce(b, _op_code(op, b.dtype), async_op),
         async_op,
         b,
     )
@@ -99,12 +99,10 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = as_buffer(tensor)
+    b = view(tensor)
     return _finish(
         g,
-        lambda: g.native.broadcast(
-            b.ptr, b.numel, b.dtype_code, g.group_rank(src, "src"), async_op
-        ),
+        lambda: g.native.broadcast(b, g.group_rank(src, "src"), async_op),
         async_op,
         b,
     )
@@ -114,13 +112,11 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = as_buffer(tensor)
+    b = view(tensor)
     root = g.group_rank(dst, "dst")
     return _finish(
         g,
-        lambda: g.native.reduce(
-            b.ptr, b.numel, b.dtype_code, _op_code(op, b.dtype), root, async_op
-        ),
+        lambda: g.native.reduce(b, _op_code(op, b.dtype), root, async_op),
         async_op,
         b,
     )
@@ -130,36 +126,35 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = as_buffer(tensor, writable=False)
+    b = view(tensor, writable=False)
     if len(tensor_list) != g.size:
         raise ValueError(
             f"all_gather: tensor_list has {len(tensor_list)} entries, the group has {g.size} ranks"
         )
-    outs = [as_buffer(t, what=f"tensor_list[{i}]") for i, t in enumerate(tensor_list)]
+    outs = [view(t, what=f"tensor_list[{i}]") for i, t in enumerate(tensor_list)]
     _same_kind(outs, b, "tensor_list")
     return _finish(
         g,
-        lambda: g.native.allgather(b.ptr, b.numel, b.dtype_code, [o.ptr for o in outs], async_op),
+        lambda: g.native.allgather(b, outs, async_op),
         async_op,
         (b, outs),
     )
 
 
-def _split(buf: Buffer, parts: int, what: str) -> list[int]:
+def _split(buf: BufferView, parts: int, what: str) -> list[BufferView]:
     if buf.numel % parts:
         raise ValueError(
             f"{what} has {buf.numel} elements, not divisible by the group size {parts}"
         )
-    step = buf.nbytes // parts
-    return [buf.ptr + i * step for i in range(parts)]
+    return buf.rows([buf.numel // parts] * parts, what)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = as_buffer(input_tensor, writable=False)
-    out = as_buffer(output_tensor, what="output_tensor")
+    b = view(input_tensor, writable=False)
+    out = view(output_tensor, what="output_tensor")
     if out.dtype != b.dtype or out.numel != b.numel * g.size:
         raise ValueError(
             f"all_gather_into_tensor: output must be {g.size} x {b.numel} {b.dtype}, "
@@ -167,9 +162,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
         )
     return _finish(
         g,
-        lambda: g.native.allgather(
-            b.ptr, b.numel, b.dtype_code, _split(out, g.size, "output"), async_op
-        ),
+        lambda: g.native.allgather(b, _split(out, g.size, "output"), async_op),
         async_op,
         (b, out),
     )
@@ -179,24 +172,17 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = as_buffer(output, what="output")
+    out = view(output, what="output")
     if len(input_list) != g.size:
         raise ValueError(
             f"reduce_scatter: input_list has {len(input_list)} entries, "
             f"the group has {g.size} ranks"
         )
-    ins = [as_buffer(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
+    ins = [view(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
     _same_kind(ins, out, "input_list")
     return _finish(
         g,
-        lambda: g.native.reduce_scatter(
-            [i.ptr for i in ins],
-            out.ptr,
-            out.numel,
-            out.dtype_code,
-            _op_code(op, out.dtype),
-            async_op,
-        ),
+        lambda: g.native.reduce_scatter(ins, out, _op_code(op, out.dtype), async_op),
         async_op,
         (out, ins),
     )
@@ -206,8 +192,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = as_buffer(output, what="output")
-    inp = as_buffer(input, writable=False, what="input")
+    out = view(output, what="output")
+    inp = view(input, writable=False, what="input")
     if inp.dtype != out.dtype or inp.numel != out.numel * g.size:
         raise ValueError(
             f"reduce_scatter_tensor: input must be {g.size} x {out.numel} {out.dtype}, "
@@ -216,12 +202,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     return _finish(
         g,
         lambda: g.native.reduce_scatter(
-            _split(inp, g.size, "input"),
-            out.ptr,
-            out.numel,
-            out.dtype_code,
-            _op_code(op, out.dtype),
-            async_op,
+            _split(inp, g.size, "input"), out, _op_code(op, out.dtype), async_op
         ),
         async_op,
         (out, inp),
@@ -234,21 +215,19 @@ def gather(
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = as_buffer(tensor, writable=False)
+    b = view(tensor, writable=False)
     root = g.group_rank(dst, "dst")
-    outs: list[Buffer] = []
+    outs: list[BufferView] = []
     if g.rank == root:
         if gather_list is None or len(gather_list) != g.size:
             raise ValueError(f"gather: the destination needs a gather_list of {g.size} tensors")
-        outs = [as_buffer(t, what=f"gather_list[{i}]") for i, t in enumerate(gather_list)]
+        outs = [view(t, what=f"gather_list[{i}]") for i, t in enumerate(gather_list)]
         _same_kind(outs, b, "gather_list")
     elif gather_list:
         raise ValueError("gather: only the destination rank passes a gather_list")
     return _finish(
         g,
-        lambda: g.native.gather(
-            b.ptr, b.numel, b.dtype_code, [o.ptr for o in outs], root, async_op
-        ),
+        lambda: g.native.gather(b, outs, root, async_op),
         async_op,
         (b, outs),
     )
@@ -260,24 +239,21 @@ def scatter(
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = as_buffer(tensor)
+    out = view(tensor)
     root = g.group_rank(src, "src")
-    ins: list[Buffer] = []
+    ins: list[BufferView] = []
     if g.rank == root:
         if scatter_list is None or len(scatter_list) != g.size:
             raise ValueError(f"scatter: the source needs a scatter_list of {g.size} tensors")
         ins = [
-            as_buffer(t, writable=False, what=f"scatter_list[{i}]")
-            for i, t in enumerate(scatter_list)
+            view(t, writable=False, what=f"scatter_list[{i}]") for i, t in enumerate(scatter_list)
         ]
         _same_kind(ins, out, "scatter_list")
     elif scatter_list:
         raise ValueError("scatter: only the source rank passes a scatter_list")
     return _finish(
         g,
-        lambda: g.native.scatter(
-            [i.ptr for i in ins], out.ptr, out.numel, out.dtype_code, root, async_op
-        ),
+        lambda: g.native.scatter(ins, out, root, async_op),
         async_op,
         (out, ins),
     )
@@ -292,33 +268,25 @@ def all_to_all(
     if len(output_tensor_list) != g.size or len(input_tensor_list) != g.size:
         raise ValueError(f"all_to_all: need {g.size} input and {g.size} output tensors")
     ins = [
-        as_buffer(t, writable=False, what=f"input_tensor_list[{i}]")
+        view(t, writable=False, what=f"input_tensor_list[{i}]")
         for i, t in enumerate(input_tensor_list)
     ]
-    outs = [as_buffer(t, what=f"output_tensor_list[{i}]") for i, t in enumerate(output_tensor_list)]
+    outs = [view(t, what=f"output_tensor_list[{i}]") for i, t in enumerate(output_tensor_list)]
     dtype = ins[0].dtype
     for b in ins + outs:
         if b.dtype != dtype:
             raise TypeError(f"all_to_all: mixed dtypes {b.dtype} and {dtype}")
     return _finish(
         g,
-        lambda: g.native.all_to_all(
-            [b.ptr for b in ins],
-            [b.numel for b in ins],
-            [b.ptr for b in outs],
-            [b.numel for b in outs],
-            ins[0].dtype_code,
-            async_op,
-        ),
+        lambda: g.native.all_to_all(ins, outs, async_op),
         async_op,
         (ins, outs),
     )
 
 
-def _splits(buf: Buffer, sizes, n: int, what: str) -> tuple[list[int], list[int]]:
-    """Pointers and element counts of buf cut along its first dimension by `sizes` rows."""
-    shape = tuple(getattr(buf.owner, "shape", (buf.numel,)))
-    rows = shape[0] if shape else 1
+def _splits(buf: BufferView, sizes, n: int, what: str) -> list[BufferView]:
+    """buf cut along its first dimension into pieces of `sizes` rows."""
+    rows = buf.shape[0] if buf.shape else 1
     row = buf.numel // rows if rows else 0
     if sizes is None:
         if rows % n:
@@ -329,13 +297,7 @@ def _splits(buf: Buffer, sizes, n: int, what: str) -> tuple[list[int], list[int]
     sizes = list(sizes)
     if len(sizes) != n or sum(sizes) != rows:
         raise ValueError(f"{what} split sizes {sizes} must have {n} entries summing to {rows}")
-    esize = buf.nbytes // buf.numel if buf.numel else 0
-    ptrs, counts, at = [], [], 0
-    for s in sizes:
-        ptrs.append(buf.ptr + at * row * esize)
-        counts.append(s * row)
-        at += s
-    return ptrs, counts
+    return buf.rows([s * row for s in sizes], what)
 
 
 def all_to_all_single(
@@ -349,17 +311,15 @@ def all_to_all_single(
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = as_buffer(output, what="output")
-    inp = as_buffer(input, writable=False, what="input")
+    out = view(output, what="output")
+    inp = view(input, writable=False, what="input")
     if out.dtype != inp.dtype:
         raise TypeError(f"all_to_all_single: output is {out.dtype}, input is {inp.dtype}")
-    in_ptrs, in_counts = _splits(inp, input_split_sizes, g.size, "input")
-    out_ptrs, out_counts = _splits(out, output_split_sizes, g.size, "output")
+    ins = _splits(inp, input_split_sizes, g.size, "input")
+    outs = _splits(out, output_split_sizes, g.size, "output")
     return _finish(
         g,
-        lambda: g.native.all_to_all(
-            in_ptrs, in_counts, out_ptrs, out_counts, inp.dtype_code, async_op
-        ),
+        lambda: g.native.all_to_all(ins, outs, async_op),
         async_op,
         (out, inp),
     )
@@ -376,9 +336,9 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
     g = resolve(group)
     if g is None:
         raise ValueError("isend: this rank is not in the group")
-    b = as_buffer(tensor, writable=False)
+    b = view(tensor, writable=False)
     peer = g.group_rank(dst, "dst")
-    return _finish(g, lambda: g.native.send(b.ptr, b.numel, b.dtype_code, peer, tag, True), True, b)
+    return _finish(g, lambda: g.native.send(b, peer, tag, True), True, b)
 
 
 def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
@@ -387,12 +347,12 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
     g = resolve(group)
     if g is None:
         raise ValueError("irecv: this rank is not in the group")
-    b = as_buffer(tensor)
+    b = view(tensor)
     if src is None:
-        call = functools.partial(g.native.recv_any, b.ptr, b.numel, b.dtype_code, tag, True)
+        call = functools.partial(g.native.recv_any, b, tag, True)
     else:
         peer = g.group_rank(src, "src")
-        call = functools.partial(g.native.recv, b.ptr, b.numel, b.dtype_code, peer, tag, True)
+        call = functools.partial(g.native.recv, b, peer, tag, True)
     return _finish(g, call, True, b)
 
 

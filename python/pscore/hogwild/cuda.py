@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _hogwild
-from ..tensor import DTYPE_CODES
+from ..buffer import CUDA, BufferView, view
 
 __all__ = ["adagrad", "adam", "is_available", "is_built", "peak_memory_bandwidth", "sgd"]
 
@@ -48,59 +48,41 @@ def _require() -> None:
         )
 
 
-def _check_tensor(x: Any, what: str, device, dtypes: tuple) -> None:
-    import torch
-
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{what} must be a torch tensor, got {type(x).__name__}")
-    if x.device.type != "cuda":
-        raise ValueError(f"{what} is on {x.device}; the GPU kernels take CUDA tensors")
-    if device is not None and x.device != device:
-        raise ValueError(f"{what} is on {x.device} but the table is on {device}")
-    name = str(x.dtype).replace("torch.", "")
-    if name not in dtypes:
-        raise TypeError(f"{what} is {name}; expected {' or '.join(dtypes)}")
-    if not x.is_contiguous():
-        raise ValueError(f"{what} is not contiguous; call .contiguous() first")
+def _cuda_view(x: Any, what: str, device: int | None, dtypes: tuple) -> BufferView:
+    """x viewed in place (any CUDA __dlpack__ object; torch tensors take the fast path), on CUDA
+    device `device` (None: any) and of one of `dtypes`."""
+    v = view(x, what=what, host=None)
+    if v.device_type != CUDA:
+        raise ValueError(f"{what} is on {v.device}; the GPU kernels take CUDA tensors")
+    if device is not None and v.device_index != device:
+        raise ValueError(f"{what} is on {v.device} but the table is on cuda:{device}")
+    if v.dtype not in dtypes:
+        raise TypeError(f"{what} is {v.dtype}; expected {' or '.join(dtypes)}")
+    return v
 
 
 def _update(kind: str, table, states: list, ids, grads, coeffs: list) -> None:
     _require()
-    import torch
-
-    _check_tensor(table, "table", None, ("float32",))
-    if table.dim() < 1 or table.numel() == 0:
-        raise ValueError(f"table must have at least one row, got shape {tuple(table.shape)}")
+    t = _cuda_view(table, "table", None, ("float32",))
+    if len(t.shape) < 1 or t.numel == 0:
+        raise ValueError(f"table must have at least one row, got shape {t.shape}")
+    device = t.device_index
+    views = []
     for name, s in states:
-        _check_tensor(s, name, table.device, ("float32",))
-        if s.shape != table.shape:
-            raise ValueError(f"{name} has shape {tuple(s.shape)}, the table {tuple(table.shape)}")
-    _check_tensor(ids, "ids", table.device, ("int64", "int32"))
-    _check_tensor(grads, "grads", table.device, ("float32",))
-    if ids.dim() != 1:
-        raise ValueError(f"ids must be 1-D, got shape {tuple(ids.shape)}")
-    want = (ids.numel(), *table.shape[1:])
-    if tuple(grads.shape) != want:
-        raise ValueError(f"grads have shape {tuple(grads.shape)}; {ids.numel()} ids need {want}")
-    rows = table.shape[0]
-    dim = table.numel() // rows
-    ptrs = [s.data_ptr() for _, s in states] + [0] * (2 - len(states))
-    with torch.cuda.device(table.device):
-        stream = torch.cuda.current_stream(table.device).cuda_stream
-        _hogwild.cuda_sparse_update(
-            _KINDS[kind],
-            table.data_ptr(),
-            ptrs[0],
-            ptrs[1],
-            rows,
-            dim,
-            ids.data_ptr(),
-            ids.numel(),
-            DTYPE_CODES[str(ids.dtype).replace("torch.", "")],
-            grads.data_ptr(),
-            stream,
-            [float(c) for c in coeffs],
-        )
+        v = _cuda_view(s, name, device, ("float32",))
+        if v.shape != t.shape:
+            raise ValueError(f"{name} has shape {v.shape}, the table {t.shape}")
+        views.append(v)
+    i = _cuda_view(ids, "ids", device, ("int64", "int32"))
+    g = _cuda_view(grads, "grads", device, ("float32",))
+    if len(i.shape) != 1:
+        raise ValueError(f"ids must be 1-D, got shape {i.shape}")
+    want = (i.numel, *t.shape[1:])
+    if g.shape != want:
+        raise ValueError(f"grads have shape {g.shape}; {i.numel} ids need {want}")
+    views += [None] * (2 - len(views))
+    coeffs = [float(c) for c in coeffs]
+    _hogwild.cuda_sparse_update(_KINDS[kind], t, views[0], views[1], i, g, coeffs)
 
 
 def sgd(table, ids, grads, lr: float = 0.01) -> None:

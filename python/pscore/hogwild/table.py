@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import _hogwild
-from ..tensor import DTYPE_CODES, is_torch_tensor
+from ..buffer import DTYPE_CODES, is_torch_tensor, view
 
 __all__ = ["STATE_NAMES", "SharedTable", "close_all"]
 
@@ -78,25 +78,8 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
     return dims
 
 
-_TORCH_DTYPES = ("float32", "float64", "int32", "int64")
-
-
-def _array(x: Any, what: str = "grads") -> Any:
-    """x as a numpy array without copying: numpy arrays pass through, CPU torch tensors become
-    views. The binding checks dtype, contiguity and shape."""
-    if type(x) is np.ndarray:
-        return x
-    if is_torch_tensor(x):
-        if x.device.type != "cpu":
-            raise ValueError(
-                f"{what} is on {x.device}; SharedTable takes CPU tensors "
-                "(pscore.hogwild.cuda updates GPU tables)"
-            )
-        name = str(x.dtype).replace("torch.", "")
-        if name not in _TORCH_DTYPES:
-            raise TypeError(f"{what} are {name}; pass one of {', '.join(_TORCH_DTYPES)}")
-        return x.detach().numpy()
-    return x  # other ndarray subclasses pass; anything else gets the binding's TypeError
+def _foreign_order(x: Any) -> bool:
+    return isinstance(x, np.ndarray) and not x.dtype.isnative
 
 
 def _step(step: Any, op: str) -> int:
@@ -108,19 +91,16 @@ def _step(step: Any, op: str) -> int:
     return int(step)
 
 
-def _ids(ids: Any, op: str) -> Any:
-    if ids is None or type(ids) is np.ndarray:
+def _id_array(ids: Any, op: str) -> Any:
+    """ids as the caller passed them, a list, tuple or range made an int64 array."""
+    if not isinstance(ids, (list, tuple, range)):
         return ids
-    if is_torch_tensor(ids):
-        return _array(ids, f"{op} ids")
-    if isinstance(ids, (list, tuple, range)):
-        arr = np.asarray(ids)
-        if arr.size == 0:
-            return arr.astype(np.int64)
-        if arr.dtype.kind not in "iu":
-            raise TypeError(f"{op} ids are {arr.dtype}; pass int64 or int32")
-        return arr.astype(np.int64, copy=False)
-    return ids
+    arr = np.asarray(ids)
+    if arr.size == 0:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{op} ids are {arr.dtype}; pass int64 or int32")
+    return arr.astype(np.int64, copy=False)
 
 
 class SharedTable:
@@ -176,7 +156,7 @@ class SharedTable:
             )
         if not isinstance(lock_stripes, int) or lock_stripes < 1:
             raise ValueError(f"lock_stripes must be an int >= 1, got {lock_stripes!r}")
-        init_arr = None
+        init_view = None
         if init is not None:
             init_arr = np.asarray(
                 init.detach().cpu().numpy() if is_torch_tensor(init) else init, dtype=dt
@@ -185,7 +165,7 @@ class SharedTable:
                 init_arr = np.full(dims, init_arr, dtype=dt)
             if init_arr.shape != dims:
                 raise ValueError(f"init has shape {init_arr.shape}, the table {dims}")
-            init_arr = np.ascontiguousarray(init_arr)
+            init_view = view(np.ascontiguousarray(init_arr), writable=False, what="init")
         name = _default_name() if name is None else name
         try:
             h = _hogwild.Table.create(
@@ -194,8 +174,7 @@ class SharedTable:
                 DTYPE_CODES[dt],
                 OPTIMIZERS[optimizer],
                 lock_stripes,
-                init_arr.ctypes.data if init_arr is not None else 0,
-                init_arr.nbytes if init_arr is not None else 0,
+                init_view,
                 float(initial_accumulator),
                 populate,
                 _ms(lock_timeout, "lock_timeout"),
@@ -313,7 +292,7 @@ class SharedTable:
         only: other rows, and their state, stay as they are. The same holds for adagrad and
         adam."""
         opts = _hogwild.SgdOptions(lr, momentum, dampening, nesterov, weight_decay, maximize)
-        self._h.sgd(_ids(ids, "sgd"), _array(grads), locked, coalesce, opts)
+        self._update("sgd", ids, grads, locked, coalesce, opts)
 
     def adagrad(
         self,
@@ -334,7 +313,7 @@ class SharedTable:
         opts = _hogwild.AdagradOptions(
             lr, eps, lr_decay, weight_decay, maximize, _step(step, "adagrad")
         )
-        self._h.adagrad(_ids(ids, "adagrad"), _array(grads), locked, coalesce, opts)
+        self._update("adagrad", ids, grads, locked, coalesce, opts)
 
     def adam(
         self,
@@ -368,7 +347,7 @@ class SharedTable:
             amsgrad,
             maximize,
         )
-        self._h.adam(_ids(ids, "adam"), _array(grads), locked, coalesce, opts)
+        self._update("adam", ids, grads, locked, coalesce, opts)
 
     def step_with(
         self, options: Any, ids: Any, grads: Any, *, locked: bool = False, coalesce: bool = False
@@ -378,11 +357,37 @@ class SharedTable:
         kind = _OPTIONS.get(type(options))
         if kind is None:
             raise TypeError(f"options must be Sgd/Adagrad/AdamOptions, got {type(options)}")
-        getattr(self._h, kind)(_ids(ids, kind), _array(grads), locked, coalesce, options)
+        self._update(kind, ids, grads, locked, coalesce, options)
 
     def axpy(self, alpha: float, x: Any, *, locked: bool = False) -> None:
         """table += alpha * x over the whole table (x shaped like the table)."""
-        self._h.axpy(float(alpha), _array(x), locked)
+        try:
+            self._h.axpy(float(alpha), x, locked)
+        except TypeError:
+            self._refuse_byte_order("axpy", None, x)
+            raise
+
+    def _update(self, op: str, ids: Any, grads: Any, locked: bool, coalesce: bool, opts) -> None:
+        # The binding views ids and grads (numpy arrays directly, others via pscore.buffer).
+        if ids is not None and type(ids) is not np.ndarray:
+            ids = _id_array(ids, op)
+        try:
+            getattr(self._h, op)(ids, grads, locked, coalesce, opts)
+        except TypeError:
+            self._refuse_byte_order(op, ids, grads)
+            raise
+
+    def _refuse_byte_order(self, op: str, ids: Any, grads: Any) -> None:
+        """The binding's words for an array in the other byte order, which views refuse."""
+        if _foreign_order(grads):
+            raise TypeError(
+                f"{op} on shared table '{self.name}': grads are {grads.dtype.name} "
+                f"(non-native byte order) but the table holds {self._dtype_name}"
+            ) from None
+        if _foreign_order(ids):
+            raise TypeError(
+                f"{op} ids are {ids.dtype.name} (non-native byte order); pass int64 or int32"
+            ) from None
 
     # ---- lifetime -------------------------------------------------------------------------------
     @property

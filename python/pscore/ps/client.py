@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _config, _ps, errors
+from ..buffer import view_as, view_out
 from . import discovery, environment
-from .arrays import float_input, float_output, id_input
 from .tables import TableInfo, build_spec, table_info
 from .work import PSWork
 
@@ -22,6 +22,19 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = ["PSClient"]
+
+
+_HOST_ONLY = "the parameter server takes CPU tensors"
+
+
+def _values(x, what: str):
+    """x's values as float32 (a view, or a contiguous float32 copy when x is not one)."""
+    return view_as(x, "float32", what=what, host=_HOST_ONLY)
+
+
+def _output(x, what: str):
+    """x as the float32 buffer a pull writes into (no copy: x must already be one)."""
+    return view_out(x, "float32", what=what, host=_HOST_ONLY)
 
 
 def _timeout_s(value, name: str) -> float:
@@ -155,22 +168,22 @@ class PSClient:
         low/high, "normal" mean/std, "constant" value; seeded by seed), optimizer (default
         SGD()), consistency ("async"; "sync" with backup_workers; "ssp" with staleness),
         clip_norm, clip_value."""
-        _keep, ptr, n = (None, 0, 0)
+        init_view = None
         if init is not None:
-            _keep, ptr, n = float_input(init, "init")
+            init_view = _values(init, "init")
             shape = tuple(init.shape) if shape is None else shape
         if shape is None:
             raise ValueError(f"create_dense {name!r}: give a shape or an init array")
         shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
         spec = build_spec(name, False, shape, **settings)
-        return self._info(self._call(self._cpp.create_table, spec, ptr, n))
+        return self._info(self._call(self._cpp.create_table, spec, init_view))
 
     def create_sparse(self, name: str, dim: int, **settings) -> TableInfo:
         """Creates (or joins) a sparse table of rows of `dim` floats keyed by int64 ids of any
         value. A row is created, from the seeded initializer, the first time it is touched; rows
         hash to shards; optimizers update only the rows pushed. Settings as create_dense."""
         spec = build_spec(name, True, (int(dim),), **settings)
-        return self._info(self._call(self._cpp.create_table, spec, 0, 0))
+        return self._info(self._call(self._cpp.create_table, spec, None))
 
     def lookup_table(self, name: str) -> TableInfo:
         """The table `name` (KeyError when no worker created it)."""
@@ -225,27 +238,27 @@ class PSClient:
 
     # ----- dense -----
     def push_async(self, name: str, grad) -> PSWork:
-        g, gp, n = float_input(grad, "grad")
-        return self._track(self._cpp.push(name, gp, n), (g,), table=name)
+        g = _values(grad, "grad")
+        return self._track(self._cpp.push(name, g), (g,), table=name)
 
     def pull_async(self, name: str, out=None) -> PSWork:
         if out is None:
             out = np.empty(self.table(name).shape, dtype=np.float32)
-        o, op, n = float_output(out, "out")
-        return self._track(self._cpp.pull(name, op, n), (o,), lambda: o)
+        o = _output(out, "out")
+        return self._track(self._cpp.pull(name, o), (o,), lambda: out)
 
     def push_pull_async(self, name: str, grad, out=None) -> PSWork:
-        g, gp, n = float_input(grad, "grad")
+        g = _values(grad, "grad")
         if out is None:
             out = np.empty(self.table(name).shape, dtype=np.float32)
-        o, op, m = float_output(out, "out")
-        if m != n:
-            raise ValueError(f"push_pull {name!r}: grad has {n} elements, out {m}")
-        return self._track(self._cpp.push_pull(name, gp, op, n), (g, o), lambda: o, name)
+        o = _output(out, "out")
+        if o.numel != g.numel:
+            raise ValueError(f"push_pull {name!r}: grad has {g.numel} elements, out {o.numel}")
+        return self._track(self._cpp.push_pull(name, g, o), (g, o), lambda: out, name)
 
     def assign_async(self, name: str, value) -> PSWork:
-        v, vp, n = float_input(value, "value")
-        return self._track(self._cpp.assign(name, vp, n), (v,))
+        v = _values(value, "value")
+        return self._track(self._cpp.assign(name, v), (v,))
 
     def push(self, name: str, grad) -> None:
         """Sends a gradient; the table's server-side optimizer applies it."""
@@ -265,36 +278,38 @@ class PSClient:
 
     # ----- sparse -----
     def _rows(self, name: str, ids, rows, what: str, output: bool):
-        i, ip, n = id_input(ids)
-        dim = self.table(name).dim
+        i = view_as(ids, "int64", what="ids", host=_HOST_ONLY)
+        n, dim = i.numel, self.table(name).dim
         if dim == 0:
             raise ValueError(f"{what} {name!r}: the table is dense")
         if rows is None:
             rows = np.empty((n, dim), dtype=np.float32)
-        r, rp, m = float_output(rows, "out") if output else float_input(rows, "grads")
-        if m != n * dim:
+        r = _output(rows, "out") if output else _values(rows, "grads")
+        if r.numel != n * dim:
             raise ValueError(
-                f"{what} {name!r}: {n} ids need {n * dim} values ({n} x {dim}), got {m}"
+                f"{what} {name!r}: {n} ids need {n * dim} values ({n} x {dim}), got {r.numel}"
             )
-        return i, ip, n, r, rp
+        return i, r, rows
 
     def push_sparse_async(self, name: str, ids, grads) -> PSWork:
-        i, ip, n, g, gp = self._rows(name, ids, grads, "push_sparse", False)
-        return self._track(self._cpp.push_sparse(name, ip, gp, n), (i, g), table=name)
+        i, g, _ = self._rows(name, ids, grads, "push_sparse", False)
+        return self._track(self._cpp.push_sparse(name, i, g), (i, g), table=name)
 
     def pull_sparse_async(self, name: str, ids, out=None) -> PSWork:
-        i, ip, n, o, op = self._rows(name, ids, out, "pull_sparse", True)
-        return self._track(self._cpp.pull_sparse(name, ip, op, n), (i, o), lambda: o)
+        i, o, out = self._rows(name, ids, out, "pull_sparse", True)
+        return self._track(self._cpp.pull_sparse(name, i, o), (i, o), lambda: out)
 
     def push_pull_sparse_async(self, name: str, ids, grads, out=None) -> PSWork:
-        i, ip, n, g, gp = self._rows(name, ids, grads, "push_pull_sparse", False)
+        i, g, _ = self._rows(name, ids, grads, "push_pull_sparse", False)
         if out is None:
-            out = np.empty((n, self.table(name).dim), dtype=np.float32)
-        o, op, m = float_output(out, "out")
-        if m != g.size:
-            raise ValueError(f"push_pull_sparse {name!r}: out has {m} values, grads {g.size}")
-        work = self._cpp.push_pull_sparse(name, ip, gp, op, n)
-        return self._track(work, (i, g, o), lambda: o, name)
+            out = np.empty((i.numel, self.table(name).dim), dtype=np.float32)
+        o = _output(out, "out")
+        if o.numel != g.numel:
+            raise ValueError(
+                f"push_pull_sparse {name!r}: out has {o.numel} values, grads {g.numel}"
+            )
+        work = self._cpp.push_pull_sparse(name, i, g, o)
+        return self._track(work, (i, g, o), lambda: out, name)
 
     def push_sparse(self, name: str, ids, grads) -> None:
         """Sends gradient rows for `ids` (duplicate ids are summed before the update)."""
