@@ -9,6 +9,8 @@
 #include <limits>
 #include <numeric>
 
+#include "common/error.h"
+#include "common/wire_codec.h"
 #include "ps/consistency.h"
 #include "ps/json.h"
 #include "ps/optimizer.h"
@@ -20,6 +22,7 @@
 #include "ps/update_log.h"
 
 using namespace pscore::ps;
+using pscore::WireReader;
 
 namespace {
 

@@ -127,9 +127,9 @@ Socket welcomed(int port) {
   return s;
 }
 
-// Sends one request; true when the server answered it (a reply or an error), false when it
+// Sends one request; returns the type of the server's answer (kReply or kError), or 0 when it
 // closed the connection.
-bool answered(const Socket& s, MsgType type, uint32_t tag, const std::string& body) {
+uint8_t answer(const Socket& s, MsgType type, uint32_t tag, const std::string& body) {
   FrameHeader h;
   h.type = static_cast<uint8_t>(type);
   h.tag = tag;
@@ -139,9 +139,9 @@ bool answered(const Socket& s, MsgType type, uint32_t tag, const std::string& bo
     Frame f = recv_frame(s, uint64_t(1) << 30, Deadline(10000), "server", "reply");
     EXPECT_TRUE(f.header.type == static_cast<uint8_t>(MsgType::kReply) ||
                 f.header.type == static_cast<uint8_t>(MsgType::kError));
-    return true;
+    return f.header.type;
   } catch (const NetworkError&) {
-    return false;
+    return 0;
   }
 }
 
@@ -208,10 +208,15 @@ TEST(PsWireGarbage, ServerAnswersGarbageRequestsAndKeepsServing) {
   std::mt19937 rng(99);
   Socket s = welcomed(server.port());
   auto send = [&](const Case& c, const std::string& body) {
-    if (!answered(s, c.type, c.tag, body)) s = welcomed(server.port());
+    const uint8_t type = answer(s, c.type, c.tag, body);
+    if (type == 0) s = welcomed(server.port());
+    return type;
   };
   for (const Case& c : cases) {
-    for (size_t cut = 0; cut < c.body.size(); ++cut) send(c, c.body.substr(0, cut));
+    // A truncated request is answered with an error naming what is malformed.
+    for (size_t cut = 0; cut < c.body.size(); ++cut)
+      EXPECT_EQ(send(c, c.body.substr(0, cut)), static_cast<uint8_t>(MsgType::kError))
+          << msg_type_name(static_cast<uint8_t>(c.type)) << " cut to " << cut << " bytes";
     if (!c.random) continue;
     for (int i = 0; i < 50; ++i) {
       std::string junk(rng() % (c.body.size() + 48), '\0');
