@@ -94,8 +94,12 @@ WireWriter(Buffer&) -> WireWriter<Buffer&>;
 // from 10.0.0.1:29500") starts every error; it and the payload must outlive the reader.
 class WireReader {
  public:
-  WireReader(const void* data, size_t size, std::string_view context)
+  WireReader(const void* data, size_t size, const char* context)
       : p_(static_cast<const uint8_t*>(data)), size_(size), context_(context) {}
+  WireReader(const void* data, size_t size, const std::string& context)
+      : p_(static_cast<const uint8_t*>(data)), size_(size), context_(context) {}
+  // A temporary context would dangle: keep it in a variable that outlives the reader.
+  WireReader(const void* data, size_t size, std::string&& context) = delete;
 
   uint8_t u8(const char* field) { return get<uint8_t>(field); }
   uint16_t u16(const char* field) { return get<uint16_t>(field); }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/error.h"
@@ -196,6 +197,11 @@ TEST(WireCodec, ArraysInPlaceNeedAlignmentCopiesDoNot) {
   aligned.raw(1, "kind");
   EXPECT_EQ(aligned.array<int64_t>(0, "none"), reinterpret_cast<const int64_t*>(buf + 1));
 }
+
+// The context is kept by reference: a temporary string, which would dangle, does not compile.
+static_assert(!std::is_constructible_v<WireReader, const char*, size_t, std::string>);
+static_assert(std::is_constructible_v<WireReader, const char*, size_t, const std::string&>);
+static_assert(std::is_constructible_v<WireReader, const char*, size_t, const char*>);
 
 TEST(WireCodec, RestTakesWhatIsLeft) {
   std::string s = WireWriter<>().i32(3).bytes("job-a", 5).take();

@@ -177,7 +177,8 @@ void TcpTransport::authenticate_to(const Socket& s, int peer, int lane,
   if (f.header.type != kChallenge)
     throw NetworkError(auth_failed(peer, where) + ": unexpected handshake frame type " +
                        std::to_string(f.header.type));
-  WireReader r(f.payload.data(), f.payload.size(), auth_failed(peer, where) + ": challenge");
+  const std::string context = auth_failed(peer, where) + ": challenge";
+  WireReader r(f.payload.data(), f.payload.size(), context);
   auth::Nonce server_nonce;
   r.copy_to(server_nonce.data(), server_nonce.size(), "server nonce");
   const uint8_t* their_proof = r.raw(auth::kProofBytes, "server proof");
