@@ -4,9 +4,11 @@ values and settings; logs written today replay too."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import runpy
 import shutil
+import struct
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,17 +20,28 @@ DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
 V1 = os.path.join(DATA, "ps_wal_v1")
 
 
-def _maker():
-    """tests/data/make_ps_wal.py, which wrote V1."""
-    spec = importlib.util.spec_from_file_location(
-        "make_ps_wal", os.path.join(DATA, "make_ps_wal.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# tests/data/make_ps_wal.py, which wrote V1 (run as a module: its main does not run).
+make = SimpleNamespace(**runpy.run_path(os.path.join(DATA, "make_ps_wal.py")))
 
 
-make = _maker()
+# Record kinds that hold a table layout (csrc/ps/update_log.h): 4 and 5 in the wire encoding
+# (logs up to 780a580), 9 and 10 as the log's own table records.
+LAYOUT_KINDS = {"780a580": {4, 5}, "today": {9, 10}}
+
+
+def layout_record_kinds(root):
+    """The kinds of the records in root's logs that hold a table layout."""
+    kinds = set()
+    for d in make.shard_dirs(root):
+        (wal,) = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".wal")]
+        with open(wal, "rb") as f:
+            data = f.read()
+        at = 0
+        while at < len(data):  # header: u32 magic, u8 kind, 3 reserved, u64 index, u64 length
+            _, kind, _, length = struct.unpack_from("<IB3xQQ", data, at)
+            kinds.add(kind)
+            at += 24 + length + 4  # the payload and its u32 checksum
+    return kinds & {4, 5, 9, 10}
 
 
 def recovered(root):
@@ -48,6 +61,7 @@ def test_a_log_replays_into_the_same_tables_values_and_settings(written_by, tmp_
         make.main(root)
     else:
         shutil.copytree(V1, root)
+    assert layout_record_kinds(root) == LAYOUT_KINDS[written_by]
     expected = np.load(os.path.join(root, "expected.npz"))
     servers, client = recovered(root)
     try:
