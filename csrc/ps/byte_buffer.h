@@ -60,10 +60,6 @@ class ByteBuffer {
     size_ = at + n;
     if (n) std::memcpy(data_.get() + at, p, n);
   }
-  template <typename T>
-  void put(const T& v) {
-    append(&v, sizeof(T));
-  }
 
  private:
   void grow(size_t need, size_t want);

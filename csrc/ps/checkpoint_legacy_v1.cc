@@ -16,8 +16,8 @@ namespace {
 // Little-endian fields of the format-1 layout encoding, bounds-checked.
 class Fields {
  public:
-  Fields(std::vector<uint8_t> bytes, const std::string& where)
-      : bytes_(std::move(bytes)), where_(where) {}
+  Fields(const uint8_t* bytes, size_t n, const std::string& where)
+      : bytes_(bytes), n_(n), where_(where) {}
 
   // A little-endian integer or IEEE double of sizeof(T) bytes.
   template <typename T>
@@ -47,22 +47,23 @@ class Fields {
     return static_cast<E>(v);
   }
   void expect_end() {
-    if (pos_ != bytes_.size())
-      fail(std::to_string(bytes_.size() - pos_) + " bytes after the layout");
+    if (pos_ != n_) fail(std::to_string(n_ - pos_) + " bytes after the layout");
   }
+  size_t position() const { return pos_; }
   [[noreturn]] void fail(const std::string& why) const { not_a_layout(where_, why); }
 
  private:
   const uint8_t* take(size_t n) {
-    if (n > bytes_.size() - pos_)
+    if (n > n_ - pos_)
       fail("truncated: " + std::to_string(n) + " more bytes needed at byte " +
-           std::to_string(pos_) + " of " + std::to_string(bytes_.size()));
-    const uint8_t* p = bytes_.data() + pos_;
+           std::to_string(pos_) + " of " + std::to_string(n_));
+    const uint8_t* p = bytes_ + pos_;
     pos_ += n;
     return p;
   }
 
-  std::vector<uint8_t> bytes_;
+  const uint8_t* bytes_;
+  size_t n_;
   size_t pos_ = 0;
   const std::string& where_;
 };
@@ -111,11 +112,8 @@ TableSpec read_spec(Fields& f) {
   return s;
 }
 
-}  // namespace
-
 // Field order: id, spec, part count, parts (shard, offset, numel).
-TableLayout decode_layout_hex(const std::string& hex, const std::string& where) {
-  Fields f(from_hex(hex, where), where);
+TableLayout read_layout(Fields& f) {
   TableLayout l;
   l.id = f.get<uint32_t>();
   l.spec = read_spec(f);
@@ -128,7 +126,24 @@ TableLayout decode_layout_hex(const std::string& hex, const std::string& where) 
     p.numel = f.get<int64_t>();
     l.parts.push_back(p);
   }
+  return l;
+}
+
+}  // namespace
+
+TableLayout decode_layout_hex(const std::string& hex, const std::string& where) {
+  const std::vector<uint8_t> bytes = from_hex(hex, where);
+  Fields f(bytes.data(), bytes.size(), where);
+  TableLayout l = read_layout(f);
   f.expect_end();
+  return l;
+}
+
+TableLayout decode_layout_prefix(const uint8_t* bytes, size_t n, size_t* used,
+                                 const std::string& where) {
+  Fields f(bytes, n, where);
+  TableLayout l = read_layout(f);
+  *used = f.position();
   return l;
 }
 

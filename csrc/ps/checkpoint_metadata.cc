@@ -151,18 +151,18 @@ ConsistencySpec consistency_from(const MetadataValue& j) {
 
 }  // namespace
 
-MetadataValue::MetadataValue(const Json& json, const std::string& file, std::string path)
-    : json_(json), file_(file), path_(std::move(path)) {}
+MetadataValue::MetadataValue(const Json& json, std::string source, std::string path)
+    : json_(json), source_(std::move(source)), path_(std::move(path)) {}
 
 void MetadataValue::fail(const std::string& why) const {
-  throw std::invalid_argument("checkpoint " + file_ + ": metadata field '" + path_ + "': " + why);
+  throw std::invalid_argument(source_ + ": metadata field '" + path_ + "': " + why);
 }
 
 MetadataValue MetadataValue::operator[](const std::string& key) const {
   if (!json_.is_object()) fail("expected a JSON object");
   const Json* v = json_.find(key);
   if (!v) fail("has no member '" + key + "'");
-  return MetadataValue(*v, file_, path_ + "." + key);
+  return MetadataValue(*v, source_, path_ + "." + key);
 }
 
 int64_t MetadataValue::integer() const {
@@ -197,7 +197,7 @@ std::vector<MetadataValue> MetadataValue::elements() const {
   std::vector<MetadataValue> out;
   const Json::Array& a = json_.as_array();
   for (size_t i = 0; i < a.size(); ++i)
-    out.emplace_back(a[i], file_, path_ + "[" + std::to_string(i) + "]");
+    out.emplace_back(a[i], source_, path_ + "[" + std::to_string(i) + "]");
   return out;
 }
 
@@ -260,7 +260,7 @@ MetadataValue CheckpointMetadata::parsed(const std::string& key, Json& root) con
     throw std::invalid_argument("checkpoint " + file_.path() + ": metadata field '" + key +
                                 "': " + e.what());
   }
-  return MetadataValue(root, file_.path(), key);
+  return MetadataValue(root, "checkpoint " + file_.path(), key);
 }
 
 TableLayout CheckpointMetadata::table_layout(const MetadataValue& table) const {

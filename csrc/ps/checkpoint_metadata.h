@@ -19,12 +19,12 @@ namespace pscore::ps {
 
 constexpr int kCheckpointFormatVersion = 2;
 
-// One value of a checkpoint's metadata, read with errors that name the file and the value's
-// path: "checkpoint F: metadata field 'tables[0].optimizer.lr': expected a number".
-// It refers to `json` and `file`, which must outlive it.
+// One value of a checkpoint's metadata (or of a write-ahead log's table record), read with
+// errors that name the source and the value's path: "checkpoint F: metadata field
+// 'tables[0].optimizer.lr': expected a number". It refers to `json`, which must outlive it.
 class MetadataValue {
  public:
-  MetadataValue(const Json& json, const std::string& file, std::string path);
+  MetadataValue(const Json& json, std::string source, std::string path);
 
   MetadataValue operator[](const std::string& key) const;  // a member; throws when missing
   bool has(const std::string& key) const { return json_.find(key) != nullptr; }
@@ -39,7 +39,7 @@ class MetadataValue {
 
  private:
   const Json& json_;
-  const std::string& file_;
+  std::string source_;  // "checkpoint F"
   std::string path_;
 };
 

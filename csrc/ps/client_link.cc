@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "common/error.h"
-#include "ps/byte_codec.h"
+#include "common/wire_codec.h"
 #include "ps/ps_protocol.h"
 #include "ps/shard_state.h"
 
@@ -164,9 +164,9 @@ void ClientLink::complete_current(std::vector<std::shared_ptr<SubRequest>>& done
     uint32_t code = 0;
     std::string msg = "malformed error reply";
     try {
-      ByteReader r(s.reply.data(), s.reply.size(), "error reply");
-      code = r.get<uint32_t>();
-      msg = r.get_string();
+      WireReader r(s.reply.data(), s.reply.size(), "error reply");
+      code = r.u32("error code");
+      msg = r.string("message", 1 << 16);
     } catch (const std::exception&) {
     }
     std::string full = s.what + " on " + name_ + " failed: " + msg;

@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "common/error.h"
-#include "ps/byte_codec.h"
+#include "common/wire_codec.h"
 #include "ps/consistency.h"
 #include "ps/optimizer.h"
 #include "ps/partitioner.h"
@@ -17,12 +17,6 @@ namespace pscore::ps {
 namespace {
 
 std::string quoted(const std::string& name) { return "'" + name + "'"; }
-
-ByteBuffer bytes_of(const std::vector<uint8_t>& v) {
-  ByteBuffer b;
-  b.append(v.data(), v.size());
-  return b;
-}
 
 }  // namespace
 
@@ -46,8 +40,8 @@ PsClient::TableState& PsClient::table_state(const std::string& name) {
 std::function<void(SubRequest&)> PsClient::push_reply_handler(const std::string& name,
                                                               Consistency mode) {
   return [this, name, mode](SubRequest& sub) {
-    PushReply r;
-    std::memcpy(&r, sub.reply.data(), sizeof(r));
+    const PushReply r =
+        WireReader(sub.reply.data(), sub.reply.size(), sub.what).record<PushReply>("push reply");
     if (auto o = sub.owner.lock()) o->note_push(r.status, r.progress);
     if (mode == Consistency::kAsync) return;
     std::lock_guard<std::mutex> lk(state_mu_);
@@ -62,11 +56,10 @@ std::shared_ptr<Work> PsClient::run_blocking(const std::shared_ptr<Work>& w) {
 }
 
 // One request to shard 0, which keeps the table catalog; blocks and returns the reply body.
-std::string PsClient::ask_catalog(MsgType type, std::vector<uint8_t> body,
-                                  const std::string& what) {
+std::string PsClient::ask_catalog(MsgType type, ByteBuffer body, const std::string& what) {
   auto w = std::make_shared<Work>(what);
   auto s = make_sub(0, uint8_t(type), 0, w->what());
-  s->prefix = bytes_of(body);
+  s->prefix = std::move(body);
   s->variable_reply = true;
   w->subs = {s};
   submit(w, w->subs);
@@ -87,15 +80,13 @@ int64_t PsClient::join_parts(const TableLayout& layout, const float* init,
   auto parts = std::make_shared<Work>(what);
   for (int shard : shards) {
     auto ps = make_sub(shard, uint8_t(MsgType::kCreatePart), layout.id, parts->what());
-    std::vector<uint8_t> pb;
-    ByteWriter pw(&pb);
+    WireWriter pw(ps->prefix);
     encode_layout(pw, layout);
     const DensePart* mine = nullptr;
     for (const DensePart& p : layout.parts)
       if (p.shard == shard) mine = &p;
     uint64_t n = init && mine ? static_cast<uint64_t>(mine->numel) : 0;
-    pw.put<uint64_t>(n);
-    ps->prefix = bytes_of(pb);
+    pw.u64(n);
     if (n) ps->parts.push_back({init + mine->offset, n * 4});
     ps->variable_reply = true;
     parts->subs.push_back(ps);
@@ -104,9 +95,9 @@ int64_t PsClient::join_parts(const TableLayout& layout, const float* init,
   run_blocking(parts);
   int64_t step = 0;
   for (const std::string& r : parts->replies()) {
-    ByteReader pr(reinterpret_cast<const uint8_t*>(r.data()), r.size(), "create_part");
-    pr.get<uint8_t>();
-    step = std::max(step, pr.get<int64_t>());
+    WireReader pr(r.data(), r.size(), "create_part reply");
+    pr.u8("created");
+    step = std::max(step, pr.i64("step"));
   }
   return step;
 }
@@ -116,13 +107,13 @@ TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int
     throw std::invalid_argument("table " + quoted(spec.name) + ": initial value has " +
                                 std::to_string(init_numel) + " elements, the table " +
                                 std::to_string(spec.numel()));
-  std::vector<uint8_t> body;
-  ByteWriter bw(&body);
+  ByteBuffer body;
+  WireWriter bw(body);
   encode_spec(bw, spec);
   std::string reply =
       ask_catalog(MsgType::kCreateTable, std::move(body), "create_table " + quoted(spec.name));
-  ByteReader r(reinterpret_cast<const uint8_t*>(reply.data()), reply.size(), "create_table");
-  r.get<uint8_t>();
+  WireReader r(reply.data(), reply.size(), "create_table reply");
+  r.u8("created");
   TableLayout layout = decode_layout(r);
 
   remember(layout, join_parts(layout, init, "create_table " + quoted(spec.name)));
@@ -130,12 +121,11 @@ TableLayout PsClient::create_table(const TableSpec& spec, const float* init, int
 }
 
 TableLayout PsClient::lookup_table(const std::string& name) {
-  std::vector<uint8_t> body;
-  ByteWriter bw(&body);
-  bw.put_string(name);
+  ByteBuffer body;
+  WireWriter(body).string(name, "table name");
   std::string reply =
       ask_catalog(MsgType::kLookupTable, std::move(body), "lookup_table " + quoted(name));
-  ByteReader r(reinterpret_cast<const uint8_t*>(reply.data()), reply.size(), "lookup_table");
+  WireReader r(reply.data(), reply.size(), "lookup_table reply");
   TableLayout layout = decode_layout(r);
   // A sync or ssp table: learn the open round (or this worker's clock) as create does, so the
   // first push is not dropped as late.
@@ -203,7 +193,7 @@ std::shared_ptr<Work> PsClient::dense_op(const std::string& name, uint8_t type, 
   for (const DensePart& p : layout.parts) {
     auto s = make_sub(p.shard, type, layout.id, w->what());
     const size_t bytes = static_cast<size_t>(p.numel) * 4;
-    if (pushes) s->prefix.put(h);
+    if (pushes) WireWriter(s->prefix).record(h);
     if (grad) s->parts.push_back({grad + p.offset, bytes});
     if (out) {
       s->direct = reinterpret_cast<uint8_t*>(out + p.offset);
@@ -251,14 +241,14 @@ std::shared_ptr<Work> PsClient::broadcast(uint8_t type, const std::string& what,
 
 std::shared_ptr<Work> PsClient::worker_done() {
   ByteBuffer b;
-  b.put<int32_t>(opts_.worker);
+  WireWriter(b).i32(opts_.worker);
   return broadcast(uint8_t(MsgType::kWorkerDone), "worker_done", b, false);
 }
 
 std::shared_ptr<Work> PsClient::global_step(int64_t delta) {
   auto w = std::make_shared<Work>("global_step");
   auto s = make_sub(0, uint8_t(MsgType::kGlobalStep), 0, w->what());
-  s->prefix.put<int64_t>(delta);
+  WireWriter(s->prefix).i64(delta);
   s->reply_prefix_bytes = 8;
   w->subs = {s};
   w->set_retryable(delta == 0);
@@ -267,17 +257,15 @@ std::shared_ptr<Work> PsClient::global_step(int64_t delta) {
 }
 
 std::shared_ptr<Work> PsClient::save(const std::string& dir) {
-  std::vector<uint8_t> v;
-  ByteWriter bw(&v);
-  bw.put_string(dir);
-  return broadcast(uint8_t(MsgType::kSave), "save " + quoted(dir), bytes_of(v), false);
+  ByteBuffer body;
+  WireWriter(body).string(dir, "directory");
+  return broadcast(uint8_t(MsgType::kSave), "save " + quoted(dir), body, false);
 }
 
 std::shared_ptr<Work> PsClient::load(const std::string& dir) {
-  std::vector<uint8_t> v;
-  ByteWriter bw(&v);
-  bw.put_string(dir);
-  auto w = broadcast(uint8_t(MsgType::kLoad), "load " + quoted(dir), bytes_of(v), false);
+  ByteBuffer body;
+  WireWriter(body).string(dir, "directory");
+  auto w = broadcast(uint8_t(MsgType::kLoad), "load " + quoted(dir), body, false);
   std::lock_guard<std::mutex> lk(state_mu_);
   tables_.clear();  // layouts and steps come from the checkpoint now
   return w;

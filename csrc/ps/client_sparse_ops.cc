@@ -70,8 +70,7 @@ std::shared_ptr<Work> PsClient::sparse_push_op(const std::string& name, const in
     // Sync and ssp tables hear from every worker on every shard each step, even with no rows.
     if (count == 0 && mode == Consistency::kAsync) continue;
     auto s = make_sub(shard, type, layout.id, w->what());
-    s->prefix.put(h);
-    s->prefix.put<int64_t>(count);
+    WireWriter(s->prefix).record(h).i64(count);
     s->reply_prefix_bytes = sizeof(PushReply);
     const size_t row_bytes = static_cast<size_t>(dim) * 4;
     if (num_shards_ == 1) {
@@ -114,7 +113,7 @@ std::shared_ptr<Work> PsClient::pull_sparse(const std::string& name, const int64
     const int64_t count = num_shards_ == 1 ? n : static_cast<int64_t>((*rows)[shard].size());
     if (count == 0) continue;
     auto s = make_sub(shard, uint8_t(MsgType::kPullSparse), layout.id, w->what());
-    s->prefix.put<int64_t>(count);
+    WireWriter(s->prefix).i64(count);
     s->direct_bytes = static_cast<size_t>(count * dim) * 4;
     if (num_shards_ == 1) {
       s->parts.push_back({ids, static_cast<size_t>(n) * 8});

@@ -2,7 +2,7 @@
 // table's consistency state on each shard, and the error for a table a shard does not hold.
 #include <stdexcept>
 
-#include "ps/byte_codec.h"
+#include "common/wire_codec.h"
 #include "ps/ps_client.h"
 #include "ps/ps_protocol.h"
 #include "ps/shard_state.h"
@@ -30,19 +30,16 @@ void PsClient::remember(const TableLayout& layout, int64_t step) {
 
 std::vector<TableLayout> PsClient::list_tables() {
   std::string reply = ask_catalog(MsgType::kListTables, {}, "list_tables");
-  ByteReader r(reinterpret_cast<const uint8_t*>(reply.data()), reply.size(), "list_tables");
-  const uint32_t n = r.get<uint32_t>();
+  WireReader r(reply.data(), reply.size(), "list_tables reply");
+  const uint32_t n = r.u32("table count");
   std::vector<TableLayout> out;
   for (uint32_t i = 0; i < n; ++i) out.push_back(decode_layout(r));
   return out;
 }
 
 void PsClient::drop_table(const std::string& name) {
-  std::vector<uint8_t> v;
-  ByteWriter bw(&v);
-  bw.put_string(name);
   ByteBuffer body;
-  body.append(v.data(), v.size());
+  WireWriter(body).string(name, "table name");
   auto w = broadcast(uint8_t(MsgType::kDropTable), "drop_table " + quoted(name), body, true);
   w->wait(-1);
   {

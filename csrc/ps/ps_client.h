@@ -92,7 +92,7 @@ class PsClient {
     bool missing = false;  // a shard did not hold it: look the layout up again before use
   };
   TableState& table_state(const std::string& name);  // caller holds state_mu_
-  std::string ask_catalog(MsgType type, std::vector<uint8_t> body, const std::string& what);
+  std::string ask_catalog(MsgType type, ByteBuffer body, const std::string& what);
   int64_t join_parts(const TableLayout& layout, const float* init, const std::string& what);
   std::function<void(SubRequest&)> push_reply_handler(const std::string& name, Consistency mode);
   TableLayout layout_of(const std::string& name);

@@ -1,12 +1,9 @@
 #include "ps/ps_handshake.h"
 
-#include <cstring>
-#include <vector>
-
 #include "common/error.h"
 #include "common/frame_io.h"
 #include "common/handshake.h"
-#include "ps/byte_codec.h"
+#include "common/wire_codec.h"
 #include "ps/ps_protocol.h"
 
 namespace pscore::ps {
@@ -14,16 +11,7 @@ namespace {
 
 constexpr uint8_t kHelloAuthenticate = 1;
 
-template <size_t N>
-void take_exact(ByteReader& r, std::array<uint8_t, N>& out) {
-  std::memcpy(out.data(), r.take(N), N);
-}
-
-void expect_end(const ByteReader& r, const char* what) {
-  if (r.remaining() != 0)
-    throw NetworkError(std::string(what) + ": " + std::to_string(r.remaining()) +
-                       " unexpected trailing bytes");
-}
+constexpr uint64_t kMaxMessageBytes = 1 << 16;  // of an error frame's message
 
 const uint8_t* bytes(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
@@ -38,10 +26,10 @@ void send(const Socket& s, MsgType type, const std::string& body, const Deadline
 std::string read_frame(const Socket& s, const Deadline& d, const std::string& peer, uint8_t* type) {
   Frame f = recv_frame(s, kMaxHandshakeBytes, d, peer, peer + ": handshake");
   if (f.header.type == static_cast<uint8_t>(MsgType::kError)) {
-    ByteReader r(bytes(f.payload), f.payload.size(), "handshake error");
-    r.get<uint32_t>();
+    WireReader r(f.payload.data(), f.payload.size(), "handshake error");
+    r.u32("error code");
     // A deliberate refusal (no or wrong token, job id, worker id): retrying cannot help.
-    throw Error(peer + " refused the connection: " + r.get_string());
+    throw Error(peer + " refused the connection: " + r.string("message", kMaxMessageBytes));
   }
   *type = f.header.type;
   return std::move(f.payload);
@@ -59,63 +47,53 @@ auth::Binding handshake_binding(const std::string& job_id, int32_t worker) {
 }
 
 std::string encode_hello(const Hello& h) {
-  std::vector<uint8_t> b;
-  ByteWriter w(&b);
-  w.put<uint32_t>(h.version);
-  w.put<int32_t>(h.worker);
-  w.put<uint8_t>(h.authenticate ? kHelloAuthenticate : 0);
-  if (h.authenticate) w.append(h.client_nonce.data(), h.client_nonce.size());
-  w.put_string(h.job_id);
-  return std::string(b.begin(), b.end());
+  WireWriter<> w;
+  w.u32(h.version).i32(h.worker).u8(h.authenticate ? kHelloAuthenticate : 0);
+  if (h.authenticate) w.bytes(h.client_nonce.data(), h.client_nonce.size());
+  w.string(h.job_id, "job id");
+  return w.take();
 }
 
 Hello decode_hello(const uint8_t* p, size_t n) {
-  ByteReader r(p, n, "hello");
+  WireReader r(p, n, "hello");
   Hello h;
-  h.version = r.get<uint32_t>();
-  h.worker = r.get<int32_t>();
-  h.authenticate = (r.get<uint8_t>() & kHelloAuthenticate) != 0;
-  if (h.authenticate) take_exact(r, h.client_nonce);
-  h.job_id = r.get_string(1024);
-  expect_end(r, "hello");
+  h.version = r.u32("version");
+  h.worker = r.i32("worker");
+  h.authenticate = (r.u8("flags") & kHelloAuthenticate) != 0;
+  if (h.authenticate) r.copy_to(h.client_nonce.data(), h.client_nonce.size(), "client nonce");
+  h.job_id = r.string("job id", 1024);
+  r.finish();
   return h;
 }
 
 std::string encode_challenge(const Challenge& c) {
-  std::vector<uint8_t> b;
-  ByteWriter w(&b);
-  w.append(c.server_nonce.data(), c.server_nonce.size());
-  w.append(c.server_proof.data(), c.server_proof.size());
-  return std::string(b.begin(), b.end());
+  WireWriter<> w;
+  w.bytes(c.server_nonce.data(), c.server_nonce.size());
+  w.bytes(c.server_proof.data(), c.server_proof.size());
+  return w.take();
 }
 
 Challenge decode_challenge(const uint8_t* p, size_t n) {
-  ByteReader r(p, n, "challenge");
+  WireReader r(p, n, "challenge");
   Challenge c;
-  take_exact(r, c.server_nonce);
-  take_exact(r, c.server_proof);
-  expect_end(r, "challenge");
+  r.copy_to(c.server_nonce.data(), c.server_nonce.size(), "server nonce");
+  r.copy_to(c.server_proof.data(), c.server_proof.size(), "server proof");
+  r.finish();
   return c;
 }
 
 std::string encode_welcome(const Welcome& w) {
-  std::vector<uint8_t> b;
-  ByteWriter bw(&b);
-  bw.put<int32_t>(w.shard);
-  bw.put<int32_t>(w.num_shards);
-  bw.put<int32_t>(w.num_workers);
-  bw.put<uint64_t>(w.incarnation);
-  return std::string(b.begin(), b.end());
+  return WireWriter<>().i32(w.shard).i32(w.num_shards).i32(w.num_workers).u64(w.incarnation).take();
 }
 
 Welcome decode_welcome(const uint8_t* p, size_t n) {
-  ByteReader r(p, n, "welcome");
+  WireReader r(p, n, "welcome");
   Welcome w;
-  w.shard = r.get<int32_t>();
-  w.num_shards = r.get<int32_t>();
-  w.num_workers = r.get<int32_t>();
-  w.incarnation = r.get<uint64_t>();
-  expect_end(r, "welcome");
+  w.shard = r.i32("shard");
+  w.num_shards = r.i32("num_shards");
+  w.num_workers = r.i32("num_workers");
+  w.incarnation = r.u64("incarnation");
+  r.finish();
   return w;
 }
 

@@ -4,12 +4,17 @@
 #include <shared_mutex>
 
 #include "common/clock.h"
+#include "common/error.h"
+#include "common/wire_codec.h"
 #include "ps/json.h"
 #include "ps/optimizer.h"
 #include "ps/ps_protocol.h"
 
 namespace pscore::ps {
 namespace {
+
+constexpr uint64_t kMaxTableNameBytes = 256;
+constexpr uint64_t kMaxDirectoryBytes = 4096;
 
 FrameHeader reply_header(const FrameHeader& req, MsgType type, size_t length) {
   FrameHeader h;
@@ -19,12 +24,6 @@ FrameHeader reply_header(const FrameHeader& req, MsgType type, size_t length) {
   h.seq = req.seq;
   h.length = length;
   return h;
-}
-
-ByteBuffer from_bytes(const std::vector<uint8_t>& v) {
-  ByteBuffer b;
-  b.append(v.data(), v.size());
-  return b;
 }
 
 // Clamps then scales a pushed gradient as the table's clipping settings ask.
@@ -85,11 +84,10 @@ std::string table_status_json(ServerTable& t, int num_workers) {
 
 void send_error(ServerConnection& conn, const FrameHeader& request, uint32_t code,
                 const std::string& message) {
-  std::vector<uint8_t> body;
-  ByteWriter w(&body);
-  w.put<uint32_t>(code);
-  w.put_string(message.substr(0, 4096));
-  conn.send(reply_header(request, MsgType::kError, body.size()), from_bytes(body));
+  ByteBuffer body;
+  WireWriter(body).u32(code).string(message.substr(0, 4096), "error message");
+  const size_t n = body.size();
+  conn.send(reply_header(request, MsgType::kError, n), std::move(body));
 }
 
 ReplyFn RequestHandler::reply_fn(const std::shared_ptr<ServerConnection>& conn, const InFrame& f) {
@@ -148,14 +146,15 @@ void RequestHandler::push_dense(const std::shared_ptr<ServerConnection>& conn, I
   std::shared_lock<std::shared_mutex> gate(shard_.apply_gate());
   auto t = shard_.table(f.header.tag);
   if (!t->dense()) throw std::invalid_argument(name_of(*t) + " is sparse; use push_sparse");
-  ByteReader r(f.body.data(), f.body.size(), "push");
-  auto h = r.get<PushHeader>();
+  WireReader r(f.body.data(), f.body.size(), "push");
+  auto h = r.record<PushHeader>("push header");
   const int64_t n = t->part().numel;
   if (r.remaining() != static_cast<size_t>(n) * 4)
     throw std::invalid_argument(
         name_of(*t) + ": gradient for shard " + std::to_string(shard_.options().shard) + " has " +
         std::to_string(r.remaining() / 4) + " elements, expected " + std::to_string(n));
-  auto* grad = reinterpret_cast<float*>(f.body.data() + sizeof(PushHeader));
+  // The body is this request's own buffer: clipping scales the gradient in place.
+  auto* grad = const_cast<float*>(r.array<float>(static_cast<uint64_t>(n), "gradient"));
   clip(t->spec().optimizer, h.clip_factor, grad, n);
   ReplyOutbox out;
   t->push_dense(h, grad, want_values, reply_fn(conn, f), out);
@@ -168,15 +167,16 @@ void RequestHandler::push_sparse(const std::shared_ptr<ServerConnection>& conn, 
   std::shared_lock<std::shared_mutex> gate(shard_.apply_gate());
   auto t = shard_.table(f.header.tag);
   if (t->dense()) throw std::invalid_argument(name_of(*t) + " is dense; use push");
-  ByteReader r(f.body.data(), f.body.size(), "push_sparse");
-  auto h = r.get<PushHeader>();
-  int64_t n = r.get<int64_t>();
+  WireReader r(f.body.data(), f.body.size(), "push_sparse");
+  auto h = r.record<PushHeader>("push header");
+  int64_t n = r.i64("id count");
   const int64_t dim = t->spec().dim();
   if (n < 0 || r.remaining() != static_cast<size_t>(n) * (8 + 4 * dim))
     throw std::invalid_argument(name_of(*t) + ": push_sparse payload does not hold " +
                                 std::to_string(n) + " ids and rows of " + std::to_string(dim));
-  auto* ids = reinterpret_cast<const int64_t*>(r.take(n * 8));
-  auto* grads = reinterpret_cast<float*>(const_cast<uint8_t*>(r.take(n * dim * 4)));
+  const int64_t* ids = r.array<int64_t>(static_cast<uint64_t>(n), "ids");
+  // The body is this request's own buffer: clipping scales the gradients in place.
+  auto* grads = const_cast<float*>(r.array<float>(static_cast<uint64_t>(n * dim), "gradients"));
   clip(t->spec().optimizer, h.clip_factor, grads, n * dim);
   stats_.rows_pushed.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
   ReplyOutbox out;
@@ -188,7 +188,7 @@ void RequestHandler::push_sparse(const std::shared_ptr<ServerConnection>& conn, 
 
 void RequestHandler::dispatch(const std::shared_ptr<ServerConnection>& conn, InFrame& f) {
   const auto type = static_cast<MsgType>(f.header.type);
-  ByteReader r(f.body.data(), f.body.size(), msg_type_name(f.header.type));
+  WireReader r(f.body.data(), f.body.size(), msg_type_name(f.header.type));
   switch (type) {
     case MsgType::kPing:
       return reply(conn, f, ByteBuffer());
@@ -211,11 +211,11 @@ void RequestHandler::dispatch(const std::shared_ptr<ServerConnection>& conn, InF
       std::shared_lock<std::shared_mutex> gate(shard_.apply_gate());
       auto t = shard_.table(f.header.tag);
       if (t->dense()) throw std::invalid_argument(name_of(*t) + " is dense; use pull");
-      int64_t n = r.get<int64_t>();
+      int64_t n = r.i64("id count");
       if (n < 0 || r.remaining() != static_cast<size_t>(n) * 8)
         throw std::invalid_argument(name_of(*t) + ": pull_sparse payload does not hold " +
                                     std::to_string(n) + " ids");
-      auto* ids = reinterpret_cast<const int64_t*>(r.take(n * 8));
+      const int64_t* ids = r.array<int64_t>(static_cast<uint64_t>(n), "ids");
       ByteBuffer body(static_cast<size_t>(n * t->spec().dim()) * 4);
       t->pull_sparse(n, ids, reinterpret_cast<float*>(body.data()));
       stats_.rows_pulled.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
@@ -237,37 +237,37 @@ void RequestHandler::dispatch(const std::shared_ptr<ServerConnection>& conn, InF
         throw std::invalid_argument("the table catalog lives on shard 0");
       TableSpec spec = decode_spec(r);
       auto [layout, created] = shard_.catalog_create(spec);
-      std::vector<uint8_t> body;
-      ByteWriter w(&body);
-      w.put<uint8_t>(created ? 1 : 0);
+      ByteBuffer body;
+      WireWriter w(body);
+      w.u8(created ? 1 : 0);
       encode_layout(w, layout);
-      return reply(conn, f, from_bytes(body));
+      return reply(conn, f, std::move(body));
     }
     case MsgType::kLookupTable: {
       if (shard_.options().shard != 0)
         throw std::invalid_argument("the table catalog lives on shard 0");
-      TableLayout layout = shard_.catalog_lookup(r.get_string(256));
-      std::vector<uint8_t> body;
-      ByteWriter w(&body);
+      TableLayout layout = shard_.catalog_lookup(r.string("table name", kMaxTableNameBytes));
+      ByteBuffer body;
+      WireWriter w(body);
       encode_layout(w, layout);
-      return reply(conn, f, from_bytes(body));
+      return reply(conn, f, std::move(body));
     }
     case MsgType::kListTables: {
       if (shard_.options().shard != 0)
         throw std::invalid_argument("the table catalog lives on shard 0");
       const std::vector<TableLayout> layouts = shard_.catalog_list();
-      std::vector<uint8_t> body;
-      ByteWriter w(&body);
-      w.put<uint32_t>(static_cast<uint32_t>(layouts.size()));
+      ByteBuffer body;
+      WireWriter w(body);
+      w.u32(static_cast<uint32_t>(layouts.size()));
       for (const TableLayout& l : layouts) encode_layout(w, l);
-      return reply(conn, f, from_bytes(body));
+      return reply(conn, f, std::move(body));
     }
     case MsgType::kDropTable: {
       ReplyOutbox parked;
-      const bool dropped = shard_.drop_table(r.get_string(256), parked);
+      const bool dropped = shard_.drop_table(r.string("table name", kMaxTableNameBytes), parked);
       send_all(parked);
       ByteBuffer body;
-      body.put<uint8_t>(dropped ? 1 : 0);
+      WireWriter(body).u8(dropped ? 1 : 0);
       return reply(conn, f, std::move(body));
     }
     case MsgType::kTableStatus: {
@@ -278,18 +278,19 @@ void RequestHandler::dispatch(const std::shared_ptr<ServerConnection>& conn, InF
     }
     case MsgType::kCreatePart: {
       TableLayout layout = decode_layout(r);
-      uint64_t n = r.get<uint64_t>();
-      if (n > r.remaining() / 4) throw NetworkError("initial values truncated");
-      const float* init = n ? reinterpret_cast<const float*>(r.take(n * 4)) : nullptr;
-      bool created = shard_.create_part(layout, init, static_cast<int64_t>(n));
+      uint64_t n = r.u64("initial value count");
+      // Copied out: the layout before them has any length, so they may sit at any alignment.
+      const std::vector<float> init = r.vector<float>(n, "initial values");
+      bool created = shard_.create_part(layout, n ? init.data() : nullptr, static_cast<int64_t>(n));
       ByteBuffer body;
-      body.put<uint8_t>(created ? 1 : 0);
       // Where a joining worker stands: the open sync round, or its ssp clock.
-      body.put<int64_t>(shard_.table(layout.id)->step_for(conn->hello.worker));
+      WireWriter(body)
+          .u8(created ? 1 : 0)
+          .i64(shard_.table(layout.id)->step_for(conn->hello.worker));
       return reply(conn, f, std::move(body));
     }
     case MsgType::kWorkerDone: {
-      int32_t worker = r.get<int32_t>();
+      int32_t worker = r.i32("worker");
       ReplyOutbox out;
       {
         std::shared_lock<std::shared_mutex> gate(shard_.apply_gate());
@@ -299,10 +300,10 @@ void RequestHandler::dispatch(const std::shared_ptr<ServerConnection>& conn, InF
       return reply(conn, f, ByteBuffer());
     }
     case MsgType::kGlobalStep: {
-      int64_t delta = r.get<int64_t>();
+      int64_t delta = r.i64("delta");
       std::shared_lock<std::shared_mutex> gate(shard_.apply_gate());
       ByteBuffer body;
-      body.put<int64_t>(shard_.add_global_step(delta));
+      WireWriter(body).i64(shard_.add_global_step(delta));
       gate.unlock();
       return reply(conn, f, std::move(body));
     }
@@ -313,11 +314,11 @@ void RequestHandler::dispatch(const std::shared_ptr<ServerConnection>& conn, InF
       return reply(conn, f, std::move(body));
     }
     case MsgType::kSave:
-      shard_.save(r.get_string(4096));
+      shard_.save(r.string("directory", kMaxDirectoryBytes));
       return reply(conn, f, ByteBuffer());
     case MsgType::kLoad: {
       ReplyOutbox parked;
-      shard_.load(r.get_string(4096), parked);
+      shard_.load(r.string("directory", kMaxDirectoryBytes), parked);
       send_all(parked);
       return reply(conn, f, ByteBuffer());
     }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/error.h"
 #include "ps/initializer.h"
 #include "ps/optimizer.h"
 
@@ -374,30 +375,25 @@ void ServerTable::abandon_waiters(ReplyOutbox& out) {
   sparse_acc_.clear();
 }
 
-void ServerTable::replay(LogKind kind, ByteReader& r) {
+void ServerTable::replay(LogKind kind, WireReader& r) {
   std::lock_guard<std::mutex> lk(mu_);
   if (kind == LogKind::kAssignDense) {
-    uint64_t n = r.get<uint64_t>();
+    uint64_t n = r.u64("value count");
     if (n != values_.size()) throw NetworkError("log: assign size mismatch");
-    std::memcpy(values_.data(), r.take(n * 4), n * 4);
+    r.copy_to(values_.data(), n * 4, "values");
     return;
   }
-  uint32_t n_updates = r.get<uint32_t>();
-  std::vector<SeqUpdate> updates(n_updates);
-  if (n_updates)
-    std::memcpy(updates.data(), r.take(n_updates * sizeof(SeqUpdate)),
-                n_updates * sizeof(SeqUpdate));
-  int64_t round = r.get<int64_t>();
-  uint64_t n_ids = r.get<uint64_t>();
-  std::vector<int64_t> ids(n_ids);
-  if (n_ids) std::memcpy(ids.data(), r.take(n_ids * 8), n_ids * 8);
-  uint64_t n_floats = r.get<uint64_t>();
-  std::vector<float> grads(n_floats);
-  if (n_floats) std::memcpy(grads.data(), r.take(n_floats * 4), n_floats * 4);
+  std::vector<SeqUpdate> updates = r.vector<SeqUpdate>(r.u32("update count"), "updates");
+  int64_t round = r.i64("round");
+  std::vector<int64_t> ids = r.vector<int64_t>(r.u64("id count"), "ids");
+  std::vector<float> grads = r.vector<float>(r.u64("gradient count"), "gradients");
+  const uint64_t n_ids = ids.size(), n_floats = grads.size();
   if (kind == LogKind::kApplyDense) {
     if (n_floats != values_.size()) throw NetworkError("log: dense gradient size mismatch");
     apply_dense(grads.data());
   } else {
+    if (n_floats != n_ids * static_cast<uint64_t>(sparse_->dim()))
+      throw NetworkError("log: sparse gradient size mismatch");
     apply_sparse(static_cast<int64_t>(n_ids), ids.data(), grads.data());
   }
   for (const SeqUpdate& u : updates) {

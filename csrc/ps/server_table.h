@@ -58,7 +58,7 @@ class ServerTable {
   void set_log(UpdateLog* log) { log_ = log; }
 
   // Re-applies a write-ahead log record (kApplyDense, kApplySparse, kAssignDense).
-  void replay(LogKind kind, ByteReader& r);
+  void replay(LogKind kind, WireReader& r);
 
   // Snapshot access: hold lock() while reading or restoring.
   std::unique_lock<std::mutex> lock() { return std::unique_lock<std::mutex>(mu_); }

@@ -7,6 +7,9 @@
 
 #include <cstdio>
 
+#include "common/error.h"
+#include "ps/checkpoint_legacy_v1.h"
+#include "ps/log_table_record.h"
 #include "ps/safetensors_file.h"
 #include "ps/shard_checkpoint.h"
 
@@ -29,11 +32,21 @@ std::string real_path(const std::string& path) {
   return path;
 }
 
-std::vector<uint8_t> encoded_layout(const TableLayout& layout) {
-  std::vector<uint8_t> bytes;
-  ByteWriter w(&bytes);
-  encode_layout(w, layout);
-  return bytes;
+std::string layout_record(const TableLayout& layout) {
+  WireWriter<> w;
+  write_log_table_record(w, layout);
+  return w.take();
+}
+
+// The layout of a record of the format of logs up to 780a580 (the wire encoding of the day, read
+// by the frozen decoder); r moves past it.
+TableLayout legacy_layout(WireReader& r, const std::string& where) {
+  const size_t n = r.remaining();
+  const uint8_t* bytes = r.raw(n, "table layout");
+  size_t used = 0;
+  TableLayout layout = legacy_v1::decode_layout_prefix(bytes, n, &used, where);
+  r = WireReader(bytes + used, n - used, "write-ahead log record");
+  return layout;
 }
 
 }  // namespace
@@ -71,8 +84,8 @@ uint64_t ShardState::recover() {
   uint64_t replayed = 0, intact = 0;
   uint64_t next = UpdateLog::replay(
       wal, snapshot_wal_index_,
-      [&](LogKind kind, uint64_t, ByteReader& r) {
-        replay_record(kind, r);
+      [&](LogKind kind, uint64_t index, WireReader& r) {
+        replay_record(kind, r, wal + " record " + std::to_string(index));
         ++replayed;
       },
       &intact);
@@ -84,43 +97,48 @@ uint64_t ShardState::recover() {
   return replayed;
 }
 
-void ShardState::replay_record(LogKind kind, ByteReader& r) {
+void ShardState::replay_record(LogKind kind, WireReader& r, const std::string& where) {
   switch (kind) {
     case LogKind::kApplyDense:
     case LogKind::kApplySparse:
     case LogKind::kAssignDense: {
-      uint32_t id = r.get<uint32_t>();
+      uint32_t id = r.u32("table id");
       table(id)->replay(kind, r);
       return;
     }
-    case LogKind::kCatalogAdd: {
-      TableLayout layout = decode_layout(r);
+    case LogKind::kCatalogAdd:
+    case LogKind::kCatalogAddWireV1: {
+      TableLayout layout =
+          kind == LogKind::kCatalogAdd ? read_log_table_record(r, where) : legacy_layout(r, where);
       std::lock_guard<std::mutex> lk(mu_);
       if (!catalog_.count(layout.spec.name)) catalog_add_locked(layout);
       return;
     }
-    case LogKind::kCreatePart: {
-      TableLayout layout = decode_layout(r);
-      uint64_t n = r.get<uint64_t>();
-      const float* init = n ? reinterpret_cast<const float*>(r.take(n * 4)) : nullptr;
+    case LogKind::kCreatePart:
+    case LogKind::kCreatePartWireV1: {
+      TableLayout layout =
+          kind == LogKind::kCreatePart ? read_log_table_record(r, where) : legacy_layout(r, where);
+      uint64_t n = r.u64("initial value count");
+      std::vector<float> init = r.vector<float>(n, "initial values");
       std::lock_guard<std::mutex> lk(mu_);
-      if (!tables_.count(layout.id)) add_part_locked(layout, init, static_cast<int64_t>(n));
+      if (!tables_.count(layout.id))
+        add_part_locked(layout, n ? init.data() : nullptr, static_cast<int64_t>(n));
       return;
     }
     case LogKind::kWorkerDone: {
-      int32_t w = r.get<int32_t>();
+      int32_t w = r.i32("worker");
       ReplyOutbox ignored;
       worker_done(w, ignored);
       return;
     }
     case LogKind::kGlobalStep: {
       std::lock_guard<std::mutex> lk(mu_);
-      global_step_ = r.get<int64_t>();
+      global_step_ = r.i64("global step");
       return;
     }
     case LogKind::kDropTable: {
       ReplyOutbox none;  // recovery runs before any worker connects
-      drop_locked(r.get_string(256), none);
+      drop_locked(r.string("table name", 256), none);
       return;
     }
   }
@@ -157,8 +175,8 @@ std::pair<TableLayout, bool> ShardState::catalog_create(const TableSpec& spec) {
     layout.parts = plan_dense_parts(spec.numel(), 4, loads, opts_.partition);
   }
   if (log_) {
-    auto bytes = encoded_layout(layout);
-    log_->append(LogKind::kCatalogAdd, {{bytes.data(), bytes.size()}});
+    const std::string record = layout_record(layout);
+    log_->append(LogKind::kCatalogAdd, {{record.data(), record.size()}});
   }
   catalog_add_locked(layout);
   return {layout, true};
@@ -229,9 +247,9 @@ bool ShardState::create_part(const TableLayout& layout, const float* init, int64
     return false;
   }
   if (log_) {
-    auto bytes = encoded_layout(layout);
+    const std::string record = layout_record(layout);
     uint64_t n = init ? static_cast<uint64_t>(init_numel) : 0;
-    log_->append(LogKind::kCreatePart, {{bytes.data(), bytes.size()}, {&n, 8}, {init, n * 4}});
+    log_->append(LogKind::kCreatePart, {{record.data(), record.size()}, {&n, 8}, {init, n * 4}});
   }
   add_part_locked(layout, init, init_numel);
   dropped_.erase(layout.id);
@@ -245,10 +263,8 @@ bool ShardState::drop_table(const std::string& name, ReplyOutbox& parked) {
   std::unique_lock<std::shared_mutex> gate(gate_);
   if (!drop_locked(name, parked)) return false;
   if (log_) {
-    std::vector<uint8_t> bytes;
-    ByteWriter w(&bytes);
-    w.put_string(name);
-    log_->append(LogKind::kDropTable, {{bytes.data(), bytes.size()}});
+    const std::string record = WireWriter<>().string(name, "table name").take();
+    log_->append(LogKind::kDropTable, {{record.data(), record.size()}});
   }
   return true;
 }

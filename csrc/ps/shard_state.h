@@ -85,7 +85,8 @@ class ShardState {
 
  private:
   friend class ShardCheckpoint;
-  void replay_record(LogKind kind, ByteReader& r);
+  // Applies one write-ahead log record; `where` names the log and the record for errors.
+  void replay_record(LogKind kind, WireReader& r, const std::string& where);
   void add_part_locked(const TableLayout& layout, const float* init, int64_t init_numel);
   bool drop_locked(const std::string& name, ReplyOutbox& parked);
   void catalog_add_locked(const TableLayout& layout);

@@ -215,80 +215,70 @@ const char* optimizer_name(OptimizerKind k) {
   return "?";
 }
 
-void encode_spec(ByteWriter& w, const TableSpec& s) {
-  w.put_string(s.name);
-  w.put<uint8_t>(static_cast<uint8_t>(s.kind));
-  w.put<uint32_t>(static_cast<uint32_t>(s.shape.size()));
-  for (int64_t d : s.shape) w.put<int64_t>(d);
-  w.put<uint8_t>(static_cast<uint8_t>(s.init.kind));
-  w.put<double>(s.init.a);
-  w.put<double>(s.init.b);
-  w.put<uint64_t>(s.init.seed);
+void encode_spec(WireWriter<ByteBuffer&>& w, const TableSpec& s) {
+  w.string(s.name, "table name");
+  w.u8(static_cast<uint8_t>(s.kind));
+  w.u32(static_cast<uint32_t>(s.shape.size()));
+  for (int64_t d : s.shape) w.i64(d);
+  w.u8(static_cast<uint8_t>(s.init.kind)).f64(s.init.a).f64(s.init.b).u64(s.init.seed);
   const OptimizerSpec& o = s.optimizer;
-  w.put<uint8_t>(static_cast<uint8_t>(o.kind));
-  uint8_t flags = (o.nesterov ? 1 : 0) | (o.amsgrad ? 2 : 0) | (o.centered ? 4 : 0);
-  w.put<uint8_t>(flags);
+  w.u8(static_cast<uint8_t>(o.kind));
+  w.u8((o.nesterov ? 1 : 0) | (o.amsgrad ? 2 : 0) | (o.centered ? 4 : 0));
   for (double v : {o.lr, o.momentum, o.dampening, o.weight_decay, o.beta1, o.beta2, o.eps,
                    o.lr_decay, o.initial_accumulator_value, o.alpha, o.clip_norm, o.clip_value})
-    w.put<double>(v);
-  w.put<uint8_t>(static_cast<uint8_t>(s.consistency.mode));
-  w.put<int32_t>(s.consistency.staleness);
-  w.put<int32_t>(s.consistency.backup_workers);
-  w.put<int64_t>(s.capacity);
-  w.put<int64_t>(s.max_rows_per_shard);
+    w.f64(v);
+  w.u8(static_cast<uint8_t>(s.consistency.mode));
+  w.i32(s.consistency.staleness).i32(s.consistency.backup_workers);
+  w.i64(s.capacity).i64(s.max_rows_per_shard);
 }
 
-TableSpec decode_spec(ByteReader& r) {
+TableSpec decode_spec(WireReader& r) {
   TableSpec s;
-  s.name = r.get_string(256);
-  s.kind = static_cast<TableKind>(r.get<uint8_t>());
-  uint32_t ndim = r.get<uint32_t>();
-  if (ndim > 16) throw NetworkError("table spec: " + std::to_string(ndim) + " dimensions");
-  for (uint32_t i = 0; i < ndim; ++i) s.shape.push_back(r.get<int64_t>());
-  s.init.kind = static_cast<InitKind>(r.get<uint8_t>());
-  s.init.a = r.get<double>();
-  s.init.b = r.get<double>();
-  s.init.seed = r.get<uint64_t>();
+  s.name = r.string("table name", 256);
+  s.kind = static_cast<TableKind>(r.u8("table kind"));
+  uint32_t ndim = r.u32("dimension count");
+  if (ndim > 16) r.fail("table spec: " + std::to_string(ndim) + " dimensions");
+  for (uint32_t i = 0; i < ndim; ++i) s.shape.push_back(r.i64("dimension"));
+  s.init.kind = static_cast<InitKind>(r.u8("initializer"));
+  s.init.a = r.f64("initializer a");
+  s.init.b = r.f64("initializer b");
+  s.init.seed = r.u64("seed");
   OptimizerSpec& o = s.optimizer;
-  o.kind = static_cast<OptimizerKind>(r.get<uint8_t>());
-  uint8_t flags = r.get<uint8_t>();
+  o.kind = static_cast<OptimizerKind>(r.u8("optimizer"));
+  uint8_t flags = r.u8("optimizer flags");
   o.nesterov = flags & 1;
   o.amsgrad = flags & 2;
   o.centered = flags & 4;
   for (double* v :
        {&o.lr, &o.momentum, &o.dampening, &o.weight_decay, &o.beta1, &o.beta2, &o.eps, &o.lr_decay,
         &o.initial_accumulator_value, &o.alpha, &o.clip_norm, &o.clip_value})
-    *v = r.get<double>();
-  s.consistency.mode = static_cast<Consistency>(r.get<uint8_t>());
-  s.consistency.staleness = r.get<int32_t>();
-  s.consistency.backup_workers = r.get<int32_t>();
-  s.capacity = r.get<int64_t>();
-  s.max_rows_per_shard = r.get<int64_t>();
+    *v = r.f64("optimizer hyper-parameter");
+  s.consistency.mode = static_cast<Consistency>(r.u8("consistency"));
+  s.consistency.staleness = r.i32("staleness");
+  s.consistency.backup_workers = r.i32("backup_workers");
+  s.capacity = r.i64("capacity");
+  s.max_rows_per_shard = r.i64("max_rows_per_shard");
   return s;
 }
 
-void encode_layout(ByteWriter& w, const TableLayout& l) {
-  w.put<uint32_t>(l.id);
+void encode_layout(WireWriter<ByteBuffer&>& w, const TableLayout& l) {
+  w.u32(l.id);
   encode_spec(w, l.spec);
-  w.put<uint32_t>(static_cast<uint32_t>(l.parts.size()));
-  for (const DensePart& p : l.parts) {
-    w.put<int32_t>(p.shard);
-    w.put<int64_t>(p.offset);
-    w.put<int64_t>(p.numel);
-  }
+  w.u32(static_cast<uint32_t>(l.parts.size()));
+  for (const DensePart& p : l.parts) w.i32(p.shard).i64(p.offset).i64(p.numel);
 }
 
-TableLayout decode_layout(ByteReader& r) {
+TableLayout decode_layout(WireReader& r) {
   TableLayout l;
-  l.id = r.get<uint32_t>();
+  l.id = r.u32("table id");
   l.spec = decode_spec(r);
-  uint32_t n = r.get<uint32_t>();
-  if (n > (1u << 16)) throw NetworkError("table layout: " + std::to_string(n) + " parts");
+  uint32_t n = r.u32("part count");
+  if (n > (1u << 16)) r.fail("table layout: " + std::to_string(n) + " parts");
   for (uint32_t i = 0; i < n; ++i) {
     DensePart p;
-    p.shard = r.get<int32_t>();
-    p.offset = r.get<int64_t>();
-    p.numel = r.get<int64_t>();
+    p.shard = r.i32("part shard");
+    p.offset = r.i64("part offset");
+    p.numel = r.i64("part numel");
     l.parts.push_back(p);
   }
   return l;

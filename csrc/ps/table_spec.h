@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "common/optimizer_formulas.h"
-#include "ps/byte_codec.h"
+#include "common/wire_codec.h"
+#include "ps/byte_buffer.h"
 
 namespace pscore::ps {
 
@@ -119,9 +120,11 @@ uint32_t table_id_for(const std::string& name);
 const char* consistency_name(Consistency c);
 const char* optimizer_name(OptimizerKind k);
 
-void encode_spec(ByteWriter& w, const TableSpec& s);
-TableSpec decode_spec(ByteReader& r);
-void encode_layout(ByteWriter& w, const TableLayout& l);
-TableLayout decode_layout(ByteReader& r);
+// The wire encoding of specs and layouts (docs/wire.md); durable files describe tables in
+// their own format (checkpoint_metadata.h, log_table_record.h).
+void encode_spec(WireWriter<ByteBuffer&>& w, const TableSpec& s);
+TableSpec decode_spec(WireReader& r);
+void encode_layout(WireWriter<ByteBuffer&>& w, const TableLayout& l);
+TableLayout decode_layout(WireReader& r);
 
 }  // namespace pscore::ps

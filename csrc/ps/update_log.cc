@@ -148,7 +148,7 @@ void UpdateLog::drop_before(const Mark& m) {
 }
 
 uint64_t UpdateLog::replay(const std::string& path, uint64_t from_index,
-                           const std::function<void(LogKind, uint64_t, ByteReader&)>& fn,
+                           const std::function<void(LogKind, uint64_t, WireReader&)>& fn,
                            uint64_t* intact_bytes) {
   std::ifstream in(path, std::ios::binary);
   uint64_t next = from_index;
@@ -167,7 +167,7 @@ uint64_t UpdateLog::replay(const std::string& path, uint64_t from_index,
     if (sum != checksum({{payload.data(), payload.size()}})) break;
     *intact_bytes += sizeof(h) + h.length + sizeof(sum);
     if (h.index < from_index) continue;
-    ByteReader r(payload.data(), payload.size(), "write-ahead log record");
+    WireReader r(payload.data(), payload.size(), "write-ahead log record");
     fn(static_cast<LogKind>(h.kind), h.index, r);
     next = h.index + 1;
   }

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/byte_codec.h"
+#include "common/wire_codec.h"
 
 namespace pscore::ps {
 
@@ -19,11 +19,15 @@ enum class LogKind : uint8_t {
   kApplyDense = 1,
   kApplySparse = 2,
   kAssignDense = 3,
-  kCatalogAdd = 4,
-  kCreatePart = 5,
+  // Logs written up to commit 780a580 recorded new tables and parts with the layout in the wire
+  // encoding of the day; they are replayed, never written (checkpoint_legacy_v1 reads them).
+  kCatalogAddWireV1 = 4,
+  kCreatePartWireV1 = 5,
   kWorkerDone = 6,
   kGlobalStep = 7,
   kDropTable = 8,
+  kCatalogAdd = 9,   // the layout as a log table record (log_table_record.h)
+  kCreatePart = 10,  // the layout as a log table record, u64 n, n f32 initial values
 };
 
 class UpdateLog {
@@ -55,7 +59,7 @@ class UpdateLog {
   // index after the last record read (from_index when there are none). *intact_bytes receives
   // the length of the intact prefix (the caller truncates a torn tail before appending).
   static uint64_t replay(const std::string& path, uint64_t from_index,
-                         const std::function<void(LogKind, uint64_t, ByteReader&)>& fn,
+                         const std::function<void(LogKind, uint64_t, WireReader&)>& fn,
                          uint64_t* intact_bytes);
 
  private:

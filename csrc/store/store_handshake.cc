@@ -1,6 +1,6 @@
 #include "store/store_handshake.h"
 
-#include <cstring>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/handshake.h"
@@ -8,24 +8,22 @@
 namespace pscore {
 
 using store_wire::Op;
-using store_wire::PayloadReader;
-using store_wire::PayloadWriter;
 
 namespace {
 
-std::string as_bytes(const void* data, size_t n) {
-  return std::string(static_cast<const char*>(data), n);
+template <size_t N>
+std::string_view as_bytes(const std::array<uint8_t, N>& a) {
+  return {reinterpret_cast<const char*>(a.data()), N};
 }
 
 // Reads a byte string that must be exactly out.size() bytes.
 template <size_t N>
-void read_exact(PayloadReader& in, std::array<uint8_t, N>& out, const char* what,
-                const std::string& peer) {
-  std::string s = in.bytes();
-  if (s.size() != N)
-    throw NetworkError(peer + ": " + what + " of " + std::to_string(s.size()) +
-                       " bytes, expected " + std::to_string(N));
-  std::memcpy(out.data(), s.data(), N);
+void read_exact(WireReader& in, std::array<uint8_t, N>& out, const char* field) {
+  const uint32_t n = in.u32(field);
+  if (n != N)
+    in.fail(std::string(field) + " of " + std::to_string(n) + " bytes, expected " +
+            std::to_string(N));
+  in.copy_to(out.data(), N, field);
 }
 
 auth::Binding binding(const StoreAuthOptions& o) { return {o.job_id, kStoreAuthContext}; }
@@ -40,46 +38,42 @@ const char* const kStoreName = "this store";
 }  // namespace
 
 std::string encode_hello(const StoreHello& hello) {
-  PayloadWriter w;
+  WireWriter<> w;
   w.u32(hello.version).u8(hello.authenticate ? kHelloAuthenticate : 0);
-  w.bytes(hello.authenticate ? as_bytes(hello.client_nonce.data(), hello.client_nonce.size())
-                             : std::string());
-  w.bytes(hello.job_id);
+  w.string(hello.authenticate ? as_bytes(hello.client_nonce) : std::string_view(), "nonce");
+  w.string(hello.job_id, "job id");
   return w.take();
 }
 
 StoreHello decode_hello(const std::string& payload, const std::string& peer) {
-  PayloadReader in(payload.data(), payload.size(), peer);
+  WireReader in(payload.data(), payload.size(), peer);
   StoreHello h;
-  h.version = in.u32();
-  h.authenticate = (in.u8() & kHelloAuthenticate) != 0;
+  h.version = in.u32("version");
+  h.authenticate = (in.u8("flags") & kHelloAuthenticate) != 0;
   if (h.authenticate) {
-    read_exact(in, h.client_nonce, "client nonce", peer);
-  } else if (!in.bytes().empty()) {
+    read_exact(in, h.client_nonce, "client nonce");
+  } else if (in.u32("client nonce") != 0) {
     throw NetworkError(peer + ": a nonce in a hello that does not authenticate");
   }
-  h.job_id = in.bytes();
+  h.job_id = in.string("job id");
   in.finish();
   return h;
 }
 
 std::string encode_challenge(const StoreChallenge& c) {
-  PayloadWriter w;
+  WireWriter<> w;
   w.u8(c.authenticate ? 1 : 0);
-  if (c.authenticate) {
-    w.bytes(as_bytes(c.server_nonce.data(), c.server_nonce.size()));
-    w.bytes(as_bytes(c.server_proof.data(), c.server_proof.size()));
-  }
+  if (c.authenticate) w.string(as_bytes(c.server_nonce)).string(as_bytes(c.server_proof));
   return w.take();
 }
 
 StoreChallenge decode_challenge(const std::string& payload, const std::string& peer) {
-  PayloadReader in(payload.data(), payload.size(), peer);
+  WireReader in(payload.data(), payload.size(), peer);
   StoreChallenge c;
-  c.authenticate = in.u8() != 0;
+  c.authenticate = in.u8("authenticates") != 0;
   if (c.authenticate) {
-    read_exact(in, c.server_nonce, "server nonce", peer);
-    read_exact(in, c.server_proof, "server proof", peer);
+    read_exact(in, c.server_nonce, "server nonce");
+    read_exact(in, c.server_proof, "server proof");
   }
   in.finish();
   return c;
@@ -134,8 +128,8 @@ StoreServerHandshake::Step StoreServerHandshake::on_hello(const StoreAuthOptions
 StoreServerHandshake::Step StoreServerHandshake::on_proof(const StoreAuthOptions& server,
                                                           const std::string& payload,
                                                           const std::string& peer) {
-  PayloadReader in(payload.data(), payload.size(), peer);
-  std::string proof = in.bytes();
+  WireReader in(payload.data(), payload.size(), peer);
+  std::string proof = in.string("client proof");
   in.finish();
   auth::ServerHandshake::Verdict v = auth_->on_proof(proof.data(), proof.size());
   if (!v.accepted) return refuse(v.refusal);

@@ -1,9 +1,5 @@
 #include "store/store_protocol.h"
 
-#include <cstring>
-
-#include "common/error.h"
-
 namespace pscore::store_wire {
 
 const char* op_name(Op op) {
@@ -32,94 +28,21 @@ const char* op_name(Op op) {
   return "unknown op";
 }
 
-namespace {
-template <typename T>
-void append_raw(std::string& out, T v) {
-  char buf[sizeof(T)];
-  std::memcpy(buf, &v, sizeof(T));
-  out.append(buf, sizeof(T));
-}
-}  // namespace
-
-PayloadWriter& PayloadWriter::i64(int64_t v) {
-  append_raw(data_, v);
-  return *this;
+void write_keys(WireWriter<>& w, const std::vector<std::string>& keys) {
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) w.string(k, "store: key", kMaxPayloadBytes);
 }
 
-PayloadWriter& PayloadWriter::u32(uint32_t v) {
-  append_raw(data_, v);
-  return *this;
-}
-
-PayloadWriter& PayloadWriter::u8(uint8_t v) {
-  append_raw(data_, v);
-  return *this;
-}
-
-PayloadWriter& PayloadWriter::bytes(const std::string& s) {
-  if (s.size() > kMaxPayloadBytes)
-    throw std::invalid_argument("store: a key or value of " + std::to_string(s.size()) +
-                                " bytes exceeds the cap of " + std::to_string(kMaxPayloadBytes));
-  u32(static_cast<uint32_t>(s.size()));
-  data_ += s;
-  return *this;
-}
-
-PayloadWriter& PayloadWriter::keys(const std::vector<std::string>& ks) {
-  u32(static_cast<uint32_t>(ks.size()));
-  for (const auto& k : ks) bytes(k);
-  return *this;
-}
-
-void PayloadReader::need(size_t n, const char* what) const {
-  if (static_cast<size_t>(end_ - p_) < n)
-    throw NetworkError(peer_ + ": malformed store payload (" + what + " needs " +
-                       std::to_string(n) + " bytes, " + std::to_string(end_ - p_) + " left)");
-}
-
-int64_t PayloadReader::i64() {
-  need(8, "i64");
-  int64_t v;
-  std::memcpy(&v, p_, 8);
-  p_ += 8;
-  return v;
-}
-
-uint32_t PayloadReader::u32() {
-  need(4, "u32");
-  uint32_t v;
-  std::memcpy(&v, p_, 4);
-  p_ += 4;
-  return v;
-}
-
-uint8_t PayloadReader::u8() {
-  need(1, "u8");
-  return static_cast<uint8_t>(*p_++);
-}
-
-std::string PayloadReader::bytes() {
-  uint32_t n = u32();
-  need(n, "byte string");
-  std::string s(p_, n);
-  p_ += n;
-  return s;
-}
-
-std::vector<std::string> PayloadReader::keys() {
-  uint32_t n = u32();
+std::vector<std::string> read_keys(WireReader& r, const char* field) {
+  const uint32_t n = r.u32(field);
   // Each key takes at least its 4-byte length, which bounds n before reserving.
-  need(static_cast<size_t>(n) * 4, "key list");
+  if (n > r.remaining() / 4)
+    r.fail(std::string(field) + ": " + std::to_string(n) + " keys cannot fit in the " +
+           std::to_string(r.remaining()) + " bytes left");
   std::vector<std::string> out;
   out.reserve(n);
-  for (uint32_t i = 0; i < n; ++i) out.push_back(bytes());
+  for (uint32_t i = 0; i < n; ++i) out.push_back(r.string(field));
   return out;
-}
-
-void PayloadReader::finish() const {
-  if (p_ != end_)
-    throw NetworkError(peer_ + ": malformed store payload (" + std::to_string(end_ - p_) +
-                       " trailing bytes)");
 }
 
 std::string encode_frame(uint8_t type, uint64_t seq, const std::string& payload) {
@@ -127,9 +50,9 @@ std::string encode_frame(uint8_t type, uint64_t seq, const std::string& payload)
   h.type = type;
   h.seq = seq;
   h.length = payload.size();
-  std::string out(sizeof(h), '\0');
-  std::memcpy(out.data(), &h, sizeof(h));
-  out += payload;
+  std::string out;
+  out.reserve(sizeof(h) + payload.size());
+  WireWriter(out).record(h).bytes(payload.data(), payload.size());
   return out;
 }
 

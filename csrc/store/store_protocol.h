@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/frame.h"
+#include "common/wire_codec.h"
 
 namespace pscore::store_wire {
 
@@ -39,42 +40,10 @@ enum class Status : uint8_t {
 
 const char* op_name(Op op);
 
-// Appends fields to a payload.
-class PayloadWriter {
- public:
-  PayloadWriter& i64(int64_t v);
-  PayloadWriter& u32(uint32_t v);
-  PayloadWriter& u8(uint8_t v);
-  PayloadWriter& bytes(const std::string& s);
-  PayloadWriter& keys(const std::vector<std::string>& ks);
-  const std::string& data() const { return data_; }
-  std::string take() { return std::move(data_); }
-
- private:
-  std::string data_;
-};
-
-// Reads fields from a received payload; throws NetworkError naming `peer` when a field runs
-// past the end (nothing is allocated before its length is checked against what is left).
-class PayloadReader {
- public:
-  PayloadReader(const char* data, size_t size, std::string peer)
-      : p_(data), end_(data + size), peer_(std::move(peer)) {}
-  int64_t i64();
-  uint32_t u32();
-  uint8_t u8();
-  std::string bytes();
-  std::vector<std::string> keys();
-  // Throws unless every byte was consumed.
-  void finish() const;
-
- private:
-  void need(size_t n, const char* what) const;
-
-  const char* p_;
-  const char* end_;
-  std::string peer_;
-};
+// A key list: u32 n, then n strings (common/wire_codec.h).
+void write_keys(WireWriter<>& w, const std::vector<std::string>& keys);
+// Reads a key list; n is checked against what is left before anything is reserved.
+std::vector<std::string> read_keys(WireReader& r, const char* field);
 
 // A whole frame (header + payload) ready to send.
 std::string encode_frame(uint8_t type, uint64_t seq, const std::string& payload);

@@ -7,8 +7,6 @@
 namespace pscore {
 
 using store_wire::Op;
-using store_wire::PayloadReader;
-using store_wire::PayloadWriter;
 using store_wire::Status;
 
 namespace {
@@ -16,6 +14,11 @@ namespace {
 // A parked get/wait is answered by the server at its deadline; the client allows this much
 // more before it decides the server itself is gone.
 constexpr int64_t kReplyGraceMs = 2000;
+
+// Keys and values are capped at the store's payload cap; a longer one is a bad argument.
+constexpr uint64_t kCap = store_wire::kMaxPayloadBytes;
+constexpr const char* kKey = "store: key";
+constexpr const char* kValue = "store: value";
 
 const std::string kWorkersKey = std::string(1, kInternalKeyPrefix) + "pscore/tcpstore/workers";
 const std::string kReadyKey = std::string(1, kInternalKeyPrefix) + "pscore/tcpstore/ready";
@@ -85,13 +88,13 @@ StoreResponse TCPStore::call(Op op, const std::string& payload, const std::strin
 }
 
 void TCPStore::set(const std::string& key, const std::string& value) {
-  call(Op::kSet, PayloadWriter().bytes(key).bytes(value).take(),
+  call(Op::kSet, WireWriter<>().string(key, kKey, kCap).string(value, kValue, kCap).take(),
        "set('" + printable_key(key) + "')");
 }
 
 std::string TCPStore::get(const std::string& key) {
   int64_t timeout = timeout_ms();
-  StoreResponse r = call(Op::kGet, PayloadWriter().bytes(key).i64(timeout).take(),
+  StoreResponse r = call(Op::kGet, WireWriter<>().string(key, kKey, kCap).i64(timeout).take(),
                          "get('" + printable_key(key) + "')", timeout);
   if (r.status == Status::kTimeout)
     throw TimeoutError(get_timeout_message(client_->name(), key, timeout));
@@ -99,47 +102,52 @@ std::string TCPStore::get(const std::string& key) {
 }
 
 int64_t TCPStore::add(const std::string& key, int64_t amount) {
-  StoreResponse r = call(Op::kAdd, PayloadWriter().bytes(key).i64(amount).take(),
+  StoreResponse r = call(Op::kAdd, WireWriter<>().string(key, kKey, kCap).i64(amount).take(),
                          "add('" + printable_key(key) + "')");
-  PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
-  return in.i64();
+  WireReader in(r.payload.data(), r.payload.size(), client_->name());
+  return in.i64("add's sum");
 }
 
 std::string TCPStore::compare_set(const std::string& key, const std::string& expected,
                                   const std::string& desired) {
-  StoreResponse r =
-      call(Op::kCompareSet, PayloadWriter().bytes(key).bytes(expected).bytes(desired).take(),
-           "compare_set('" + printable_key(key) + "')");
-  PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
-  return in.bytes();
+  WireWriter<> w;
+  w.string(key, kKey, kCap).string(expected, kValue, kCap).string(desired, kValue, kCap);
+  StoreResponse r = call(Op::kCompareSet, w.take(), "compare_set('" + printable_key(key) + "')");
+  WireReader in(r.payload.data(), r.payload.size(), client_->name());
+  return in.string("compare_set's value");
 }
 
 void TCPStore::wait(const std::vector<std::string>& keys, int64_t timeout_ms) {
-  StoreResponse r = call(Op::kWait, PayloadWriter().i64(timeout_ms).keys(keys).take(),
-                         "wait(" + format_keys(keys) + ")", timeout_ms);
+  WireWriter<> w;
+  w.i64(timeout_ms);
+  store_wire::write_keys(w, keys);
+  StoreResponse r = call(Op::kWait, w.take(), "wait(" + format_keys(keys) + ")", timeout_ms);
   if (r.status == Status::kTimeout) {
-    PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
-    throw TimeoutError(wait_timeout_message(client_->name(), timeout_ms, in.keys()));
+    WireReader in(r.payload.data(), r.payload.size(), client_->name());
+    throw TimeoutError(wait_timeout_message(client_->name(), timeout_ms,
+                                            store_wire::read_keys(in, "missing keys")));
   }
 }
 
 bool TCPStore::check(const std::vector<std::string>& keys) {
-  StoreResponse r = call(Op::kCheck, PayloadWriter().keys(keys).take(), "check");
-  PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
-  return in.u8() != 0;
+  WireWriter<> w;
+  store_wire::write_keys(w, keys);
+  StoreResponse r = call(Op::kCheck, w.take(), "check");
+  WireReader in(r.payload.data(), r.payload.size(), client_->name());
+  return in.u8("check's answer") != 0;
 }
 
 bool TCPStore::delete_key(const std::string& key) {
-  StoreResponse r = call(Op::kDelete, PayloadWriter().bytes(key).take(),
+  StoreResponse r = call(Op::kDelete, WireWriter<>().string(key, kKey, kCap).take(),
                          "delete_key('" + printable_key(key) + "')");
-  PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
-  return in.u8() != 0;
+  WireReader in(r.payload.data(), r.payload.size(), client_->name());
+  return in.u8("delete_key's answer") != 0;
 }
 
 int64_t TCPStore::num_keys() {
   StoreResponse r = call(Op::kNumKeys, "", "num_keys");
-  PayloadReader in(r.payload.data(), r.payload.size(), client_->name());
-  return in.i64();
+  WireReader in(r.payload.data(), r.payload.size(), client_->name());
+  return in.i64("num_keys' count");
 }
 
 }  // namespace pscore

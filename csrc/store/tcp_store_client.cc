@@ -111,8 +111,8 @@ std::string TcpStoreClient::exchange(const Socket& s, store_wire::Op op, const s
   }
   if (h.seq != seq) throw auth_error("the reply to the " + what + " carries the wrong seq");
   if (h.type == static_cast<uint8_t>(Status::kAuthFailed)) {
-    store_wire::PayloadReader in(reply.data(), reply.size(), name_);
-    throw auth_error("the store says: " + in.bytes());
+    WireReader in(reply.data(), reply.size(), name_);
+    throw auth_error("the store says: " + in.string("refusal"));
   }
   if (h.type != static_cast<uint8_t>(Status::kOk))
     throw auth_error("unexpected reply status " + std::to_string(h.type) + " to the " + what);
@@ -137,8 +137,8 @@ void TcpStoreClient::handshake(const Socket& s, const Deadline& deadline) {
   } catch (const Error& e) {
     throw auth_error(e.what());
   }
-  std::string bytes(reinterpret_cast<const char*>(proof.data()), proof.size());
-  exchange(s, store_wire::Op::kAuth, store_wire::PayloadWriter().bytes(bytes).take(), deadline);
+  std::string_view bytes(reinterpret_cast<const char*>(proof.data()), proof.size());
+  exchange(s, store_wire::Op::kAuth, WireWriter<>().string(bytes, "client proof").take(), deadline);
 }
 
 void TcpStoreClient::release(Socket socket) {
@@ -170,13 +170,13 @@ StoreResponse TcpStoreClient::call(store_wire::Op op, const std::string& payload
     throw NetworkError(name_ + ": " + what + " failed, connection lost: " + e.what());
   }
   if (r.status == Status::kAuthFailed) {  // the server closes this connection after it
-    store_wire::PayloadReader in(r.payload.data(), r.payload.size(), name_);
-    throw auth_error("the store says: " + in.bytes());
+    WireReader in(r.payload.data(), r.payload.size(), name_);
+    throw auth_error("the store says: " + in.string("refusal"));
   }
   release(std::move(s));
   if (r.status == Status::kInvalid || r.status == Status::kError) {
-    store_wire::PayloadReader in(r.payload.data(), r.payload.size(), name_);
-    std::string message = in.bytes();
+    WireReader in(r.payload.data(), r.payload.size(), name_);
+    std::string message = in.string("error message");
     if (r.status == Status::kInvalid) throw std::invalid_argument(message);
     throw StoreError(name_ + ": " + message);
   }

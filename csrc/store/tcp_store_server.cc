@@ -19,8 +19,6 @@
 namespace pscore {
 
 using store_wire::Op;
-using store_wire::PayloadReader;
-using store_wire::PayloadWriter;
 using store_wire::Status;
 
 // The server thread's state. Protocol: a client sends one request frame and reads one response
@@ -181,7 +179,7 @@ bool TcpStoreServer::Loop::admit(StoreConnection& c, const FrameHeader& h,
     return false;
   }
   if (step.auth_failure) failure_log_->report(c.peer_address(), step.payload);
-  reply(c, Status::kAuthFailed, h.seq, PayloadWriter().bytes(step.payload).take());
+  reply(c, Status::kAuthFailed, h.seq, WireWriter<>().string(step.payload, "refusal").take());
   drop(c, false);
   return false;
 }
@@ -201,11 +199,12 @@ void TcpStoreServer::Loop::handle(StoreConnection& c, const FrameHeader& h,
   if (h.type == 0 || h.type > store_wire::kMaxOp)
     throw NetworkError(c.peer() + ": unknown store op " + std::to_string(h.type));
   Op op = static_cast<Op>(h.type);
-  PayloadReader in(payload.data(), payload.size(), c.peer());
-  PayloadWriter out;
+  WireReader in(payload.data(), payload.size(), c.peer());
+  WireWriter<> out;
   switch (op) {
     case Op::kSet: {
-      std::string key = in.bytes(), value = in.bytes();
+      std::string key = in.string("key");
+      std::string value = in.string("value");
       in.finish();
       table_.set(key, value);
       notify(key);  // parked waiters first: they are what a rendezvous waits on
@@ -213,48 +212,50 @@ void TcpStoreServer::Loop::handle(StoreConnection& c, const FrameHeader& h,
       return;
     }
     case Op::kGet: {
-      std::string key = in.bytes();
-      int64_t timeout_ms = in.i64();
+      std::string key = in.string("key");
+      int64_t timeout_ms = in.i64("timeout_ms");
       in.finish();
       if (const std::string* v = table_.find(key)) return reply(c, Status::kOk, h.seq, *v);
       return park(c, op, h.seq, {key}, timeout_ms);
     }
     case Op::kAdd: {
-      std::string key = in.bytes();
-      int64_t amount = in.i64();
+      std::string key = in.string("key");
+      int64_t amount = in.i64("amount");
       in.finish();
       int64_t value;
       try {
         value = table_.add(key, amount);
       } catch (const std::invalid_argument& e) {
-        return reply(c, Status::kInvalid, h.seq, out.bytes(e.what()).take());
+        return reply(c, Status::kInvalid, h.seq, out.string(e.what(), "error message").take());
       }
       notify(key);
       reply(c, Status::kOk, h.seq, out.i64(value).take());
       return;
     }
     case Op::kCompareSet: {
-      std::string key = in.bytes(), expected = in.bytes(), desired = in.bytes();
+      std::string key = in.string("key");
+      std::string expected = in.string("expected value");
+      std::string desired = in.string("desired value");
       in.finish();
       std::string now = table_.compare_set(key, expected, desired);
       notify(key);
-      reply(c, Status::kOk, h.seq, out.bytes(now).take());
+      reply(c, Status::kOk, h.seq, out.string(now, "value").take());
       return;
     }
     case Op::kWait: {
-      int64_t timeout_ms = in.i64();
-      std::vector<std::string> keys = in.keys();
+      int64_t timeout_ms = in.i64("timeout_ms");
+      std::vector<std::string> keys = store_wire::read_keys(in, "keys");
       in.finish();
       if (table_.missing(keys).empty()) return reply(c, Status::kOk, h.seq, "");
       return park(c, op, h.seq, std::move(keys), timeout_ms);
     }
     case Op::kCheck: {
-      std::vector<std::string> keys = in.keys();
+      std::vector<std::string> keys = store_wire::read_keys(in, "keys");
       in.finish();
       return reply(c, Status::kOk, h.seq, out.u8(table_.missing(keys).empty()).take());
     }
     case Op::kDelete: {
-      std::string key = in.bytes();
+      std::string key = in.string("key");
       in.finish();
       return reply(c, Status::kOk, h.seq, out.u8(table_.erase(key)).take());
     }
@@ -322,7 +323,9 @@ void TcpStoreServer::Loop::expire_waits() {
     std::vector<std::string> missing = table_.missing(c.parked->keys);
     uint64_t seq = c.parked->seq;
     unpark(c);
-    reply(c, Status::kTimeout, seq, PayloadWriter().keys(missing).take());
+    WireWriter<> out;
+    store_wire::write_keys(out, missing);
+    reply(c, Status::kTimeout, seq, out.take());
   }
 }
 

@@ -9,6 +9,8 @@
 #include <limits>
 #include <numeric>
 
+#include "common/error.h"
+#include "common/wire_codec.h"
 #include "ps/consistency.h"
 #include "ps/json.h"
 #include "ps/optimizer.h"
@@ -20,6 +22,7 @@
 #include "ps/update_log.h"
 
 using namespace pscore::ps;
+using pscore::WireReader;
 
 namespace {
 
@@ -217,8 +220,7 @@ TEST(PsUpdateLog, ReplayStopsAtTornTail) {
   std::vector<int64_t> seen;
   uint64_t intact = 0;
   uint64_t next = UpdateLog::replay(
-      path, 6, [&](LogKind, uint64_t, ByteReader& r) { seen.push_back(r.get<int64_t>()); },
-      &intact);
+      path, 6, [&](LogKind, uint64_t, WireReader& r) { seen.push_back(r.i64("value")); }, &intact);
   EXPECT_EQ(seen, (std::vector<int64_t>{10, 20}));  // index 5 is before from_index
   EXPECT_EQ(next, 8u);
   std::ifstream f(path, std::ios::binary | std::ios::ate);
@@ -235,8 +237,7 @@ TEST(PsUpdateLog, DropBeforeKeepsWhatWasAppendedSinceTheMark) {
     uint64_t intact = 0;
     UpdateLog::replay(
         path, from,
-        [&](LogKind, uint64_t i, ByteReader& r) { seen.emplace_back(i, r.get<int64_t>()); },
-        &intact);
+        [&](LogKind, uint64_t i, WireReader& r) { seen.emplace_back(i, r.i64("value")); }, &intact);
     return seen;
   };
   UpdateLog log(path, 0, false);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/error.h"
 #include "common/frame.h"
 #include "common/socket.h"
 #include "ps/ps_client.h"

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <stdexcept>
 
 #include "common/bind_policy.h"
 #include "common/error.h"
 #include "common/frame_io.h"
+#include "common/wire_codec.h"
 
 namespace pscore {
 namespace {
@@ -59,23 +59,26 @@ Frame recv_handshake(const Socket& s, const Deadline& deadline, const std::strin
 }
 
 std::string hello_payload(const Hello& hello, const auth::Nonce* nonce, const std::string& job) {
-  std::string out(reinterpret_cast<const char*>(&hello), sizeof(hello));
-  if (nonce) out.append(reinterpret_cast<const char*>(nonce->data()), nonce->size());
-  return out + job;
+  WireWriter<> w;
+  w.i32(hello.rank).i32(hello.size).i32(hello.lane);
+  if (nonce) w.bytes(nonce->data(), nonce->size());
+  return w.bytes(job.data(), job.size()).take();  // the rest of the payload
 }
 
 // Parses a kHello or kHelloAck (its job id into *job); throws NetworkError for another type or
 // garbage.
 Hello parse_hello(const Frame& f, uint8_t type, std::string* job, auth::Nonce* nonce,
                   const std::string& who) {
-  bool has_nonce = type == kHello && (f.header.flags & kFlagAuthenticate);
-  size_t fixed = sizeof(Hello) + (has_nonce ? auth::kNonceBytes : 0);
-  if (f.header.type != type || f.payload.size() < fixed)
+  if (f.header.type != type)
     throw NetworkError(who + ": unexpected handshake frame type " + std::to_string(f.header.type));
+  WireReader r(f.payload.data(), f.payload.size(), who);
   Hello hello;
-  std::memcpy(&hello, f.payload.data(), sizeof(hello));
-  if (has_nonce) std::memcpy(nonce->data(), f.payload.data() + sizeof(Hello), nonce->size());
-  *job = f.payload.substr(fixed);
+  hello.rank = r.i32("rank");
+  hello.size = r.i32("size");
+  hello.lane = r.i32("lane");
+  if (type == kHello && (f.header.flags & kFlagAuthenticate))
+    r.copy_to(nonce->data(), nonce->size(), "nonce");
+  *job = std::string(r.rest());
   return hello;
 }
 
@@ -98,10 +101,6 @@ std::string refused(int peer, const std::string& where, const std::string& reaso
 std::string job_mismatch(const std::string& who, const std::string& theirs,
                          const std::string& ours) {
   return who + " belongs to job '" + theirs + "', this is job '" + ours + "' (PSCORE_JOB_ID)";
-}
-
-std::string as_bytes(const auth::Proof& p) {
-  return std::string(reinterpret_cast<const char*>(p.data()), p.size());
 }
 
 }  // namespace
@@ -175,18 +174,23 @@ void TcpTransport::authenticate_to(const Socket& s, int peer, int lane,
                        " closed the connection during the handshake: " + e.what());
   }
   if (f.header.type == kRefused) throw NetworkError(refused(peer, where, f.payload));
-  if (f.header.type != kChallenge || f.payload.size() != auth::kNonceBytes + auth::kProofBytes)
+  if (f.header.type != kChallenge)
     throw NetworkError(auth_failed(peer, where) + ": unexpected handshake frame type " +
                        std::to_string(f.header.type));
+  const std::string context = auth_failed(peer, where) + ": challenge";
+  WireReader r(f.payload.data(), f.payload.size(), context);
   auth::Nonce server_nonce;
-  std::memcpy(server_nonce.data(), f.payload.data(), server_nonce.size());
+  r.copy_to(server_nonce.data(), server_nonce.size(), "server nonce");
+  const uint8_t* their_proof = r.raw(auth::kProofBytes, "server proof");
+  r.finish();
   auth::Binding b = binding(options_.job_id, rank_, peer, lane, size_);
   auth::Proof expected = auth::server_proof(options_.auth_token, server_nonce, client_nonce, b);
-  if (!auth::proof_matches(expected, f.payload.data() + auth::kNonceBytes, auth::kProofBytes))
+  if (!auth::proof_matches(expected, their_proof, auth::kProofBytes))
     throw NetworkError(auth_failed(peer, where) + ": " + rank_name(peer) +
                        " could not prove it knows this rank's token");
   auth::Proof proof = auth::client_proof(options_.auth_token, server_nonce, client_nonce, b);
-  send_handshake(s, kAuth, 0, as_bytes(proof), deadline, rank_name(peer));
+  send_handshake(s, kAuth, 0, WireWriter<>().bytes(proof.data(), proof.size()).take(), deadline,
+                 rank_name(peer));
 }
 
 void TcpTransport::accept_higher(const Deadline& deadline) {
@@ -266,8 +270,9 @@ bool TcpTransport::authenticate_dialler(const Socket& s, int peer, int lane,
   auth::Nonce server_nonce = auth::random_nonce();
   auth::Binding b = binding(options_.job_id, peer, rank_, lane, size_);
   auth::Proof mine = auth::server_proof(options_.auth_token, server_nonce, client_nonce, b);
-  std::string challenge(reinterpret_cast<const char*>(server_nonce.data()), server_nonce.size());
-  send_handshake(s, kChallenge, 0, challenge + as_bytes(mine), deadline, rank_name(peer));
+  WireWriter<> challenge;
+  challenge.bytes(server_nonce.data(), server_nonce.size()).bytes(mine.data(), mine.size());
+  send_handshake(s, kChallenge, 0, challenge.take(), deadline, rank_name(peer));
   Frame f;
   try {
     f = recv_handshake(s, deadline, rank_name(peer));
