@@ -52,7 +52,8 @@ void EventLoop::add(int fd, uint32_t events, Handler on_ready) {
   auto watch = std::make_shared<Watch>(Watch{std::move(on_ready), 0});
   std::lock_guard<std::mutex> lk(watches_mu_);
   control(EPOLL_CTL_ADD, fd, events);
-  watch->added_turn = turn_;
+  // Read after the registration: a turn that began before it sees the number it had then.
+  watch->added_turn = turn_.load();
   watches_[fd] = std::move(watch);
 }
 
@@ -79,6 +80,7 @@ void EventLoop::post(Task task) {
     std::lock_guard<std::mutex> lk(tasks_mu_);
     first = tasks_.empty();
     tasks_.push_back(std::move(task));
+    has_tasks_ = true;
   }
   // The loop thread runs its own posts at the end of the turn; others wake it, once per batch.
   if (first && !in_loop_thread()) wake();
@@ -132,10 +134,12 @@ void EventLoop::fire_timers() {
 }
 
 void EventLoop::run_tasks() {
+  if (!has_tasks_) return;
   std::vector<Task> tasks;
   {
     std::lock_guard<std::mutex> lk(tasks_mu_);
     tasks.swap(tasks_);
+    has_tasks_ = false;
   }
   for (auto& task : tasks) task();
 }
@@ -144,17 +148,10 @@ void EventLoop::run() {
   loop_thread_ = std::this_thread::get_id();
   epoll_event events[kMaxEvents];
   while (!stopped_) {
-    int timeout = next_timeout_ms();
-    {
-      std::lock_guard<std::mutex> lk(tasks_mu_);
-      if (!tasks_.empty()) timeout = 0;  // posted by a task of the last turn
-    }
-    uint64_t turn;
-    {
-      // Registrations made from here on belong to this turn: its events are not theirs.
-      std::lock_guard<std::mutex> lk(watches_mu_);
-      turn = ++turn_;
-    }
+    // A task posted by a task of the last turn runs without waiting for another wakeup.
+    const int timeout = has_tasks_ ? 0 : next_timeout_ms();
+    // Registrations made from here on belong to this turn: its events are not theirs.
+    const uint64_t turn = ++turn_;
     const int n = ::epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
     if (n < 0 && errno != EINTR) break;  // cannot happen with a valid epoll fd
     for (int i = 0; i < n && !stopped_; ++i) dispatch(events[i], turn);

@@ -80,13 +80,14 @@ class EventLoop {
   int wake_fd_ = -1;
   std::atomic<std::thread::id> loop_thread_{};
   std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> turn_{0};
   std::mutex watches_mu_;
-  uint64_t turn_ = 0;                                        // guarded by watches_mu_
   std::unordered_map<int, std::shared_ptr<Watch>> watches_;  // guarded by watches_mu_
   uint64_t next_timer_ = 1;
   std::map<TimerId, Task> timers_;
   std::mutex tasks_mu_;
-  std::vector<Task> tasks_;  // guarded by tasks_mu_
+  std::vector<Task> tasks_;             // guarded by tasks_mu_
+  std::atomic<bool> has_tasks_{false};  // !tasks_.empty(), read without the lock
 };
 
 }  // namespace pscore
