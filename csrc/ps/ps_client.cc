@@ -1,9 +1,5 @@
 #include "ps/ps_client.h"
 
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -15,13 +11,15 @@
 namespace pscore::ps {
 namespace {
 
-constexpr uint64_t kWakeId = UINT64_MAX;
+// Request deadlines are checked at least this often (and at the earliest one).
+constexpr int64_t kDeadlineCheckMs = 100;
 
 }  // namespace
 
 PsClient::PsClient(const ClientOptions& opts, int num_shards)
     : opts_(opts),
       num_shards_(num_shards),
+      events_("parameter-server client"),
       link_up_(num_shards, 0),
       link_error_(num_shards),
       incarnations_(num_shards, 0),
@@ -36,28 +34,24 @@ PsClient::PsClient(const ClientOptions& opts, int num_shards)
   next_seq_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                         std::chrono::system_clock::now().time_since_epoch())
                                         .count());
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (epoll_fd_ < 0 || wake_fd_ < 0) throw NetworkError(errno_message("epoll/eventfd", errno));
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kWakeId;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
-  io_ = std::thread([this] { io_loop(); });
+  check_deadlines_at(Clock::now() + std::chrono::milliseconds(kDeadlineCheckMs));
+  io_ = std::thread([this] {
+    events_.run();
+    close_all();
+  });
 }
 
 PsClient::~PsClient() {
-  stop_ = true;
-  wake();
+  events_.stop();
   if (io_.joinable()) io_.join();
-  ::close(epoll_fd_);
-  ::close(wake_fd_);
 }
 
+// New links and queued requests are taken over by the I/O thread.
 void PsClient::wake() {
-  uint64_t one = 1;
-  ssize_t k = ::write(wake_fd_, &one, sizeof(one));
-  (void)k;
+  events_.post([this] {
+    std::lock_guard<std::mutex> links(links_mu_);
+    install_pending();
+  });
 }
 
 void PsClient::connect(int shard, const std::string& host, int port, int64_t timeout_ms) {
@@ -192,17 +186,14 @@ void PsClient::update_interest(ClientLink& link) {
   bool want = link.wants_write();
   if (want == want_out_[link.shard()]) return;
   want_out_[link.shard()] = want;
-  epoll_event ev{};
-  ev.events = EPOLLIN | (want ? uint32_t(EPOLLOUT) : 0u);
-  ev.data.u64 = static_cast<uint64_t>(link.shard());
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, link.fd(), &ev);
+  events_.modify(link.fd(), EPOLLIN | (want ? uint32_t(EPOLLOUT) : 0u));
 }
 
 void PsClient::fail_link(int shard, const std::string& why, bool timed_out) {
   auto& link = links_[shard];
   if (!link) return;
   const std::string name = link->name();
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, link->fd(), nullptr);
+  events_.remove(link->fd());
   auto subs = link->take_all();
   link->close();
   link.reset();
@@ -244,10 +235,9 @@ void PsClient::install_pending() {
       link_up_[shard] = 1;
       link_error_[shard].clear();
     }
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = static_cast<uint64_t>(shard);
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, link->fd(), &ev);
+    ClientLink* l = link.get();
+    events_.add(link->fd(), EPOLLIN,
+                [this, shard, l](uint32_t events) { on_link_event(shard, l, events); });
     want_out_[shard] = false;
     links_[shard] = std::move(link);
   }
@@ -270,57 +260,43 @@ void PsClient::install_pending() {
   }
 }
 
-void PsClient::io_loop() {
-  epoll_event events[32];
+// `l` identifies the link the event was registered for; it is not dereferenced before it is
+// known to be the shard's live link.
+void PsClient::on_link_event(int shard, const ClientLink* l, uint32_t events) {
   std::vector<std::shared_ptr<SubRequest>> done;
-  while (!stop_) {
-    int timeout = 100;
-    {
-      std::lock_guard<std::mutex> links(links_mu_);
-      int64_t earliest = INT64_MAX;
-      for (auto& link : links_)
-        if (link) earliest = std::min(earliest, link->earliest_deadline());
-      if (earliest != INT64_MAX)
-        timeout = static_cast<int>(
-            std::max<int64_t>(0, std::min<int64_t>(100, (earliest - now_us()) / 1000 + 1)));
+  {
+    std::lock_guard<std::mutex> links(links_mu_);
+    if (links_[shard].get() != l) return;  // failed by a caller thread meanwhile
+    ClientLink& link = *links_[shard];
+    std::string why;
+    if ((events & EPOLLOUT) && !link.write_some(&why)) return fail_link(shard, why, false);
+    if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) && !link.read_some(&why, done)) {
+      fail_link(shard, why, false);
+    } else {
+      update_interest(link);
     }
-    int n = ::epoll_wait(epoll_fd_, events, 32, timeout);
-    done.clear();
-    {
-      std::lock_guard<std::mutex> links(links_mu_);
-      for (int i = 0; i < n; ++i) {
-        uint64_t id = events[i].data.u64;
-        if (id == kWakeId) {
-          uint64_t v;
-          ssize_t k = ::read(wake_fd_, &v, sizeof(v));
-          (void)k;
-          install_pending();
-          continue;
-        }
-        int shard = static_cast<int>(id);
-        if (shard < 0 || shard >= num_shards_ || !links_[shard]) continue;
-        ClientLink& link = *links_[shard];
-        std::string why;
-        if ((events[i].events & EPOLLOUT) && !link.write_some(&why)) {
-          fail_link(shard, why, false);
-          continue;
-        }
-        if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-          if (!link.read_some(&why, done)) {
-            fail_link(shard, why, false);
-            continue;
-          }
-        }
-        update_interest(link);
-      }
-      const int64_t now = now_us();
-      for (auto& link : links_)
-        if (link && link->earliest_deadline() <= now)
-          fail_link(link->shard(), "no reply within " + std::to_string(opts_.timeout_ms) + " ms",
-                    true);
-    }
-    for (auto& s : done) finish(s);
   }
+  for (auto& s : done) finish(s);
+}
+
+// Fails the links with a request past its deadline, then checks again at the earliest deadline
+// left (or kDeadlineCheckMs from now, for requests sent meanwhile).
+void PsClient::check_deadlines_at(Clock::time_point at) {
+  events_.add_timer(at, [this] {
+    std::lock_guard<std::mutex> links(links_mu_);
+    const int64_t now = now_us();
+    for (auto& link : links_)
+      if (link && link->earliest_deadline() <= now)
+        fail_link(link->shard(), "no reply within " + std::to_string(opts_.timeout_ms) + " ms",
+                  true);
+    int64_t next_us = now + kDeadlineCheckMs * 1000;
+    for (auto& link : links_)
+      if (link) next_us = std::min(next_us, link->earliest_deadline());
+    check_deadlines_at(Clock::now() + std::chrono::microseconds(next_us - now));
+  });
+}
+
+void PsClient::close_all() {
   std::lock_guard<std::mutex> links(links_mu_);
   for (int s = 0; s < num_shards_; ++s) fail_link(s, "client closed", false);
   std::lock_guard<std::mutex> lk(mu_);

@@ -1,4 +1,5 @@
-// The parameter-server client: one connection per shard driven by a background I/O thread.
+// The parameter-server client: one connection per shard driven by a background I/O thread
+// running an event loop (common/event_loop.h).
 // Operations split a tensor by the table's layout (dense parts, sparse ids hashed to shards),
 // send every shard's part at once and return a Work; arrays are read and written in place, so
 // the caller keeps them alive until the work completes. No Python here; nothing blocks the
@@ -15,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/event_loop.h"
 #include "ps/client_link.h"
 #include "ps/client_work.h"
 #include "ps/ps_protocol.h"
@@ -112,22 +115,22 @@ class PsClient {
   void submit(const std::shared_ptr<Work>& w, std::vector<std::shared_ptr<SubRequest>> subs);
   float clip_factor(const TableSpec& spec, const float* g, int64_t n) const;
 
-  // I/O thread
-  void io_loop();
+  // I/O thread (the event loop's)
+  void on_link_event(int shard, const ClientLink* link, uint32_t events);
+  void check_deadlines_at(Clock::time_point at);
+  void close_all();
   void install_pending();
   void fail_link(int shard, const std::string& why, bool timed_out);
   void finish(const std::shared_ptr<SubRequest>& s);
   void fail_sub(const std::shared_ptr<SubRequest>& s, std::exception_ptr e, bool retryable);
   void fail_unconnected(const std::shared_ptr<SubRequest>& s);
   void update_interest(ClientLink& link);
-  void wake();
+  void wake();  // any thread: has the I/O thread install new links and pending requests
 
   ClientOptions opts_;
   int num_shards_;
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;
+  EventLoop events_;
   std::thread io_;
-  std::atomic<bool> stop_{false};
 
   std::mutex mu_;  // pending_, new_links_, link status
   std::vector<std::shared_ptr<SubRequest>> pending_;

@@ -1,9 +1,6 @@
 #include "ps/ps_server.h"
 
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <random>
@@ -17,16 +14,8 @@
 namespace pscore::ps {
 namespace {
 
-constexpr uint64_t kListenId = 1;
-constexpr uint64_t kWakeId = 2;
-
-void epoll_add(int ep, int fd, uint32_t events, uint64_t id) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = id;
-  if (::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0)
-    throw NetworkError(errno_message("epoll_ctl add", errno));
-}
+// Connections that have not finished the handshake are checked this often.
+constexpr int kHandshakeCheckMs = 200;
 
 FrameHeader handshake_header(MsgType type, size_t length) {
   FrameHeader h;
@@ -66,8 +55,6 @@ PsServer::~PsServer() {
   } catch (const TimeoutError&) {
     // A snapshot is stuck on the disk: the snapshot thread's destructor waits for it.
   }
-  if (epoll_fd_ >= 0) ::close(epoll_fd_);
-  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 void PsServer::start() {
@@ -84,86 +71,59 @@ void PsServer::start() {
   failures_ = std::make_unique<auth::FailureLog>(
       "parameter server shard " + std::to_string(opts_.shard) + " on port " + std::to_string(port_),
       opts_.log_quiet_ms);
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (epoll_fd_ < 0 || wake_fd_ < 0) throw NetworkError(errno_message("epoll/eventfd", errno));
-  epoll_add(epoll_fd_, listener_.fd(), EPOLLIN, kListenId);
-  epoll_add(epoll_fd_, wake_fd_, EPOLLIN, kWakeId);
+  events_ = std::make_unique<EventLoop>("parameter server shard " + std::to_string(opts_.shard));
+  events_->add(listener_.fd(), EPOLLIN, [this](uint32_t) { accept_all(); });
+  check_handshakes_later();
   pool_ = std::make_unique<ThreadPool>(opts_.num_threads);
   snapshots_->start();
   started_us_ = now_us();
   running_ = true;
-  loop_ = std::thread([this] { run_loop(); });
+  loop_ = std::thread([this] {
+    events_->run();
+    close_all();
+  });
 }
 
-void PsServer::wake() {
-  uint64_t one = 1;
-  ssize_t k = ::write(wake_fd_, &one, sizeof(one));
-  (void)k;
-}
-
-void PsServer::run_loop() {
-  epoll_event events[64];
-  bool draining = false;
-  int64_t last_check = now_us();
-  while (!loop_stop_) {
-    int n = ::epoll_wait(epoll_fd_, events, 64, 200);
-    if (stopping_ && !draining) {
-      draining = true;
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listener_.fd(), nullptr);
-      listener_.close();
-      std::lock_guard<std::mutex> lk(conns_mu_);
-      for (auto& [id, c] : conns_) c->set_reading(false);
-    }
-    for (int i = 0; i < n; ++i) {
-      uint64_t id = events[i].data.u64;
-      uint32_t ev = events[i].events;
-      if (id == kListenId) {
-        if (!draining) accept_all();
-        continue;
-      }
-      if (id == kWakeId) {
-        uint64_t v;
-        ssize_t k = ::read(wake_fd_, &v, sizeof(v));
-        (void)k;
-        std::vector<std::shared_ptr<ServerConnection>> resume;
-        {
-          std::lock_guard<std::mutex> lk(conns_mu_);
-          resume.swap(resume_);
-        }
-        for (auto& c : resume) {
-          {
-            std::lock_guard<std::mutex> lk(c->mu);
-            c->resume_requested = false;
-          }
-          if (draining || c->closed()) continue;
-          c->set_reading(true);
-          on_readable(c);
-        }
-        continue;
-      }
-      std::shared_ptr<ServerConnection> c;
-      {
-        std::lock_guard<std::mutex> lk(conns_mu_);
-        auto it = conns_.find(id);
-        if (it != conns_.end()) c = it->second;
-      }
-      if (!c) continue;
-      if (ev & EPOLLOUT) {
-        if (c->on_writable(opts_.max_outbox_bytes / 2)) schedule(c);
-      }
-      if (ev & EPOLLIN) {
-        on_readable(c);
-      } else if (ev & (EPOLLERR | EPOLLHUP)) {
-        drop(c, "connection reset", false);
-      }
-      if (c->closed()) drop(c, "closed", false);
-    }
-    if (now_us() - last_check > 200000) {
-      last_check = now_us();
-      check_handshake_timeouts();
-    }
+void PsServer::on_event(uint64_t id, uint32_t ev) {
+  std::shared_ptr<ServerConnection> c;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    auto it = conns_.find(id);
+    if (it != conns_.end()) c = it->second;
   }
+  if (!c) return;
+  if (ev & EPOLLOUT) {
+    if (c->on_writable(opts_.max_outbox_bytes / 2)) schedule(c);
+  }
+  if (ev & EPOLLIN) {
+    on_readable(c);
+  } else if (ev & (EPOLLERR | EPOLLHUP)) {
+    drop(c, "connection reset", false);
+  }
+  if (c->closed()) drop(c, "closed", false);
+}
+
+// A handler thread drained a paused connection's queue far enough: read from it again.
+void PsServer::resume_reading(const std::shared_ptr<ServerConnection>& c) {
+  {
+    std::lock_guard<std::mutex> lk(c->mu);
+    c->resume_requested = false;
+  }
+  if (draining_ || c->closed()) return;
+  c->set_reading(true);
+  on_readable(c);
+}
+
+// stop() began: accept nobody and read nothing more; queued requests and replies go on.
+void PsServer::begin_drain() {
+  draining_ = true;
+  events_->remove(listener_.fd());
+  listener_.close();
+  std::lock_guard<std::mutex> lk(conns_mu_);
+  for (auto& [id, c] : conns_) c->set_reading(false);
+}
+
+void PsServer::close_all() {
   std::lock_guard<std::mutex> lk(conns_mu_);
   for (auto& [id, c] : conns_) c->close();
   stats_.connections.store(0);
@@ -188,8 +148,8 @@ void PsServer::accept_all() {
     }
     s.set_nodelay();
     uint64_t id = next_id_++;
-    auto c = std::make_shared<ServerConnection>(std::move(s), id, epoll_fd_, &stats_);
-    epoll_add(epoll_fd_, c->fd(), EPOLLIN, id);
+    auto c = std::make_shared<ServerConnection>(std::move(s), id, events_.get(), &stats_);
+    events_->add(c->fd(), EPOLLIN, [this, id](uint32_t ev) { on_event(id, ev); });
     conns_[id] = c;
     stats_.connections.fetch_add(1);
     stats_.connections_accepted.fetch_add(1);
@@ -357,15 +317,16 @@ void PsServer::drain(const std::shared_ptr<ServerConnection>& c) {
         resume = true;
       }
     }
-    if (resume) {
-      {
-        std::lock_guard<std::mutex> lk(conns_mu_);
-        resume_.push_back(c);
-      }
-      wake();
-    }
+    if (resume) events_->post([this, c] { resume_reading(c); });
     handler_->handle(c, std::move(f));
   }
+}
+
+void PsServer::check_handshakes_later() {
+  events_->add_timer(Deadline(kHandshakeCheckMs).time_point(), [this] {
+    check_handshake_timeouts();
+    check_handshakes_later();
+  });
 }
 
 void PsServer::check_handshake_timeouts() {
@@ -400,13 +361,12 @@ void PsServer::stop(int drain_timeout_ms) {
   std::lock_guard<std::mutex> lk(stop_mu_);
   if (!running_) return;
   stopping_ = true;
-  wake();
+  events_->post([this] { begin_drain(); });
   Deadline deadline(drain_timeout_ms);
   while (!deadline.expired() && !idle()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ReplyOutbox unsent;  // the connections close next: parked pushes get no reply
   for (auto& t : shard_->tables()) t->abandon_waiters(unsent);
-  loop_stop_ = true;
-  wake();
+  events_->stop();
   if (loop_.joinable()) loop_.join();
   pool_->shutdown();
   running_ = false;

@@ -1,4 +1,5 @@
-// The parameter server for one shard: a TCP listener and an epoll event loop serving many
+// The parameter server for one shard: a TCP listener and an event loop (common/event_loop.h)
+// serving many
 // connections (handshake with optional HMAC auth, framing, bounded per-connection queues), a
 // pool of handler threads executing requests against the shard's tables, and a drain-then-stop
 // shutdown. Nothing here touches Python.
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/auth.h"
+#include "common/event_loop.h"
 #include "common/socket.h"
 #include "ps/auto_snapshot.h"
 #include "ps/request_handler.h"
@@ -81,15 +83,19 @@ class PsServer {
   void load(const std::string& dir);
 
  private:
-  void run_loop();
+  // The event-loop thread.
   void accept_all();
+  void on_event(uint64_t id, uint32_t events);
+  void resume_reading(const std::shared_ptr<ServerConnection>& c);
+  void begin_drain();
+  void close_all();
+  void check_handshakes_later();
   void on_readable(const std::shared_ptr<ServerConnection>& c);
   ServerConnection::FrameAction on_frame(const std::shared_ptr<ServerConnection>& c, InFrame&& f);
   ServerConnection::FrameAction handshake(const std::shared_ptr<ServerConnection>& c, InFrame& f);
   void schedule(const std::shared_ptr<ServerConnection>& c);
   void drain(const std::shared_ptr<ServerConnection>& c);
   void drop(const std::shared_ptr<ServerConnection>& c, const std::string& why, bool violation);
-  void wake();
   void check_handshake_timeouts();
   bool idle();
 
@@ -102,16 +108,15 @@ class PsServer {
   Socket listener_;
   std::unique_ptr<auth::FailureLog> failures_;  // dropped peers, rate-limited per address
   int port_ = 0;
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;
   uint64_t incarnation_ = 0;
   uint64_t replayed_ = 0;
   int64_t started_us_ = 0;
+  std::unique_ptr<EventLoop> events_;  // made by start()
   std::thread loop_;
-  std::atomic<bool> running_{false}, stopping_{false}, loop_stop_{false};
+  std::atomic<bool> running_{false}, stopping_{false};
+  bool draining_ = false;  // event-loop thread
   mutable std::mutex conns_mu_;
   std::map<uint64_t, std::shared_ptr<ServerConnection>> conns_;
-  std::vector<std::shared_ptr<ServerConnection>> resume_;  // guarded by conns_mu_
   uint64_t next_id_ = 16;
   std::mutex stop_mu_;
 };

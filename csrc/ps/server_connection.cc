@@ -1,6 +1,5 @@
 #include "ps/server_connection.h"
 
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -20,10 +19,10 @@ constexpr size_t kDirectReadBytes = 16 * 1024;
 
 }  // namespace
 
-ServerConnection::ServerConnection(Socket sock, uint64_t id, int epoll_fd, ServerStats* stats)
+ServerConnection::ServerConnection(Socket sock, uint64_t id, EventLoop* events, ServerStats* stats)
     : sock_(std::move(sock)),
       id_(id),
-      epoll_fd_(epoll_fd),
+      events_(events),
       stats_(stats),
       stage_buf_(new uint8_t[kStageBytes]) {
   peer_ = sock_.peer_address();
@@ -115,10 +114,8 @@ ServerConnection::ReadResult ServerConnection::read_available(
 
 void ServerConnection::update_events_locked() {
   if (closed_) return;
-  epoll_event ev{};
-  ev.events = (reading ? uint32_t(EPOLLIN) : 0u) | (want_write_ ? uint32_t(EPOLLOUT) : 0u);
-  ev.data.u64 = id_;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, sock_.fd(), &ev);
+  events_->modify(sock_.fd(),
+                  (reading ? uint32_t(EPOLLIN) : 0u) | (want_write_ ? uint32_t(EPOLLOUT) : 0u));
 }
 
 bool ServerConnection::flush_locked() {
@@ -214,7 +211,7 @@ void ServerConnection::close() {
   queued_bytes = 0;
   outbox_.clear();
   outbox_bytes_ = 0;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, sock_.fd(), nullptr);
+  events_->remove(sock_.fd());
   ::shutdown(sock_.fd(), SHUT_RDWR);
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "common/event_loop.h"
 #include "common/frame.h"
 #include "common/handshake.h"
 #include "common/socket.h"
@@ -32,7 +33,7 @@ class ServerConnection {
   enum class FrameAction { kContinue, kPause, kClose };
   enum class ReadResult { kOpen, kPaused, kClosed };
 
-  ServerConnection(Socket sock, uint64_t id, int epoll_fd, ServerStats* stats);
+  ServerConnection(Socket sock, uint64_t id, EventLoop* events, ServerStats* stats);
 
   uint64_t id() const { return id_; }
   int fd() const { return sock_.fd(); }
@@ -86,7 +87,7 @@ class ServerConnection {
 
   Socket sock_;
   uint64_t id_;
-  int epoll_fd_;
+  EventLoop* events_;
   ServerStats* stats_;
   std::string peer_;
   // read state (loop thread)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/event_loop.h"
 #include "common/frame.h"
 #include "common/socket.h"
 #include "store/store_handshake.h"
@@ -18,7 +19,7 @@ namespace pscore {
 
 // A get or wait parked until its keys exist or its deadline passes.
 struct ParkedWait {
-  uint64_t id = 0;  // unique per server, so stale deadline entries can be recognised
+  std::optional<EventLoop::TimerId> timer;  // its deadline; none when it waits forever
   store_wire::Op op = store_wire::Op::kWait;
   uint64_t seq = 0;
   std::vector<std::string> keys;
@@ -48,7 +49,7 @@ class StoreConnection {
 
   std::optional<ParkedWait> parked;
   StoreServerHandshake handshake;
-  uint64_t handshake_deadline_id = 0;  // its entry in the server's deadline queue, 0 = none
+  std::optional<EventLoop::TimerId> handshake_timer;  // closes it unless it authenticates first
   bool closing = false;
   bool polling_out = false;  // EPOLLOUT currently registered
 

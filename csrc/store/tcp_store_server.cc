@@ -1,17 +1,13 @@
 #include "store/tcp_store_server.h"
 
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "common/bind_policy.h"
 #include "common/error.h"
+#include "common/event_loop.h"
 #include "store/key_value_table.h"
 #include "store/store.h"
 #include "store/store_connection.h"
@@ -21,35 +17,32 @@ namespace pscore {
 using store_wire::Op;
 using store_wire::Status;
 
-// The server thread's state. Protocol: a client sends one request frame and reads one response
-// frame with the same seq before sending the next (a request sent while one is parked drops the
-// connection, so a parked connection never has buffered input). get/wait on missing keys park the
-// request: the connection is remembered under each key it waits for and in a deadline queue; the
-// set/add/compare_set that completes its keys, or its deadline, answers it. Frames that arrive
-// before a connection is ready go through its StoreServerHandshake first; with a token, a
-// connection that has not authenticated within kStoreHandshakeTimeoutMs is closed.
+// The server thread's state, served by an EventLoop. Protocol: a client sends one request frame
+// and reads one response frame with the same seq before sending the next (a request sent while
+// one is parked drops the connection, so a parked connection never has buffered input). get/wait
+// on missing keys park the request: the connection is remembered under each key it waits for and
+// gets a timer for its deadline; the set/add/compare_set that completes its keys, or the timer,
+// answers it. Frames that arrive before a connection is ready go through its
+// StoreServerHandshake first; with a token, a connection that has not authenticated within
+// kStoreHandshakeTimeoutMs is closed. A dropped connection is closed at the end of the turn, so
+// its descriptor number is not reused while callbacks of that turn may still name it.
 class TcpStoreServer::Loop {
  public:
-  Loop(int listen_fd, int wake_fd, const TcpStoreServerOptions& options,
-       std::atomic<int64_t>* dropped, auth::FailureLog* failure_log)
-      : listen_fd_(listen_fd),
-        wake_fd_(wake_fd),
+  Loop(Socket* listener, const TcpStoreServerOptions& options, std::atomic<int64_t>* dropped,
+       auth::FailureLog* failure_log)
+      : events_("TCPStore server"),
+        listener_(listener),
         max_payload_(options.max_payload_bytes),
         auth_(options.auth),
         dropped_(dropped),
-        failure_log_(failure_log) {}
-  ~Loop();
-  void run();
+        failure_log_(failure_log) {
+    events_.add(listener_->fd(), EPOLLIN, [this](uint32_t) { accept_all(); });
+  }
+  void run() { events_.run(); }
+  void stop() { events_.stop(); }  // any thread
 
  private:
-  struct DeadlineEntry {
-    Clock::time_point at;
-    int fd;
-    uint64_t wait_id;
-    bool operator>(const DeadlineEntry& o) const { return at > o.at; }
-  };
-
-  void watch(int fd, uint32_t events, int op);
+  void watch(StoreConnection& c);
   void accept_all();
   void on_event(int fd, uint32_t events);
   void process_frames(StoreConnection& c);
@@ -60,74 +53,41 @@ class TcpStoreServer::Loop {
             int64_t timeout_ms);
   void unpark(StoreConnection& c);
   void notify(const std::string& key);
-  void expire_waits();
-  int next_timeout_ms() const;
+  void expire_wait(int fd);
   void reply(StoreConnection& c, Status status, uint64_t seq, const std::string& payload);
   void drop(StoreConnection& c, bool protocol_violation);
-  void close_dropped();
 
-  int listen_fd_;
-  int wake_fd_;
-  int epoll_fd_ = -1;
+  EventLoop events_;
+  Socket* listener_;
   uint64_t max_payload_;
   StoreAuthOptions auth_;
   std::atomic<int64_t>* dropped_;
   auth::FailureLog* failure_log_;
-  uint64_t next_wait_id_ = 1;
   KeyValueTable table_;
   std::unordered_map<int, std::unique_ptr<StoreConnection>> conns_;
   std::unordered_map<std::string, std::unordered_set<int>> watchers_;
-  std::priority_queue<DeadlineEntry, std::vector<DeadlineEntry>, std::greater<DeadlineEntry>>
-      deadlines_;
-  std::vector<int> to_close_;
 };
 
-TcpStoreServer::Loop::~Loop() {
-  if (epoll_fd_ >= 0) ::close(epoll_fd_);
-}
-
-void TcpStoreServer::Loop::watch(int fd, uint32_t events, int op) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.fd = fd;
-  ::epoll_ctl(epoll_fd_, op, fd, &ev);
-}
-
-void TcpStoreServer::Loop::run() {
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
-  watch(wake_fd_, EPOLLIN, EPOLL_CTL_ADD);
-  epoll_event events[64];
-  for (;;) {
-    int n = ::epoll_wait(epoll_fd_, events, 64, next_timeout_ms());
-    if (n < 0 && errno != EINTR) return;  // cannot happen with a valid epoll fd
-    for (int i = 0; i < n; ++i) {
-      int fd = events[i].data.fd;
-      if (fd == wake_fd_) return;
-      if (fd == listen_fd_) {
-        accept_all();
-      } else {
-        on_event(fd, events[i].events);
-      }
-    }
-    expire_waits();
-    close_dropped();
-  }
+// Watches for input always, and for room to write while replies wait to be sent.
+void TcpStoreServer::Loop::watch(StoreConnection& c) {
+  if (c.closing || c.polling_out == c.wants_write()) return;
+  c.polling_out = c.wants_write();
+  events_.modify(c.fd(), EPOLLIN | EPOLLRDHUP | (c.polling_out ? EPOLLOUT : 0u));
 }
 
 void TcpStoreServer::Loop::accept_all() {
   for (;;) {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int fd = ::accept4(listener_->fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;  // EAGAIN, or a transient failure (EMFILE...): retried on next event
     auto conn = std::make_unique<StoreConnection>(Socket(fd), max_payload_);
     if (!auth_.token.empty()) {
       // Unauthenticated peers get small frames and a few seconds, not the store's memory.
       conn->set_max_payload(kMaxHandshakeBytes);
-      conn->handshake_deadline_id = next_wait_id_++;
-      deadlines_.push(
-          {Deadline(kStoreHandshakeTimeoutMs).time_point(), fd, conn->handshake_deadline_id});
+      StoreConnection* c = conn.get();  // the timer is cancelled when c is dropped
+      conn->handshake_timer = events_.add_timer(Deadline(kStoreHandshakeTimeoutMs).time_point(),
+                                                [this, c] { drop(*c, false); });
     }
-    watch(fd, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
+    events_.add(fd, EPOLLIN | EPOLLRDHUP, [this, fd](uint32_t events) { on_event(fd, events); });
     conns_.emplace(fd, std::move(conn));
   }
 }
@@ -142,10 +102,7 @@ void TcpStoreServer::Loop::on_event(int fd, uint32_t events) {
     if (!open) on_hangup(c);
   }
   if (!c.closing && (events & EPOLLOUT) && !c.flush()) drop(c, false);
-  if (!c.closing && c.polling_out != c.wants_write()) {
-    c.polling_out = c.wants_write();
-    watch(fd, EPOLLIN | EPOLLRDHUP | (c.polling_out ? EPOLLOUT : 0u), EPOLL_CTL_MOD);
-  }
+  watch(c);
 }
 
 void TcpStoreServer::Loop::process_frames(StoreConnection& c) {
@@ -173,7 +130,8 @@ bool TcpStoreServer::Loop::admit(StoreConnection& c, const FrameHeader& h,
   if (step.action == Action::kReply) {
     if (c.handshake.state() == StoreServerHandshake::State::kReady) {
       c.set_max_payload(max_payload_);
-      c.handshake_deadline_id = 0;
+      events_.cancel_timer(*c.handshake_timer);
+      c.handshake_timer.reset();
     }
     reply(c, Status::kOk, h.seq, step.payload);
     return false;
@@ -271,13 +229,13 @@ void TcpStoreServer::Loop::handle(StoreConnection& c, const FrameHeader& h,
 void TcpStoreServer::Loop::park(StoreConnection& c, Op op, uint64_t seq,
                                 std::vector<std::string> keys, int64_t timeout_ms) {
   ParkedWait w;
-  w.id = next_wait_id_++;
   w.op = op;
   w.seq = seq;
   w.keys = std::move(keys);
   for (const auto& k : w.keys) watchers_[k].insert(c.fd());
   Deadline deadline = store_deadline(timeout_ms);
-  if (!deadline.infinite()) deadlines_.push({deadline.time_point(), c.fd(), w.id});
+  if (!deadline.infinite())
+    w.timer = events_.add_timer(deadline.time_point(), [this, fd = c.fd()] { expire_wait(fd); });
   c.parked = std::move(w);
 }
 
@@ -288,6 +246,7 @@ void TcpStoreServer::Loop::unpark(StoreConnection& c) {
     it->second.erase(c.fd());
     if (it->second.empty()) watchers_.erase(it);
   }
+  if (c.parked->timer) events_.cancel_timer(*c.parked->timer);
   c.parked.reset();
 }
 
@@ -306,36 +265,16 @@ void TcpStoreServer::Loop::notify(const std::string& key) {
   }
 }
 
-void TcpStoreServer::Loop::expire_waits() {
-  auto now = Clock::now();
-  while (!deadlines_.empty() && deadlines_.top().at <= now) {
-    DeadlineEntry e = deadlines_.top();
-    deadlines_.pop();
-    auto it = conns_.find(e.fd);
-    if (it != conns_.end() && !it->second->closing &&
-        it->second->handshake_deadline_id == e.wait_id) {
-      drop(*it->second, false);  // connected, but never finished the handshake
-      continue;
-    }
-    if (it == conns_.end() || !it->second->parked || it->second->parked->id != e.wait_id)
-      continue;  // answered or disconnected already
-    StoreConnection& c = *it->second;
-    std::vector<std::string> missing = table_.missing(c.parked->keys);
-    uint64_t seq = c.parked->seq;
-    unpark(c);
-    WireWriter<> out;
-    store_wire::write_keys(out, missing);
-    reply(c, Status::kTimeout, seq, out.take());
-  }
-}
-
-int TcpStoreServer::Loop::next_timeout_ms() const {
-  if (deadlines_.empty()) return -1;
-  auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadlines_.top().at - Clock::now())
-          .count();
-  // Round up so the wait is never answered before its deadline.
-  return left < 0 ? 0 : static_cast<int>(std::min<int64_t>(left + 1, INT32_MAX));
+// A parked get/wait reached its deadline (the timer is cancelled when it is answered first).
+void TcpStoreServer::Loop::expire_wait(int fd) {
+  StoreConnection& c = *conns_.at(fd);
+  std::vector<std::string> missing = table_.missing(c.parked->keys);
+  uint64_t seq = c.parked->seq;
+  c.parked->timer.reset();  // firing now: nothing to cancel
+  unpark(c);
+  WireWriter<> out;
+  store_wire::write_keys(out, missing);
+  reply(c, Status::kTimeout, seq, out.take());
 }
 
 void TcpStoreServer::Loop::reply(StoreConnection& c, Status status, uint64_t seq,
@@ -343,10 +282,7 @@ void TcpStoreServer::Loop::reply(StoreConnection& c, Status status, uint64_t seq
   if (c.closing) return;
   c.queue(store_wire::encode_frame(static_cast<uint8_t>(status), seq, payload));
   if (!c.flush()) drop(c, false);
-  if (!c.closing && c.polling_out != c.wants_write()) {
-    c.polling_out = c.wants_write();
-    watch(c.fd(), EPOLLIN | EPOLLRDHUP | (c.polling_out ? EPOLLOUT : 0u), EPOLL_CTL_MOD);
-  }
+  watch(c);
 }
 
 void TcpStoreServer::Loop::drop(StoreConnection& c, bool protocol_violation) {
@@ -354,13 +290,9 @@ void TcpStoreServer::Loop::drop(StoreConnection& c, bool protocol_violation) {
   c.closing = true;
   if (protocol_violation) dropped_->fetch_add(1);
   if (c.parked) unpark(c);
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd(), nullptr);
-  to_close_.push_back(c.fd());
-}
-
-void TcpStoreServer::Loop::close_dropped() {
-  for (int fd : to_close_) conns_.erase(fd);
-  to_close_.clear();
+  if (c.handshake_timer) events_.cancel_timer(*c.handshake_timer);
+  events_.remove(c.fd());
+  events_.post([this, fd = c.fd()] { conns_.erase(fd); });  // after this turn's callbacks
 }
 
 TcpStoreServer::TcpStoreServer(const TcpStoreServerOptions& options) {
@@ -377,9 +309,7 @@ TcpStoreServer::TcpStoreServer(const TcpStoreServerOptions& options) {
   port_ = listener_.local_port();
   failure_log_ =
       std::make_unique<auth::FailureLog>("TCPStore server on port " + std::to_string(port_));
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) throw NetworkError(errno_message("TCPStore server: eventfd", errno));
-  loop_ = std::make_unique<Loop>(listener_.fd(), wake_fd_, options, &dropped_, failure_log_.get());
+  loop_ = std::make_unique<Loop>(&listener_, options, &dropped_, failure_log_.get());
   thread_ = std::thread([this] { loop_->run(); });
 }
 
@@ -387,14 +317,10 @@ TcpStoreServer::~TcpStoreServer() { stop(); }
 
 void TcpStoreServer::stop() {
   if (thread_.joinable()) {
-    uint64_t one = 1;
-    ssize_t rc = ::write(wake_fd_, &one, sizeof(one));
-    (void)rc;
+    loop_->stop();
     thread_.join();
   }
   loop_.reset();
-  if (wake_fd_ >= 0) ::close(wake_fd_);
-  wake_fd_ = -1;
   listener_.close();
 }
 

@@ -1,8 +1,8 @@
-// The TCP store server: one epoll thread serving any number of clients. Blocking get/wait are
-// parked server-side (woken by the set/add that creates their keys, or by their deadline), so
-// nothing polls. A connection that sends garbage, a truncated or oversized frame is dropped
-// and the server keeps serving the others. With a token, a connection is served only once it
-// has passed the handshake of store_handshake.h.
+// The TCP store server: one event-loop thread (common/event_loop.h) serving any number of clients.
+// Blocking get/wait are parked server-side (woken by the set/add that creates their keys, or by
+// their deadline), so nothing polls. A connection that sends garbage, a truncated or oversized
+// frame is dropped and the server keeps serving the others. With a token, a connection is served
+// only once it has passed the handshake of store_handshake.h.
 #pragma once
 
 #include <atomic>
@@ -48,7 +48,6 @@ class TcpStoreServer {
 
   Socket listener_;
   int port_ = 0;
-  int wake_fd_ = -1;
   std::atomic<int64_t> dropped_{0};
   std::unique_ptr<auth::FailureLog> failure_log_;
   std::unique_ptr<Loop> loop_;
