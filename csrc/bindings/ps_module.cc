@@ -13,9 +13,9 @@
 #include "bindings/errors.h"
 #include "bindings/gil.h"
 #include "bindings/work.h"
-#include "ps/ps_client.h"
-#include "ps/ps_server.h"
-#include "ps/shard_state.h"
+#include "ps/client/ps_client.h"
+#include "ps/server/ps_server.h"
+#include "ps/server/shard_state.h"
 
 namespace py = pybind11;
 using namespace pscore::ps;

@@ -1,6 +1,6 @@
 // Work: the one protocol of an operation that may still be running, implemented by the
 // collectives' tasks (collectives/task_work.h) and the parameter-server client's requests
-// (ps/client_work.h), and bound to Python as pscore.work.Work's handle.
+// (ps/client/client_work.h), and bound to Python as pscore.work.Work's handle.
 #pragma once
 
 #include <cstdint>

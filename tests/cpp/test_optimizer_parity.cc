@@ -13,7 +13,7 @@
 #include "hogwild/cuda/sparse_update_body.h"
 #include "hogwild_kernel_helpers.h"
 #include "optimizer_parity_reference.h"
-#include "ps/optimizer.h"
+#include "ps/storage/optimizer.h"
 
 namespace {
 

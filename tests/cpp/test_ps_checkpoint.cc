@@ -8,8 +8,8 @@
 #include <map>
 #include <string>
 
-#include "ps/checkpoint_metadata.h"
-#include "ps/safetensors_file.h"
+#include "ps/durability/checkpoint_metadata.h"
+#include "ps/durability/safetensors_file.h"
 
 using namespace pscore::ps;
 

@@ -11,15 +11,15 @@
 
 #include "common/error.h"
 #include "common/wire_codec.h"
-#include "ps/consistency.h"
-#include "ps/json.h"
-#include "ps/optimizer.h"
-#include "ps/partitioner.h"
-#include "ps/row_map.h"
-#include "ps/safetensors_file.h"
-#include "ps/seq_window.h"
-#include "ps/table_spec.h"
-#include "ps/update_log.h"
+#include "ps/durability/json.h"
+#include "ps/durability/safetensors_file.h"
+#include "ps/durability/update_log.h"
+#include "ps/storage/consistency.h"
+#include "ps/storage/optimizer.h"
+#include "ps/storage/partitioner.h"
+#include "ps/storage/row_map.h"
+#include "ps/storage/seq_window.h"
+#include "ps/wire/table_spec.h"
 
 using namespace pscore::ps;
 using pscore::WireReader;

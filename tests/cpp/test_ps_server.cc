@@ -15,10 +15,10 @@
 #include "common/error.h"
 #include "common/frame.h"
 #include "common/socket.h"
-#include "ps/ps_client.h"
-#include "ps/ps_handshake.h"
-#include "ps/ps_protocol.h"
-#include "ps/ps_server.h"
+#include "ps/client/ps_client.h"
+#include "ps/server/ps_server.h"
+#include "ps/wire/ps_handshake.h"
+#include "ps/wire/ps_protocol.h"
 
 using namespace pscore;
 using namespace pscore::ps;

@@ -14,13 +14,13 @@
 #include "common/frame_io.h"
 #include "common/socket.h"
 #include "common/wire_codec.h"
-#include "ps/checkpoint_legacy_v1.h"
-#include "ps/log_table_record.h"
-#include "ps/ps_client.h"
-#include "ps/ps_handshake.h"
-#include "ps/ps_protocol.h"
-#include "ps/ps_server.h"
-#include "ps/table_spec.h"
+#include "ps/client/ps_client.h"
+#include "ps/durability/checkpoint_legacy_v1.h"
+#include "ps/durability/log_table_record.h"
+#include "ps/server/ps_server.h"
+#include "ps/wire/ps_handshake.h"
+#include "ps/wire/ps_protocol.h"
+#include "ps/wire/table_spec.h"
 
 using namespace pscore;
 using namespace pscore::ps;

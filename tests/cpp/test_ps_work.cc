@@ -5,7 +5,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "ps/client_work.h"
+#include "ps/client/client_work.h"
 #include "work_contract.h"
 
 namespace pscore::ps {

@@ -24,8 +24,8 @@ V1 = os.path.join(DATA, "ps_wal_v1")
 make = SimpleNamespace(**runpy.run_path(os.path.join(DATA, "make_ps_wal.py")))
 
 
-# Record kinds that hold a table layout (csrc/ps/update_log.h): 4 and 5 in the wire encoding
-# (logs up to 780a580), 9 and 10 as the log's own table records.
+# Record kinds that hold a table layout (csrc/ps/durability/update_log.h): 4 and 5 in the wire
+# encoding (logs up to 780a580), 9 and 10 as the log's own table records.
 LAYOUT_KINDS = {"780a580": {4, 5}, "today": {9, 10}}
 
 
