@@ -1,9 +1,10 @@
-// pscore._C: transports (for rendezvous from Python) and the ProcessGroup's collectives.
-// Buffers cross as integer addresses from pscore.tensor.as_buffer; every call that can block
-// releases the GIL.
+// pscore._C: transports (for rendezvous from Python), the ProcessGroup's collectives and the
+// enums the other extension modules share (bindings/enums.h). Buffers cross as integer addresses
+// from pscore.tensor.as_buffer; every call that can block releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bindings/enums.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
 #include "bindings/work.h"
@@ -35,6 +36,8 @@ std::vector<const void*> const_ptrs(const Ptrs& ps) {
 }
 
 void bind_transports(py::module_& m) {
+  const TcpOptions tcp;  // the keyword defaults below are the C++ structs'
+  const ShmOptions shm;
   py::class_<Transport, std::shared_ptr<Transport>>(m, "Transport")
       .def_property_readonly("name", &Transport::name)
       .def_property_readonly("rank", &Transport::rank)
@@ -56,10 +59,10 @@ void bind_transports(py::module_& m) {
              o.insecure = insecure ? *insecure : auth::insecure_from_env();
              return std::make_shared<TcpTransport>(rank, size, o);
            }),
-           py::arg("rank"), py::arg("size"), py::arg("host") = "127.0.0.1", py::arg("port") = 0,
-           py::arg("job_id") = "pscore", py::arg("buffer_bytes") = 512 << 10,
+           py::arg("rank"), py::arg("size"), py::arg("host") = tcp.host, py::arg("port") = tcp.port,
+           py::arg("job_id") = tcp.job_id, py::arg("buffer_bytes") = tcp.buffer_bytes,
            py::arg("auth_token") = py::none(), py::arg("insecure") = py::none(),
-           py::arg("epoll_min_fds") = TcpOptions{}.epoll_min_fds)
+           py::arg("epoll_min_fds") = tcp.epoll_min_fds)
       .def_property_readonly("port", &TcpTransport::port)
       .def("connect", &TcpTransport::connect, py::arg("hosts"), py::arg("ports"),
            py::arg("timeout_ms"), Gil());
@@ -73,8 +76,8 @@ void bind_transports(py::module_& m) {
              o.p2p_ring_bytes = p2p_ring_bytes;
              return std::make_shared<ShmTransport>(rank, size, o);
            }),
-           py::arg("rank"), py::arg("size"), py::arg("job_id") = "pscore",
-           py::arg("ring_bytes") = 4 << 20, py::arg("p2p_ring_bytes") = 1 << 20)
+           py::arg("rank"), py::arg("size"), py::arg("job_id") = shm.job_id,
+           py::arg("ring_bytes") = shm.ring_bytes, py::arg("p2p_ring_bytes") = shm.p2p_ring_bytes)
       .def_property_readonly("segment_name", &ShmTransport::segment_name)
       .def_property_readonly("token", &ShmTransport::token)
       .def("connect", &ShmTransport::connect, py::arg("names"), py::arg("tokens"), Gil())
@@ -87,8 +90,7 @@ void bind_work(py::module_& m) {
 
 void bind_process_group(py::module_& m) {
   using PG = ProcessGroup;
-  auto dt = [](int code) { return dtype_from_code(code); };
-  auto rop = [](int code) { return reduce_op_from_code(code); };
+  const GroupOptions defaults;  // the keyword defaults below are the C++ struct's
   py::class_<PG, std::shared_ptr<PG>>(m, "ProcessGroup")
       .def(py::init([](std::shared_ptr<Transport> t, int64_t timeout_ms, int spin_us,
                        size_t small_allreduce_bytes, size_t large_broadcast_bytes) {
@@ -99,79 +101,80 @@ void bind_process_group(py::module_& m) {
              o.large_broadcast_bytes = large_broadcast_bytes;
              return std::make_shared<PG>(std::move(t), o);
            }),
-           py::arg("transport"), py::arg("timeout_ms") = 30000, py::arg("spin_us") = -1,
-           py::arg("small_allreduce_bytes") = 64 << 10,
-           py::arg("large_broadcast_bytes") = 512 << 10)
+           py::arg("transport"), py::arg("timeout_ms") = defaults.timeout_ms,
+           py::arg("spin_us") = defaults.spin_us,
+           py::arg("small_allreduce_bytes") = defaults.small_allreduce_bytes,
+           py::arg("large_broadcast_bytes") = defaults.large_broadcast_bytes)
       .def_property_readonly("rank", &PG::rank)
       .def_property_readonly("size", &PG::size)
       .def_property_readonly("transport", &PG::transport_name)
       .def(
           "allreduce",
-          [=](PG& g, uintptr_t buf, size_t n, int d, int op, bool async) {
-            return g.allreduce(ptr(buf), n, dt(d), rop(op), async);
+          [](PG& g, uintptr_t buf, size_t n, DType d, ReduceOp op, bool async) {
+            return g.allreduce(ptr(buf), n, d, op, async);
           },
           Gil())
       .def(
           "broadcast",
-          [=](PG& g, uintptr_t buf, size_t n, int d, int root, bool async) {
-            return g.broadcast(ptr(buf), n, dt(d), root, async);
+          [](PG& g, uintptr_t buf, size_t n, DType d, int root, bool async) {
+            return g.broadcast(ptr(buf), n, d, root, async);
           },
           Gil())
       .def(
           "reduce",
-          [=](PG& g, uintptr_t buf, size_t n, int d, int op, int root, bool async) {
-            return g.reduce(ptr(buf), n, dt(d), rop(op), root, async);
+          [](PG& g, uintptr_t buf, size_t n, DType d, ReduceOp op, int root, bool async) {
+            return g.reduce(ptr(buf), n, d, op, root, async);
           },
           Gil())
       .def(
           "allgather",
-          [=](PG& g, uintptr_t in, size_t n, int d, const Ptrs& outs, bool async) {
-            return g.allgather(ptr(in), n, dt(d), ptrs(outs), async);
+          [](PG& g, uintptr_t in, size_t n, DType d, const Ptrs& outs, bool async) {
+            return g.allgather(ptr(in), n, d, ptrs(outs), async);
           },
           Gil())
       .def(
           "reduce_scatter",
-          [=](PG& g, const Ptrs& ins, uintptr_t out, size_t n, int d, int op, bool async) {
-            return g.reduce_scatter(const_ptrs(ins), ptr(out), n, dt(d), rop(op), async);
+          [](PG& g, const Ptrs& ins, uintptr_t out, size_t n, DType d, ReduceOp op, bool async) {
+            return g.reduce_scatter(const_ptrs(ins), ptr(out), n, d, op, async);
           },
           Gil())
       .def(
           "gather",
-          [=](PG& g, uintptr_t in, size_t n, int d, const Ptrs& outs, int root, bool async) {
-            return g.gather(ptr(in), n, dt(d), ptrs(outs), root, async);
+          [](PG& g, uintptr_t in, size_t n, DType d, const Ptrs& outs, int root, bool async) {
+            return g.gather(ptr(in), n, d, ptrs(outs), root, async);
           },
           Gil())
       .def(
           "scatter",
-          [=](PG& g, const Ptrs& ins, uintptr_t out, size_t n, int d, int root, bool async) {
-            return g.scatter(const_ptrs(ins), ptr(out), n, dt(d), root, async);
+          [](PG& g, const Ptrs& ins, uintptr_t out, size_t n, DType d, int root, bool async) {
+            return g.scatter(const_ptrs(ins), ptr(out), n, d, root, async);
           },
           Gil())
       .def(
           "all_to_all",
-          [=](PG& g, const Ptrs& ins, std::vector<size_t> sc, const Ptrs& outs,
-              std::vector<size_t> rc, int d, bool async) {
-            return g.all_to_all(const_ptrs(ins), std::move(sc), ptrs(outs), std::move(rc), dt(d),
+          [](PG& g, const Ptrs& ins, std::vector<size_t> sc, const Ptrs& outs,
+             std::vector<size_t> rc, DType d, bool async) {
+            return g.all_to_all(const_ptrs(ins), std::move(sc), ptrs(outs), std::move(rc), d,
                                 async);
           },
           Gil())
       .def("barrier", &PG::barrier, py::arg("async_op"), Gil())
       .def(
           "send",
-          [=](PG& g, uintptr_t buf, size_t n, int d, int dst, uint32_t tag, bool async) {
-            return g.send(ptr(buf), n, dt(d), dst, tag, async);
+          [](PG& g, uintptr_t buf, size_t n, DType d, int dst, uint32_t tag, bool async) {
+            return g.send(ptr(buf), n, d, dst, tag, async);
           },
           Gil())
       .def(
           "recv",
-          [=](PG& g, uintptr_t buf, size_t n, int d, int src, uint32_t tag, bool async) {
-            return g.recv(ptr(buf), n, dt(d), src, tag, async);
+          [](PG& g, uintptr_t buf, size_t n, DType d, int src, uint32_t tag, bool async) {
+            return g.recv(ptr(buf), n, d, src, tag, async);
           },
           Gil())
       .def(
           "recv_any",
-          [=](PG& g, uintptr_t buf, size_t n, int d, uint32_t tag, bool async) {
-            return g.recv_any(ptr(buf), n, dt(d), tag, async);
+          [](PG& g, uintptr_t buf, size_t n, DType d, uint32_t tag, bool async) {
+            return g.recv_any(ptr(buf), n, d, tag, async);
           },
           Gil())
       .def("abort", &PG::abort, Gil())
@@ -183,6 +186,7 @@ void bind_process_group(py::module_& m) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "pscore core: transports and collectives";
   bindings::register_error_translator();
+  bindings::bind_shared_enums(m);
   bind_transports(m);
   bind_work(m);
   bind_process_group(m);

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bindings/enums.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
 #include "bindings/work.h"
@@ -23,12 +24,23 @@ T* ptr(uintptr_t address) {
 
 using Release = pscore::bindings::ReleaseGil;
 
+// Python names members by string: getattr(_ps.InitKind, "normal".upper()).
+void bind_enums(py::module_& m) {
+  py::enum_<InitKind>(m, "InitKind", "How a table's values start (csrc/ps/table_spec.h).")
+      .value("ZEROS", InitKind::kZeros)
+      .value("UNIFORM", InitKind::kUniform)
+      .value("NORMAL", InitKind::kNormal)
+      .value("CONSTANT", InitKind::kConstant);
+  py::enum_<Consistency>(m, "Consistency", "When pushes apply (docs/ps.md): async, sync, ssp.")
+      .value("ASYNC", Consistency::kAsync)
+      .value("SYNC", Consistency::kSync)
+      .value("SSP", Consistency::kSsp);
+}
+
 void bind_specs(py::module_& m) {
   py::class_<OptimizerSpec>(m, "OptimizerSpec")
       .def(py::init<>())
-      .def_property(
-          "kind", [](const OptimizerSpec& o) { return static_cast<int>(o.kind); },
-          [](OptimizerSpec& o, int k) { o.kind = static_cast<OptimizerKind>(k); })
+      .def_readwrite("kind", &OptimizerSpec::kind)
       .def_readwrite("lr", &OptimizerSpec::lr)
       .def_readwrite("momentum", &OptimizerSpec::momentum)
       .def_readwrite("dampening", &OptimizerSpec::dampening)
@@ -54,8 +66,8 @@ void bind_specs(py::module_& m) {
       .def_readwrite("capacity", &TableSpec::capacity)
       .def_readwrite("max_rows_per_shard", &TableSpec::max_rows_per_shard)
       .def_property(
-          "init_kind", [](const TableSpec& s) { return static_cast<int>(s.init.kind); },
-          [](TableSpec& s, int k) { s.init.kind = static_cast<InitKind>(k); })
+          "init_kind", [](const TableSpec& s) { return s.init.kind; },
+          [](TableSpec& s, InitKind k) { s.init.kind = k; })
       .def_property(
           "init_a", [](const TableSpec& s) { return s.init.a; },
           [](TableSpec& s, double v) { s.init.a = v; })
@@ -67,8 +79,8 @@ void bind_specs(py::module_& m) {
           [](TableSpec& s, uint64_t v) { s.init.seed = v; })
       .def_readwrite("optimizer", &TableSpec::optimizer)
       .def_property(
-          "consistency", [](const TableSpec& s) { return static_cast<int>(s.consistency.mode); },
-          [](TableSpec& s, int v) { s.consistency.mode = static_cast<Consistency>(v); })
+          "consistency", [](const TableSpec& s) { return s.consistency.mode; },
+          [](TableSpec& s, Consistency v) { s.consistency.mode = v; })
       .def_property(
           "staleness", [](const TableSpec& s) { return s.consistency.staleness; },
           [](TableSpec& s, int v) { s.consistency.staleness = v; })
@@ -102,7 +114,7 @@ void bind_specs(py::module_& m) {
         return py::make_tuple(out, loads);
       },
       py::arg("numel"), py::arg("elem_bytes"), py::arg("shard_bytes"),
-      py::arg("min_part_bytes") = 64 * 1024);
+      py::arg("min_part_bytes") = PartitionOptions{}.min_part_bytes);
   m.def("shard_for_id", &shard_for_id, py::arg("id"), py::arg("num_shards"));
 }
 
@@ -259,6 +271,8 @@ PYBIND11_MODULE(_ps, m) {
       PyErr_SetString(PyExc_KeyError, e.what());
     }
   });
+  pscore::bindings::import_shared_enums();  // OptimizerSpec.kind is a _C.OptimizerKind
+  bind_enums(m);
   bind_specs(m);
   bind_server(m);
   bind_client(m);

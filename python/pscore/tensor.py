@@ -12,19 +12,12 @@ from typing import Any
 
 import numpy as np
 
-# Codes match csrc/common/dtype.h.
-DTYPE_CODES = {
-    "float16": 0,
-    "bfloat16": 1,
-    "float32": 2,
-    "float64": 3,
-    "int8": 4,
-    "uint8": 5,
-    "int32": 6,
-    "int64": 7,
-}
-# band, bor and bxor are bitwise and take integer dtypes only.
-REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "band": 5, "bor": 6, "bxor": 7}
+from . import _C
+from ._enums import by_name
+
+# pscore's dtype names: the C++ enum's members (csrc/common/dtype.h), lower-cased.
+_DTYPE_MEMBERS = by_name(_C.DType)
+DTYPES = tuple(_DTYPE_MEMBERS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +31,9 @@ class Buffer:
     owner: Any
 
     @property
-    def dtype_code(self) -> int:
-        return DTYPE_CODES[self.dtype]
+    def dtype_code(self) -> _C.DType:
+        """The element type as the bindings take it."""
+        return _DTYPE_MEMBERS[self.dtype]
 
 
 def _torch():
@@ -52,14 +46,14 @@ def is_torch_tensor(x: Any) -> bool:
 
 
 # dtype object -> pscore name; a dict lookup instead of building the name on every call.
-_NUMPY_NAMES = {np.dtype(name): name for name in DTYPE_CODES if name != "bfloat16"}
+_NUMPY_NAMES = {np.dtype(name): name for name in DTYPES if name != "bfloat16"}
 _TORCH_NAMES: dict = {}
 
 
 def _torch_name(dtype) -> str | None:
     if not _TORCH_NAMES:
         torch = _torch()
-        _TORCH_NAMES.update({getattr(torch, name): name for name in DTYPE_CODES})
+        _TORCH_NAMES.update({getattr(torch, name): name for name in DTYPES})
     return _TORCH_NAMES.get(dtype)
 
 
@@ -81,7 +75,7 @@ def dtype_name(x: Any) -> str:
 def _unsupported(name: str, native: bool) -> None:
     if not native:
         raise TypeError(f"dtype {name} is not in this machine's byte order; use .astype(native)")
-    raise TypeError(f"dtype {name} is not supported; use one of {sorted(DTYPE_CODES)}")
+    raise TypeError(f"dtype {name} is not supported; use one of {sorted(DTYPES)}")
 
 
 def as_buffer(x: Any, *, writable: bool = True, what: str = "tensor") -> Buffer:

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _hogwild
-from ..tensor import DTYPE_CODES
-
-_KINDS = {"sgd": 0, "adagrad": 1, "adam": 2}  # pscore::OptimizerKind (common/optimizer_formulas.h)
+from .. import _C, _hogwild
 
 
 def is_built() -> bool:
@@ -80,25 +77,16 @@ def _update(kind: str, table, states: list, ids, grads, coeffs: list) -> None:
     want = (ids.numel(), *table.shape[1:])
     if tuple(grads.shape) != want:
         raise ValueError(f"grads have shape {tuple(grads.shape)}; {ids.numel()} ids need {want}")
-    rows = table.shape[0]
-    dim = table.numel() // rows
-    ptrs = [s.data_ptr() for _, s in states] + [0] * (2 - len(states))
+    u = _hogwild.CudaSparseUpdate()
+    u.kind = getattr(_C.OptimizerKind, kind.upper())
+    u.table, u.rows, u.dim = table.data_ptr(), table.shape[0], table.numel() // table.shape[0]
+    u.state0, u.state1 = ([s.data_ptr() for _, s in states] + [0, 0])[:2]
+    u.ids, u.num_ids, u.grads = ids.data_ptr(), ids.numel(), grads.data_ptr()
+    u.ids_dtype = getattr(_C.DType, str(ids.dtype).replace("torch.", "").upper())
+    u.coeffs = [float(c) for c in coeffs]
     with torch.cuda.device(table.device):
-        stream = torch.cuda.current_stream(table.device).cuda_stream
-        _hogwild.cuda_sparse_update(
-            _KINDS[kind],
-            table.data_ptr(),
-            ptrs[0],
-            ptrs[1],
-            rows,
-            dim,
-            ids.data_ptr(),
-            ids.numel(),
-            DTYPE_CODES[str(ids.dtype).replace("torch.", "")],
-            grads.data_ptr(),
-            stream,
-            [float(c) for c in coeffs],
-        )
+        u.stream = torch.cuda.current_stream(table.device).cuda_stream
+        _hogwild.cuda_sparse_update(u)
 
 
 def sgd(table, ids, grads, lr: float = 0.01) -> None:

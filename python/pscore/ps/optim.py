@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-# Codes match pscore::OptimizerKind (csrc/common/optimizer_formulas.h).
-_KINDS = {"sgd": 0, "adagrad": 1, "adam": 2, "adamw": 3, "rmsprop": 4}
+from pscore import _C
+from pscore._enums import by_name
+
+_KINDS = by_name(_C.OptimizerKind)  # csrc/common/optimizer_formulas.h
 
 
 def _check(name: str, value: float, *, low: float = 0.0, below: float | None = None) -> float:

@@ -8,11 +8,12 @@ import dataclasses
 import numpy as np
 
 from pscore import _ps
+from pscore._enums import by_name, name_of
 from pscore.ps.optim import SGD, Optimizer, fill_spec
 
-INITIALIZERS = {"zeros": 0, "uniform": 1, "normal": 2, "constant": 3}
-CONSISTENCY = {"async": 0, "sync": 1, "ssp": 2}
-_CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
+# The C++ enums (csrc/ps/table_spec.h) by the names build_spec takes.
+INITIALIZERS = by_name(_ps.InitKind)
+CONSISTENCY = by_name(_ps.Consistency)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +47,7 @@ def table_info(layout) -> TableInfo:
         layout.id,
         spec.sparse,
         tuple(spec.shape),
-        _CONSISTENCY_NAMES[spec.consistency],
+        name_of(spec.consistency),
         tuple(layout.parts),
         tuple(spec.settings()),
     )
