@@ -4,6 +4,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <tuple>
+#include <utility>
+#include <vector>
+
 #include "bindings/enums.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
@@ -23,6 +27,13 @@ T* ptr(uintptr_t address) {
 }
 
 using Release = pscore::bindings::ReleaseGil;
+
+// A dense table's parts as Python sees them: (shard, offset, numel) tuples.
+std::vector<std::tuple<int32_t, int64_t, int64_t>> part_tuples(const std::vector<DensePart>& ps) {
+  std::vector<std::tuple<int32_t, int64_t, int64_t>> out;
+  for (const DensePart& p : ps) out.emplace_back(p.shard, p.offset, p.numel);
+  return out;
+}
 
 // Python names members by string: getattr(_ps.InitKind, "normal".upper()).
 void bind_enums(py::module_& m) {
@@ -98,20 +109,14 @@ void bind_specs(py::module_& m) {
   py::class_<TableLayout>(m, "TableLayout")
       .def_readonly("id", &TableLayout::id)
       .def_readonly("spec", &TableLayout::spec)
-      .def_property_readonly("parts", [](const TableLayout& l) {
-        py::list out;
-        for (const DensePart& p : l.parts) out.append(py::make_tuple(p.shard, p.offset, p.numel));
-        return out;
-      });
+      .def_property_readonly("parts", [](const TableLayout& l) { return part_tuples(l.parts); });
   m.def(
       "plan_dense_parts",
       [](int64_t numel, int64_t elem_bytes, std::vector<int64_t> loads, int64_t min_part_bytes) {
         PartitionOptions o;
         o.min_part_bytes = min_part_bytes;
         auto parts = plan_dense_parts(numel, elem_bytes, loads, o);
-        py::list out;
-        for (const DensePart& p : parts) out.append(py::make_tuple(p.shard, p.offset, p.numel));
-        return py::make_tuple(out, loads);
+        return std::make_pair(part_tuples(parts), loads);
       },
       py::arg("numel"), py::arg("elem_bytes"), py::arg("shard_bytes"),
       py::arg("min_part_bytes") = PartitionOptions{}.min_part_bytes);
@@ -173,8 +178,8 @@ void bind_client(py::module_& m) {
       .def("progress", &Work::progress)
       .def("status_counts", &Work::status_counts)
       .def("replies", [](Work& w) {
-        py::list out;
-        for (const std::string& r : w.replies()) out.append(py::bytes(r));
+        std::vector<py::bytes> out;
+        for (const std::string& r : w.replies()) out.emplace_back(r);
         return out;
       });
   py::class_<ClientOptions>(m, "ClientOptions")
