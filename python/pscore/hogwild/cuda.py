@@ -8,6 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _C, _hogwild
+from .._enums import by_name
+
+_KINDS = by_name(_C.OptimizerKind)  # those with a GPU kernel: sgd, adagrad, adam
+_DTYPES = by_name(_C.DType)
 
 
 def is_built() -> bool:
@@ -77,16 +81,22 @@ def _update(kind: str, table, states: list, ids, grads, coeffs: list) -> None:
     want = (ids.numel(), *table.shape[1:])
     if tuple(grads.shape) != want:
         raise ValueError(f"grads have shape {tuple(grads.shape)}; {ids.numel()} ids need {want}")
-    u = _hogwild.CudaSparseUpdate()
-    u.kind = getattr(_C.OptimizerKind, kind.upper())
-    u.table, u.rows, u.dim = table.data_ptr(), table.shape[0], table.numel() // table.shape[0]
-    u.state0, u.state1 = ([s.data_ptr() for _, s in states] + [0, 0])[:2]
-    u.ids, u.num_ids, u.grads = ids.data_ptr(), ids.numel(), grads.data_ptr()
-    u.ids_dtype = getattr(_C.DType, str(ids.dtype).replace("torch.", "").upper())
-    u.coeffs = [float(c) for c in coeffs]
+    u = _request(kind, table, [s for _, s in states], ids, grads, coeffs)
     with torch.cuda.device(table.device):
         u.stream = torch.cuda.current_stream(table.device).cuda_stream
         _hogwild.cuda_sparse_update(u)
+
+
+def _request(kind: str, table, states: list, ids, grads, coeffs: list) -> _hogwild.CudaSparseUpdate:
+    """The binding's request for checked tensors (the stream is the caller's to set)."""
+    u = _hogwild.CudaSparseUpdate()
+    u.kind = _KINDS[kind]
+    u.table, u.rows, u.dim = table.data_ptr(), table.shape[0], table.numel() // table.shape[0]
+    u.state0, u.state1 = ([s.data_ptr() for s in states] + [0, 0])[:2]
+    u.ids, u.num_ids, u.grads = ids.data_ptr(), ids.numel(), grads.data_ptr()
+    u.ids_dtype = _DTYPES[str(ids.dtype).replace("torch.", "")]
+    u.coeffs = [float(c) for c in coeffs]
+    return u
 
 
 def sgd(table, ids, grads, lr: float = 0.01) -> None:
