@@ -1,7 +1,7 @@
 // The C++ enums that Python names by string (dtypes, reduce ops, optimizer kinds), exported once
-// by pscore._C with the Python-side names as member names, so Python looks members up by name
-// (getattr(_C.DType, "float32".upper())) and keeps no table of their numbers. _ps and _hogwild take
-// and return these same types: they import pscore._C first (import_shared_enums).
+// by pscore._C with upper-case members; Python looks them up by lower-case name
+// (pscore/_enums.py) and keeps no table of their numbers. _ps and _hogwild take and return these
+// same types: they import pscore._C first (import_shared_enums).
 #pragma once
 
 #include <pybind11/pybind11.h>
