@@ -1,12 +1,13 @@
-// pscore._C: transports (for rendezvous from Python), the ProcessGroup's collectives and the
-// enums the other extension modules share (bindings/enums.h). Buffers cross as integer addresses
-// from pscore.tensor.as_buffer; every call that can block releases the GIL.
+// pscore._C (part of pscore._ext): transports (for rendezvous from Python), the ProcessGroup's
+// collectives and the enums the other parts share (bindings/enums.h). Buffers cross as
+// integer addresses from pscore.tensor.as_buffer; every call that can block releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings/enums.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
+#include "bindings/modules.h"
 #include "bindings/work.h"
 #include "collectives/process_group.h"
 #include "common/auth.h"
@@ -84,7 +85,7 @@ void bind_transports(py::module_& m) {
       .def("unlink", &ShmTransport::unlink);
 }
 
-void bind_work(py::module_& m) {
+void bind_task_work(py::module_& m) {
   bindings::bind_work<TaskWork>(m, "Work").def_property_readonly("source", &TaskWork::source);
 }
 
@@ -183,11 +184,10 @@ void bind_process_group(py::module_& m) {
 
 }  // namespace
 
-PYBIND11_MODULE(_C, m) {
+void bindings::init_core(py::module_& m) {
   m.doc() = "pscore core: transports and collectives";
-  bindings::register_error_translator();
   bindings::bind_shared_enums(m);
   bind_transports(m);
-  bind_work(m);
+  bind_task_work(m);
   bind_process_group(m);
 }

@@ -1,7 +1,7 @@
 // The C++ enums that Python names by string (dtypes, reduce ops, optimizer kinds), exported once
 // by pscore._C with upper-case members; Python looks them up by lower-case name
 // (pscore/_enums.py) and keeps no table of their numbers. _ps and _hogwild take and return these
-// same types: they import pscore._C first (import_shared_enums).
+// same types: they are parts of the same extension module, bound after _C (ext_module.cc).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -39,8 +39,5 @@ inline void bind_shared_enums(pybind11::module_& m) {
       .value("ADAMW", OptimizerKind::kAdamW)
       .value("RMSPROP", OptimizerKind::kRmsprop);
 }
-
-// Makes the shared enums' types known to a module that takes or returns them.
-inline void import_shared_enums() { pybind11::module_::import("pscore._C"); }
 
 }  // namespace pscore::bindings

@@ -1,7 +1,7 @@
-// pscore._hogwild: shared-memory Hogwild tables and their update kernels. Updates take numpy arrays
-// (table.py turns CPU torch tensors into numpy views, no copy) and read their pointers, dtypes and
-// shapes here, which costs far less per call than Python-side checks; the kernels run without the
-// GIL.
+// pscore._hogwild (part of pscore._ext): shared-memory Hogwild tables and their update kernels.
+// Updates take numpy arrays (table.py turns CPU torch tensors into numpy views, no copy) and read
+// their pointers, dtypes and shapes here, which costs far less per call than Python-side checks;
+// the kernels run without the GIL.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "bindings/enums.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
+#include "bindings/modules.h"
 #include "common/dtype.h"
 #include "hogwild/cuda/cuda_updates.h"
 #include "hogwild/kernels.h"
@@ -334,11 +334,9 @@ void bind_cuda(py::module_& m) {
 
 }  // namespace
 
-PYBIND11_MODULE(_hogwild, m) {
+void pscore::bindings::init_hogwild(py::module_& m) {
   m.doc() = "pscore Hogwild: shared-memory tables with lock-free update kernels";
-  pscore::bindings::register_error_translator();
   register_segment_errors();
-  pscore::bindings::import_shared_enums();  // DType and OptimizerKind are _C's
   bind_options(m);
   bind_specs(m);
   bind_table(m);

@@ -1,6 +1,6 @@
-// pscore._ps: the parameter server (PsServer) and client (PsClient) for Python. Arrays cross as
-// (address, element count) pairs taken from pscore.tensor.as_buffer; every call that can block
-// releases the GIL.
+// pscore._ps (part of pscore._ext): the parameter server (PsServer) and client (PsClient) for
+// Python. Arrays cross as (address, element count) pairs taken from pscore.tensor.as_buffer; every
+// call that can block releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "bindings/enums.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
+#include "bindings/modules.h"
 #include "bindings/work.h"
 #include "ps/ps_client.h"
 #include "ps/ps_server.h"
@@ -264,9 +264,8 @@ void bind_client(py::module_& m) {
 
 }  // namespace
 
-PYBIND11_MODULE(_ps, m) {
+void pscore::bindings::init_ps(py::module_& m) {
   m.doc() = "pscore parameter server: C++ server and client";
-  pscore::bindings::register_error_translator();
   // Registered after the common translator, so tried first.
   py::register_exception_translator([](std::exception_ptr p) {
     if (!p) return;
@@ -276,7 +275,6 @@ PYBIND11_MODULE(_ps, m) {
       PyErr_SetString(PyExc_KeyError, e.what());
     }
   });
-  pscore::bindings::import_shared_enums();  // OptimizerSpec.kind is a _C.OptimizerKind
   bind_enums(m);
   bind_specs(m);
   bind_server(m);

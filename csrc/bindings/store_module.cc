@@ -1,10 +1,12 @@
-// pscore._store: the C++ stores (HashStore, TCPStore) for python/pscore/store.py,
-// which wraps them in the Python Store API. Every call that can block releases the GIL.
+// pscore._store (part of pscore._ext): the C++ stores (HashStore, TCPStore) for
+// python/pscore/store.py, which wraps them in the Python Store API. Every call that can block
+// releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings/errors.h"
 #include "bindings/gil.h"
+#include "bindings/modules.h"
 #include "common/auth.h"
 #include "store/hash_store.h"
 #include "store/store.h"
@@ -55,9 +57,8 @@ void bind_store(py::module_& m) {
 
 }  // namespace
 
-PYBIND11_MODULE(_store, m) {
+void pscore::bindings::init_store(py::module_& m) {
   m.doc() = "pscore's C++ stores; use pscore.store for the Python API";
-  pscore::bindings::register_error_translator();
   bind_store(m);
   // PSCORE_AUTH_TOKEN / PSCORE_AUTH_TOKEN_FILE, for the Python users of a token
   // (pscore._config.auth_token).
