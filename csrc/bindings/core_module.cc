@@ -1,12 +1,15 @@
-// pscore._C: transports (for rendezvous from Python) and the ProcessGroup's collectives.
-// Buffers cross as pscore.buffer.BufferView (bindings/buffer_view_caster.h); every call that can
-// block releases the GIL.
+// pscore._C (part of pscore._ext): transports (for rendezvous from Python), the ProcessGroup's
+// collectives and the enums the other parts share (bindings/enums.h). Buffers cross as
+// pscore.buffer.BufferView (bindings/buffer_view_caster.h); every call that can block releases
+// the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings/buffer_view_caster.h"
+#include "bindings/enums.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
+#include "bindings/modules.h"
 #include "bindings/work.h"
 #include "collectives/process_group.h"
 #include "common/auth.h"
@@ -46,6 +49,8 @@ std::vector<size_t> counts(const Views& vs) {
 }
 
 void bind_transports(py::module_& m) {
+  const TcpOptions tcp;  // the keyword defaults below are the C++ structs'
+  const ShmOptions shm;
   py::class_<Transport, std::shared_ptr<Transport>>(m, "Transport")
       .def_property_readonly("name", &Transport::name)
       .def_property_readonly("rank", &Transport::rank)
@@ -67,10 +72,10 @@ void bind_transports(py::module_& m) {
              o.insecure = insecure ? *insecure : auth::insecure_from_env();
              return std::make_shared<TcpTransport>(rank, size, o);
            }),
-           py::arg("rank"), py::arg("size"), py::arg("host") = "127.0.0.1", py::arg("port") = 0,
-           py::arg("job_id") = "pscore", py::arg("buffer_bytes") = 512 << 10,
+           py::arg("rank"), py::arg("size"), py::arg("host") = tcp.host, py::arg("port") = tcp.port,
+           py::arg("job_id") = tcp.job_id, py::arg("buffer_bytes") = tcp.buffer_bytes,
            py::arg("auth_token") = py::none(), py::arg("insecure") = py::none(),
-           py::arg("epoll_min_fds") = TcpOptions{}.epoll_min_fds)
+           py::arg("epoll_min_fds") = tcp.epoll_min_fds)
       .def_property_readonly("port", &TcpTransport::port)
       .def("connect", &TcpTransport::connect, py::arg("hosts"), py::arg("ports"),
            py::arg("timeout_ms"), Gil());
@@ -84,21 +89,21 @@ void bind_transports(py::module_& m) {
              o.p2p_ring_bytes = p2p_ring_bytes;
              return std::make_shared<ShmTransport>(rank, size, o);
            }),
-           py::arg("rank"), py::arg("size"), py::arg("job_id") = "pscore",
-           py::arg("ring_bytes") = 4 << 20, py::arg("p2p_ring_bytes") = 1 << 20)
+           py::arg("rank"), py::arg("size"), py::arg("job_id") = shm.job_id,
+           py::arg("ring_bytes") = shm.ring_bytes, py::arg("p2p_ring_bytes") = shm.p2p_ring_bytes)
       .def_property_readonly("segment_name", &ShmTransport::segment_name)
       .def_property_readonly("token", &ShmTransport::token)
       .def("connect", &ShmTransport::connect, py::arg("names"), py::arg("tokens"), Gil())
       .def("unlink", &ShmTransport::unlink);
 }
 
-void bind_work(py::module_& m) {
+void bind_task_work(py::module_& m) {
   bindings::bind_work<TaskWork>(m, "Work").def_property_readonly("source", &TaskWork::source);
 }
 
 void bind_process_group(py::module_& m) {
   using PG = ProcessGroup;
-  auto rop = [](int code) { return reduce_op_from_code(code); };
+  const GroupOptions defaults;  // the keyword defaults below are the C++ struct's
   py::class_<PG, std::shared_ptr<PG>>(m, "ProcessGroup")
       .def(py::init([](std::shared_ptr<Transport> t, int64_t timeout_ms, int spin_us,
                        size_t small_allreduce_bytes, size_t large_broadcast_bytes) {
@@ -109,58 +114,58 @@ void bind_process_group(py::module_& m) {
              o.large_broadcast_bytes = large_broadcast_bytes;
              return std::make_shared<PG>(std::move(t), o);
            }),
-           py::arg("transport"), py::arg("timeout_ms") = 30000, py::arg("spin_us") = -1,
-           py::arg("small_allreduce_bytes") = 64 << 10,
-           py::arg("large_broadcast_bytes") = 512 << 10)
+           py::arg("transport"), py::arg("timeout_ms") = defaults.timeout_ms,
+           py::arg("spin_us") = defaults.spin_us,
+           py::arg("small_allreduce_bytes") = defaults.small_allreduce_bytes,
+           py::arg("large_broadcast_bytes") = defaults.large_broadcast_bytes)
       .def_property_readonly("rank", &PG::rank)
       .def_property_readonly("size", &PG::size)
       .def_property_readonly("transport", &PG::transport_name)
       .def(
           "allreduce",
-          [=](PG& g, const BufferView& b, int op, bool async) {
-            return g.allreduce(host(b), b.numel, b.dtype, rop(op), async);
+          [](PG& g, const BufferView& b, ReduceOp op, bool async) {
+            return g.allreduce(host(b), b.numel, b.dtype, op, async);
           },
           Gil())
       .def(
           "broadcast",
-          [=](PG& g, const BufferView& b, int root, bool async) {
+          [](PG& g, const BufferView& b, int root, bool async) {
             return g.broadcast(host(b), b.numel, b.dtype, root, async);
           },
           Gil())
       .def(
           "reduce",
-          [=](PG& g, const BufferView& b, int op, int root, bool async) {
-            return g.reduce(host(b), b.numel, b.dtype, rop(op), root, async);
+          [](PG& g, const BufferView& b, ReduceOp op, int root, bool async) {
+            return g.reduce(host(b), b.numel, b.dtype, op, root, async);
           },
           Gil())
       .def(
           "allgather",
-          [=](PG& g, const BufferView& in, const Views& outs, bool async) {
+          [](PG& g, const BufferView& in, const Views& outs, bool async) {
             return g.allgather(host(in), in.numel, in.dtype, hosts(outs), async);
           },
           Gil())
       .def(
           "reduce_scatter",
-          [=](PG& g, const Views& ins, const BufferView& out, int op, bool async) {
-            return g.reduce_scatter(const_hosts(ins), host(out), out.numel, out.dtype, rop(op),
-                                    async);
+          [](PG& g, const Views& ins, const BufferView& out, ReduceOp op, bool async) {
+            return g.reduce_scatter(const_hosts(ins), host(out), out.numel, out.dtype, op, async);
           },
           Gil())
       .def(
           "gather",
-          [=](PG& g, const BufferView& in, const Views& outs, int root, bool async) {
+          [](PG& g, const BufferView& in, const Views& outs, int root, bool async) {
             return g.gather(host(in), in.numel, in.dtype, hosts(outs), root, async);
           },
           Gil())
       .def(
           "scatter",
-          [=](PG& g, const Views& ins, const BufferView& out, int root, bool async) {
+          [](PG& g, const Views& ins, const BufferView& out, int root, bool async) {
             return g.scatter(const_hosts(ins), host(out), out.numel, out.dtype, root, async);
           },
           Gil())
       .def(
           "all_to_all",
-          [=](PG& g, const Views& ins, const Views& outs, bool async) {
+          [](PG& g, const Views& ins, const Views& outs, bool async) {
             const DType d = ins.empty() ? DType::kUInt8 : ins.front().dtype;
             return g.all_to_all(const_hosts(ins), counts(ins), hosts(outs), counts(outs), d, async);
           },
@@ -168,19 +173,19 @@ void bind_process_group(py::module_& m) {
       .def("barrier", &PG::barrier, py::arg("async_op"), Gil())
       .def(
           "send",
-          [=](PG& g, const BufferView& b, int dst, uint32_t tag, bool async) {
+          [](PG& g, const BufferView& b, int dst, uint32_t tag, bool async) {
             return g.send(host(b), b.numel, b.dtype, dst, tag, async);
           },
           Gil())
       .def(
           "recv",
-          [=](PG& g, const BufferView& b, int src, uint32_t tag, bool async) {
+          [](PG& g, const BufferView& b, int src, uint32_t tag, bool async) {
             return g.recv(host(b), b.numel, b.dtype, src, tag, async);
           },
           Gil())
       .def(
           "recv_any",
-          [=](PG& g, const BufferView& b, uint32_t tag, bool async) {
+          [](PG& g, const BufferView& b, uint32_t tag, bool async) {
             return g.recv_any(host(b), b.numel, b.dtype, tag, async);
           },
           Gil())
@@ -190,10 +195,10 @@ void bind_process_group(py::module_& m) {
 
 }  // namespace
 
-PYBIND11_MODULE(_C, m) {
+void bindings::init_core(py::module_& m) {
   m.doc() = "pscore core: transports and collectives";
-  bindings::register_error_translator();
+  bindings::bind_shared_enums(m);
   bind_transports(m);
-  bind_work(m);
+  bind_task_work(m);
   bind_process_group(m);
 }

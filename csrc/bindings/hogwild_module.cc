@@ -1,6 +1,6 @@
-// pscore._hogwild: shared-memory Hogwild tables and their update kernels. Arrays cross as
-// pscore.buffer.BufferView (table.py and cuda.py make them); dtypes and shapes are checked here
-// against the table, and the kernels run without the GIL.
+// pscore._hogwild (part of pscore._ext): shared-memory Hogwild tables and their update kernels.
+// Arrays cross as pscore.buffer.BufferView (table.py and cuda.py make them); dtypes and shapes are
+// checked here against the table, and the kernels run without the GIL.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -14,6 +14,7 @@
 #include "bindings/buffer_view_caster.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
+#include "bindings/modules.h"
 #include "common/dtype.h"
 #include "hogwild/cuda/cuda_updates.h"
 #include "hogwild/kernels.h"
@@ -26,16 +27,6 @@ using pscore::DType;
 namespace {
 
 using Release = pscore::bindings::ReleaseGil;
-
-hw::SegmentOptions segment_options(int64_t wait_ms, int64_t ready_timeout_ms, bool populate,
-                                   int64_t lock_timeout_ms) {
-  hw::SegmentOptions o;
-  o.wait_ms = wait_ms;
-  o.ready_timeout_ms = ready_timeout_ms;
-  o.populate = populate;
-  o.lock_timeout_ms = lock_timeout_ms;
-  return o;
-}
 
 // A numpy array over one array of the segment; it keeps the table (and so the mapping) alive.
 py::array view(const std::shared_ptr<hw::SharedTable>& t, int slot) {
@@ -134,83 +125,111 @@ void update(hw::SharedTable& t, const char* op, const py::handle& ids, const py:
   (t.*apply)(b, o);
 }
 
-// The optimizers' options cross as typed structs, keyword-constructed with torch's names and
-// defaults; check() raises ValueError as an update with them would.
+// The optimizers' options cross as typed structs, keyword-constructed with torch's names; every
+// default is the C++ struct's. check() raises ValueError as an update with them would.
 void bind_options(py::module_& m) {
+  const hw::SgdOptions sgd;
   py::class_<hw::SgdOptions>(m, "SgdOptions")
       .def(py::init([](double lr, double momentum, double dampening, bool nesterov,
                        double weight_decay, bool maximize) {
              return hw::SgdOptions{lr, momentum, dampening, nesterov, weight_decay, maximize};
            }),
-           py::arg("lr") = 0.01, py::arg("momentum") = 0.0, py::arg("dampening") = 0.0,
-           py::arg("nesterov") = false, py::arg("weight_decay") = 0.0, py::arg("maximize") = false)
+           py::arg("lr") = sgd.lr, py::arg("momentum") = sgd.momentum,
+           py::arg("dampening") = sgd.dampening, py::arg("nesterov") = sgd.nesterov,
+           py::arg("weight_decay") = sgd.weight_decay, py::arg("maximize") = sgd.maximize)
       .def("check", [](const hw::SgdOptions& o) { hw::check_options(o, "SGD"); })
-      .def_readonly("lr", &hw::SgdOptions::lr)
-      .def_readonly("momentum", &hw::SgdOptions::momentum);
+      .def_readwrite("lr", &hw::SgdOptions::lr)
+      .def_readwrite("momentum", &hw::SgdOptions::momentum)
+      .def_readwrite("dampening", &hw::SgdOptions::dampening)
+      .def_readwrite("nesterov", &hw::SgdOptions::nesterov)
+      .def_readwrite("weight_decay", &hw::SgdOptions::weight_decay)
+      .def_readwrite("maximize", &hw::SgdOptions::maximize);
+  const hw::AdagradOptions adagrad;
   py::class_<hw::AdagradOptions>(m, "AdagradOptions")
       .def(py::init([](double lr, double eps, double lr_decay, double weight_decay, bool maximize,
                        uint64_t step) {
              return hw::AdagradOptions{lr, eps, lr_decay, weight_decay, maximize, step};
            }),
-           py::arg("lr") = 0.01, py::arg("eps") = 1e-10, py::arg("lr_decay") = 0.0,
-           py::arg("weight_decay") = 0.0, py::arg("maximize") = false, py::arg("step") = 0)
+           py::arg("lr") = adagrad.lr, py::arg("eps") = adagrad.eps,
+           py::arg("lr_decay") = adagrad.lr_decay, py::arg("weight_decay") = adagrad.weight_decay,
+           py::arg("maximize") = adagrad.maximize, py::arg("step") = adagrad.step)
       .def("check", [](const hw::AdagradOptions& o) { hw::check_options(o, "Adagrad"); })
-      .def_readonly("lr", &hw::AdagradOptions::lr);
+      .def_readwrite("lr", &hw::AdagradOptions::lr)
+      .def_readwrite("eps", &hw::AdagradOptions::eps)
+      .def_readwrite("lr_decay", &hw::AdagradOptions::lr_decay)
+      .def_readwrite("weight_decay", &hw::AdagradOptions::weight_decay)
+      .def_readwrite("maximize", &hw::AdagradOptions::maximize)
+      .def_readwrite("step", &hw::AdagradOptions::step);
+  const hw::AdamOptions adam;
   py::class_<hw::AdamOptions>(m, "AdamOptions")
       .def(py::init([](double lr, double beta1, double beta2, double eps, uint64_t step,
                        double weight_decay, bool decoupled_weight_decay, bool amsgrad,
                        bool maximize) {
-             hw::AdamOptions o;
-             o.lr = lr;
-             o.beta1 = beta1;
-             o.beta2 = beta2;
-             o.eps = eps;
-             o.step = step;
-             o.weight_decay = weight_decay;
-             o.decoupled_weight_decay = decoupled_weight_decay;
-             o.amsgrad = amsgrad;
-             o.maximize = maximize;
-             return o;
+             return hw::AdamOptions{
+                 lr,      beta1,   beta2, eps, step, weight_decay, decoupled_weight_decay,
+                 amsgrad, maximize};
            }),
-           py::arg("lr") = 1e-3, py::arg("beta1") = 0.9, py::arg("beta2") = 0.999,
-           py::arg("eps") = 1e-8, py::arg("step") = 0, py::arg("weight_decay") = 0.0,
-           py::arg("decoupled_weight_decay") = false, py::arg("amsgrad") = false,
-           py::arg("maximize") = false)
+           py::arg("lr") = adam.lr, py::arg("beta1") = adam.beta1, py::arg("beta2") = adam.beta2,
+           py::arg("eps") = adam.eps, py::arg("step") = adam.step,
+           py::arg("weight_decay") = adam.weight_decay,
+           py::arg("decoupled_weight_decay") = adam.decoupled_weight_decay,
+           py::arg("amsgrad") = adam.amsgrad, py::arg("maximize") = adam.maximize)
       .def("check", [](const hw::AdamOptions& o) { hw::check_options(o, "Adam"); })
-      .def_readonly("lr", &hw::AdamOptions::lr)
-      .def_readonly("amsgrad", &hw::AdamOptions::amsgrad);
+      .def_readwrite("lr", &hw::AdamOptions::lr)
+      .def_readwrite("beta1", &hw::AdamOptions::beta1)
+      .def_readwrite("beta2", &hw::AdamOptions::beta2)
+      .def_readwrite("eps", &hw::AdamOptions::eps)
+      .def_readwrite("step", &hw::AdamOptions::step)
+      .def_readwrite("weight_decay", &hw::AdamOptions::weight_decay)
+      .def_readwrite("decoupled_weight_decay", &hw::AdamOptions::decoupled_weight_decay)
+      .def_readwrite("amsgrad", &hw::AdamOptions::amsgrad)
+      .def_readwrite("maximize", &hw::AdamOptions::maximize);
+}
+
+// What Table.create and Table.attach take: the table's spec and the segment's options, as
+// structs with the C++ defaults. The initial values cross as a BufferView argument of create().
+void bind_specs(py::module_& m) {
+  py::enum_<hw::OptimizerState>(m, "OptimizerState",
+                                "The optimizer state a table carries (hogwild/table_spec.h).")
+      .value("NONE", hw::OptimizerState::kNone)
+      .value("ADAGRAD", hw::OptimizerState::kAdagrad)
+      .value("ADAM", hw::OptimizerState::kAdam)
+      .value("MOMENTUM", hw::OptimizerState::kMomentum)
+      .value("AMSGRAD", hw::OptimizerState::kAmsgrad);
+  py::class_<hw::TableSpec>(m, "TableSpec")
+      .def(py::init<>())
+      .def_readwrite("shape", &hw::TableSpec::shape)
+      .def_readwrite("dtype", &hw::TableSpec::dtype)
+      .def_readwrite("optimizer", &hw::TableSpec::optimizer)
+      .def_readwrite("lock_stripes", &hw::TableSpec::lock_stripes);
+  py::class_<hw::SegmentOptions>(m, "SegmentOptions")
+      .def(py::init<>())
+      .def_readwrite("populate", &hw::SegmentOptions::populate)
+      .def_readwrite("wait_ms", &hw::SegmentOptions::wait_ms)
+      .def_readwrite("ready_timeout_ms", &hw::SegmentOptions::ready_timeout_ms)
+      .def_readwrite("lock_timeout_ms", &hw::SegmentOptions::lock_timeout_ms);
+  py::class_<hw::CreateOptions>(m, "CreateOptions")
+      .def(py::init<>())
+      .def_readwrite("segment", &hw::CreateOptions::segment)
+      .def_readwrite("initial_accumulator", &hw::CreateOptions::initial_accumulator);
 }
 
 void bind_table(py::module_& m) {
   py::class_<hw::SharedTable, std::shared_ptr<hw::SharedTable>> t(m, "Table");
   t.def_static(
        "create",
-       [](const std::string& name, const std::vector<uint64_t>& shape, int dtype_code,
-          int optimizer_code, uint32_t lock_stripes, const std::optional<pscore::BufferView>& init,
-          double initial_accumulator, bool populate, int64_t lock_timeout_ms) {
-         hw::TableSpec spec;
-         spec.shape = shape;
-         spec.dtype = pscore::dtype_from_code(dtype_code);
-         spec.optimizer = hw::optimizer_from_code(static_cast<uint32_t>(optimizer_code));
-         spec.lock_stripes = lock_stripes;
-         hw::CreateOptions o;
-         o.segment = segment_options(0, 0, populate, lock_timeout_ms);
+       [](const std::string& name, const hw::TableSpec& spec, hw::CreateOptions options,
+          const std::optional<pscore::BufferView>& init) {
          if (init) {
-           o.init = init->host_data("init");
-           o.init_nbytes = init->nbytes;
+           options.init = init->host_data("init");
+           options.init_nbytes = init->nbytes;
          }
-         o.initial_accumulator = initial_accumulator;
-         return hw::SharedTable::create(name, spec, o);
+         return hw::SharedTable::create(name, spec, options);
        },
+       py::arg("name"), py::arg("spec"), py::arg("options"), py::arg("init") = py::none(),
        Release())
-      .def_static(
-          "attach",
-          [](const std::string& name, int64_t wait_ms, int64_t ready_timeout_ms, bool populate,
-             int64_t lock_timeout_ms) {
-            return hw::SharedTable::attach(
-                name, segment_options(wait_ms, ready_timeout_ms, populate, lock_timeout_ms));
-          },
-          Release())
+      .def_static("attach", &hw::SharedTable::attach, py::arg("name"), py::arg("options"),
+                  Release())
       .def_static("remove", &hw::Segment::remove, Release())
       .def_static("shm_path", &hw::Segment::shm_path)
       .def("sgd",
@@ -241,10 +260,8 @@ void bind_table(py::module_& m) {
       .def_property_readonly("closed", &hw::SharedTable::closed)
       .def_property_readonly("name", &hw::SharedTable::name)
       .def_property_readonly("shape", &hw::SharedTable::shape)
-      .def_property_readonly("dtype_code",
-                             [](const hw::SharedTable& s) { return static_cast<int>(s.dtype()); })
-      .def_property_readonly(
-          "optimizer", [](const hw::SharedTable& s) { return hw::optimizer_name(s.optimizer()); })
+      .def_property_readonly("dtype", &hw::SharedTable::dtype)
+      .def_property_readonly("optimizer", &hw::SharedTable::optimizer)
       .def_property_readonly("rows", &hw::SharedTable::rows)
       .def_property_readonly("dim", &hw::SharedTable::dim)
       .def_property_readonly("lock_stripes", &hw::SharedTable::lock_stripes)
@@ -259,7 +276,8 @@ void bind_cuda(py::module_& m) {
   m.def("cuda_peak_memory_bandwidth", &hw::cuda::peak_memory_bandwidth, Release());
   m.def(
       "cuda_sparse_update",
-      [](int kind, const pscore::BufferView& table, const std::optional<pscore::BufferView>& state0,
+      [](pscore::OptimizerKind kind, const pscore::BufferView& table,
+         const std::optional<pscore::BufferView>& state0,
          const std::optional<pscore::BufferView>& state1, const pscore::BufferView& ids,
          const pscore::BufferView& grads, std::vector<double> coeffs) {
         const int device = table.device_index;
@@ -267,7 +285,7 @@ void bind_cuda(py::module_& m) {
           return s ? static_cast<float*>(s->cuda_data(what, device)) : nullptr;
         };
         hw::cuda::SparseUpdate u;
-        u.kind = static_cast<pscore::OptimizerKind>(kind);
+        u.kind = kind;
         u.table = static_cast<float*>(table.cuda_data("table"));
         u.state0 = state(state0, "state0");
         u.state1 = state(state1, "state1");
@@ -281,16 +299,17 @@ void bind_cuda(py::module_& m) {
         u.coeffs = std::move(coeffs);
         hw::cuda::sparse_update(u);
       },
-      Release());
+      py::arg("kind"), py::arg("table"), py::arg("state0"), py::arg("state1"), py::arg("ids"),
+      py::arg("grads"), py::arg("coeffs"), Release());
 }
 
 }  // namespace
 
-PYBIND11_MODULE(_hogwild, m) {
+void pscore::bindings::init_hogwild(py::module_& m) {
   m.doc() = "pscore Hogwild: shared-memory tables with lock-free update kernels";
-  pscore::bindings::register_error_translator();
   register_segment_errors();
   bind_options(m);
+  bind_specs(m);
   bind_table(m);
   bind_cuda(m);
   m.def("kernel_isa", [] { return hw::kernel_isa_name(hw::kernel_isa()); });

@@ -1,17 +1,21 @@
-// pscore._ps: the parameter server (PsServer) and client (PsClient) for Python. Arrays cross as
-// pscore.buffer.BufferView (float32 values, int64 ids, host memory); every call that can block
-// releases the GIL.
+// pscore._ps (part of pscore._ext): the parameter server (PsServer) and client (PsClient) for
+// Python. Arrays cross as pscore.buffer.BufferView (float32 values, int64 ids, host memory);
+// every call that can block releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "bindings/buffer_view_caster.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
+#include "bindings/modules.h"
 #include "bindings/work.h"
 #include "ps/client/ps_client.h"
 #include "ps/server/ps_server.h"
@@ -41,12 +45,30 @@ int64_t count(const BufferView& b) { return static_cast<int64_t>(b.numel); }
 
 using Release = pscore::bindings::ReleaseGil;
 
+// A dense table's parts as Python sees them: (shard, offset, numel) tuples.
+std::vector<std::tuple<int32_t, int64_t, int64_t>> part_tuples(const std::vector<DensePart>& ps) {
+  std::vector<std::tuple<int32_t, int64_t, int64_t>> out;
+  for (const DensePart& p : ps) out.emplace_back(p.shard, p.offset, p.numel);
+  return out;
+}
+
+// Python names members by string: getattr(_ps.InitKind, "normal".upper()).
+void bind_enums(py::module_& m) {
+  py::enum_<InitKind>(m, "InitKind", "How a table's values start (csrc/ps/wire/table_spec.h).")
+      .value("ZEROS", InitKind::kZeros)
+      .value("UNIFORM", InitKind::kUniform)
+      .value("NORMAL", InitKind::kNormal)
+      .value("CONSTANT", InitKind::kConstant);
+  py::enum_<Consistency>(m, "Consistency", "When pushes apply (docs/ps.md): async, sync, ssp.")
+      .value("ASYNC", Consistency::kAsync)
+      .value("SYNC", Consistency::kSync)
+      .value("SSP", Consistency::kSsp);
+}
+
 void bind_specs(py::module_& m) {
   py::class_<OptimizerSpec>(m, "OptimizerSpec")
       .def(py::init<>())
-      .def_property(
-          "kind", [](const OptimizerSpec& o) { return static_cast<int>(o.kind); },
-          [](OptimizerSpec& o, int k) { o.kind = static_cast<OptimizerKind>(k); })
+      .def_readwrite("kind", &OptimizerSpec::kind)
       .def_readwrite("lr", &OptimizerSpec::lr)
       .def_readwrite("momentum", &OptimizerSpec::momentum)
       .def_readwrite("dampening", &OptimizerSpec::dampening)
@@ -72,8 +94,8 @@ void bind_specs(py::module_& m) {
       .def_readwrite("capacity", &TableSpec::capacity)
       .def_readwrite("max_rows_per_shard", &TableSpec::max_rows_per_shard)
       .def_property(
-          "init_kind", [](const TableSpec& s) { return static_cast<int>(s.init.kind); },
-          [](TableSpec& s, int k) { s.init.kind = static_cast<InitKind>(k); })
+          "init_kind", [](const TableSpec& s) { return s.init.kind; },
+          [](TableSpec& s, InitKind k) { s.init.kind = k; })
       .def_property(
           "init_a", [](const TableSpec& s) { return s.init.a; },
           [](TableSpec& s, double v) { s.init.a = v; })
@@ -85,8 +107,8 @@ void bind_specs(py::module_& m) {
           [](TableSpec& s, uint64_t v) { s.init.seed = v; })
       .def_readwrite("optimizer", &TableSpec::optimizer)
       .def_property(
-          "consistency", [](const TableSpec& s) { return static_cast<int>(s.consistency.mode); },
-          [](TableSpec& s, int v) { s.consistency.mode = static_cast<Consistency>(v); })
+          "consistency", [](const TableSpec& s) { return s.consistency.mode; },
+          [](TableSpec& s, Consistency v) { s.consistency.mode = v; })
       .def_property(
           "staleness", [](const TableSpec& s) { return s.consistency.staleness; },
           [](TableSpec& s, int v) { s.consistency.staleness = v; })
@@ -104,23 +126,17 @@ void bind_specs(py::module_& m) {
   py::class_<TableLayout>(m, "TableLayout")
       .def_readonly("id", &TableLayout::id)
       .def_readonly("spec", &TableLayout::spec)
-      .def_property_readonly("parts", [](const TableLayout& l) {
-        py::list out;
-        for (const DensePart& p : l.parts) out.append(py::make_tuple(p.shard, p.offset, p.numel));
-        return out;
-      });
+      .def_property_readonly("parts", [](const TableLayout& l) { return part_tuples(l.parts); });
   m.def(
       "plan_dense_parts",
       [](int64_t numel, int64_t elem_bytes, std::vector<int64_t> loads, int64_t min_part_bytes) {
         PartitionOptions o;
         o.min_part_bytes = min_part_bytes;
         auto parts = plan_dense_parts(numel, elem_bytes, loads, o);
-        py::list out;
-        for (const DensePart& p : parts) out.append(py::make_tuple(p.shard, p.offset, p.numel));
-        return py::make_tuple(out, loads);
+        return std::make_pair(part_tuples(parts), loads);
       },
       py::arg("numel"), py::arg("elem_bytes"), py::arg("shard_bytes"),
-      py::arg("min_part_bytes") = 64 * 1024);
+      py::arg("min_part_bytes") = PartitionOptions{}.min_part_bytes);
   m.def("shard_for_id", &shard_for_id, py::arg("id"), py::arg("num_shards"));
 }
 
@@ -179,8 +195,8 @@ void bind_client(py::module_& m) {
       .def("progress", &Work::progress)
       .def("status_counts", &Work::status_counts)
       .def("replies", [](Work& w) {
-        py::list out;
-        for (const std::string& r : w.replies()) out.append(py::bytes(r));
+        std::vector<py::bytes> out;
+        for (const std::string& r : w.replies()) out.emplace_back(r);
         return out;
       });
   py::class_<ClientOptions>(m, "ClientOptions")
@@ -270,9 +286,8 @@ void bind_client(py::module_& m) {
 
 }  // namespace
 
-PYBIND11_MODULE(_ps, m) {
+void pscore::bindings::init_ps(py::module_& m) {
   m.doc() = "pscore parameter server: C++ server and client";
-  pscore::bindings::register_error_translator();
   // Registered after the common translator, so tried first.
   py::register_exception_translator([](std::exception_ptr p) {
     if (!p) return;
@@ -282,6 +297,7 @@ PYBIND11_MODULE(_ps, m) {
       PyErr_SetString(PyExc_KeyError, e.what());
     }
   });
+  bind_enums(m);
   bind_specs(m);
   bind_server(m);
   bind_client(m);

@@ -1,10 +1,12 @@
-// pscore._store: the C++ stores (HashStore, TCPStore) for python/pscore/store.py,
-// which wraps them in the Python Store API. Every call that can block releases the GIL.
+// pscore._store (part of pscore._ext): the C++ stores (HashStore, TCPStore) for
+// python/pscore/store.py, which wraps them in the Python Store API. Every call that can block
+// releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings/errors.h"
 #include "bindings/gil.h"
+#include "bindings/modules.h"
 #include "common/auth.h"
 #include "store/hash_store.h"
 #include "store/store.h"
@@ -55,9 +57,8 @@ void bind_store(py::module_& m) {
 
 }  // namespace
 
-PYBIND11_MODULE(_store, m) {
+void pscore::bindings::init_store(py::module_& m) {
   m.doc() = "pscore's C++ stores; use pscore.store for the Python API";
-  pscore::bindings::register_error_translator();
   bind_store(m);
   // PSCORE_AUTH_TOKEN / PSCORE_AUTH_TOKEN_FILE, for the Python users of a token
   // (pscore._config.auth_token).
@@ -70,8 +71,9 @@ PYBIND11_MODULE(_store, m) {
              o.timeout_ms = timeout_ms;
              return std::make_shared<pscore::HashStore>(o);
            }),
-           py::arg("timeout_ms") = 30000);
+           py::arg("timeout_ms") = pscore::HashStoreOptions{}.timeout_ms);
 
+  const pscore::TCPStoreOptions tcp;  // the keyword defaults below are the C++ struct's
   py::class_<pscore::TCPStore, Store, std::shared_ptr<pscore::TCPStore>>(m, "TCPStore")
       .def(py::init([](const std::string& host, int port, bool is_master, int64_t world_size,
                        bool wait_for_workers, int64_t timeout_ms,
@@ -92,11 +94,12 @@ PYBIND11_MODULE(_store, m) {
              pscore::bindings::GilRelease release;  // connecting may wait for the master
              return std::make_shared<pscore::TCPStore>(o);
            }),
-           py::arg("host"), py::arg("port"), py::arg("is_master") = false,
-           py::arg("world_size") = -1, py::arg("wait_for_workers") = false,
-           py::arg("timeout_ms") = 30000, py::arg("bind_host") = py::none(),
+           py::arg("host"), py::arg("port"), py::arg("is_master") = tcp.is_master,
+           py::arg("world_size") = tcp.world_size,
+           py::arg("wait_for_workers") = tcp.wait_for_workers,
+           py::arg("timeout_ms") = tcp.timeout_ms, py::arg("bind_host") = py::none(),
            py::arg("auth_token") = py::none(), py::arg("insecure") = py::none(),
-           py::arg("job_id") = "pscore")
+           py::arg("job_id") = tcp.job_id)
       .def_property_readonly("host", &pscore::TCPStore::host)
       .def_property_readonly("port", &pscore::TCPStore::port)
       .def_property_readonly("is_master", &pscore::TCPStore::is_master)

@@ -72,10 +72,4 @@ DType dtype_from_code(int code) {
   return static_cast<DType>(code);
 }
 
-ReduceOp reduce_op_from_code(int code) {
-  if (code < 0 || code > static_cast<int>(ReduceOp::kBxor))
-    throw std::invalid_argument("unknown reduce op code " + std::to_string(code));
-  return static_cast<ReduceOp>(code);
-}
-
 }  // namespace pscore

@@ -33,8 +33,7 @@ enum class ReduceOp : uint8_t {
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 const char* reduce_op_name(ReduceOp op);
-// Throws std::invalid_argument for an unknown code (e.g. read from the network).
+// Throws std::invalid_argument for an unknown code (a BufferView's dtype code from Python).
 DType dtype_from_code(int code);
-ReduceOp reduce_op_from_code(int code);
 
 }  // namespace pscore

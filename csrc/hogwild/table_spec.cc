@@ -54,11 +54,6 @@ const char* optimizer_name(OptimizerState opt) {
   return "?";
 }
 
-OptimizerState optimizer_from_code(uint32_t code) {
-  if (code > 4) throw std::invalid_argument("unknown optimizer state code " + std::to_string(code));
-  return static_cast<OptimizerState>(code);
-}
-
 std::string shape_string(const std::vector<uint64_t>& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) {

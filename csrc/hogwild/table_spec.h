@@ -56,7 +56,6 @@ TableLayout plan_layout(const TableSpec& spec, size_t header_bytes);
 
 uint32_t state_slots(OptimizerState opt);
 const char* optimizer_name(OptimizerState opt);
-OptimizerState optimizer_from_code(uint32_t code);
 std::string shape_string(const std::vector<uint64_t>& shape);
 
 }  // namespace pscore::hogwild

@@ -20,19 +20,23 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-# Codes match csrc/common/dtype.h.
-DTYPE_CODES = {
-    "float16": 0,
-    "bfloat16": 1,
-    "float32": 2,
-    "float64": 3,
-    "int8": 4,
-    "uint8": 5,
-    "int32": 6,
-    "int64": 7,
-}
-# band, bor and bxor are bitwise and take integer dtypes only.
-REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "band": 5, "bor": 6, "bxor": 7}
+from . import _C
+from ._enums import by_name
+
+__all__ = [
+    "CPU",
+    "CUDA",
+    "DTYPE_CODES",
+    "BufferView",
+    "is_torch_tensor",
+    "view",
+    "view_as",
+    "view_out",
+]
+
+# pscore's dtype names and their codes in csrc/common/dtype.h, read from the exported enum: a
+# view carries the plain int, which the binding reads faster than an enum member.
+DTYPE_CODES = {name: int(member) for name, member in by_name(_C.DType).items()}
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1}
 _ITEMSIZE.update(int32=4, int64=8)
 

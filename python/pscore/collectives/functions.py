@@ -7,7 +7,9 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from ..buffer import REDUCE_OPS, BufferView, view
+from .. import _C
+from .._enums import by_name
+from ..buffer import BufferView, view
 from ..errors import NetworkError
 from ..errors import TimeoutError as PscoreTimeoutError
 from .group import default_group, resolve
@@ -50,19 +52,21 @@ class ReduceOp:
     BXOR = "bxor"
 
 
+_REDUCE_OPS = by_name(_C.ReduceOp)  # csrc/common/dtype.h
 _BITWISE = ("band", "bor", "bxor")
 _INTEGER_DTYPES = ("int8", "uint8", "int32", "int64")
 
 
-def _op_code(op: Any, dtype: str) -> int:
+def _op_code(op: Any, dtype: str) -> _C.ReduceOp:
     name = op if isinstance(op, str) else str(op).split(".")[-1].split(":")[0]
     name = name.strip("<> ").lower()
     name = {"product": "prod"}.get(name, name)
-    if name not in REDUCE_OPS:
-        raise ValueError(f"reduce op {op!r} is not supported; use one of {sorted(REDUCE_OPS)}")
+    code = _REDUCE_OPS.get(name)
+    if code is None:
+        raise ValueError(f"reduce op {op!r} is not supported; use one of {sorted(_REDUCE_OPS)}")
     if name in _BITWISE and dtype not in _INTEGER_DTYPES:
         raise TypeError(f"reduce op {name} needs an integer dtype, got {dtype}")
-    return REDUCE_OPS[name]
+    return code
 
 
 def _finish(g, call, async_op: bool, keep: Any):

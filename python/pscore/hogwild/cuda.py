@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _hogwild
+from .. import _C, _hogwild
+from .._enums import by_name
 from ..buffer import CUDA, BufferView, view
 
 __all__ = ["adagrad", "adam", "is_available", "is_built", "peak_memory_bandwidth", "sgd"]
 
-_KINDS = {"sgd": 0, "adagrad": 1, "adam": 2}  # pscore::OptimizerKind (common/optimizer_formulas.h)
+_KINDS = by_name(_C.OptimizerKind)  # those with a GPU kernel: sgd, adagrad, adam
 
 
 def is_built() -> bool:

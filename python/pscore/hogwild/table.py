@@ -17,14 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import _hogwild
-from ..buffer import DTYPE_CODES, is_torch_tensor, view
+from .. import _C, _hogwild
+from .._enums import by_name, name_of
+from ..buffer import is_torch_tensor, view
 
 __all__ = ["STATE_NAMES", "SharedTable", "close_all"]
 
-# The optimizer state a table carries, by the name create() takes, and its arrays by torch's
-# names: "momentum" is SGD's momentum buffer, "amsgrad" Adam's state with amsgrad's maximum.
-OPTIMIZERS = {None: 0, "none": 0, "sgd": 0, "adagrad": 1, "adam": 2, "momentum": 3, "amsgrad": 4}
+# The optimizer state a table carries (the C++ enum, hogwild/table_spec.h), by the name create()
+# takes, and its arrays by torch's names: "momentum" is SGD's momentum buffer, "amsgrad" Adam's
+# state with amsgrad's maximum. None and "sgd" carry none.
+OPTIMIZERS = {None: _hogwild.OptimizerState.NONE, "sgd": _hogwild.OptimizerState.NONE}
+OPTIMIZERS.update(by_name(_hogwild.OptimizerState))
 STATE_NAMES = {
     "none": (),
     "adagrad": ("sum",),
@@ -55,6 +58,13 @@ def _ms(seconds: float | None, what: str) -> int:
     if not isinstance(seconds, (int, float)) or math.isnan(seconds) or seconds < 0:
         raise ValueError(f"{what} must be a number of seconds >= 0 or None, got {seconds!r}")
     return int(seconds * 1000)
+
+
+def _segment_options(populate: bool, lock_timeout: float | None) -> Any:
+    options = _hogwild.SegmentOptions()
+    options.populate = populate
+    options.lock_timeout_ms = _ms(lock_timeout, "lock_timeout")
+    return options
 
 
 def _check_dtype(dtype: Any) -> str:
@@ -115,8 +125,8 @@ class SharedTable:
         self._h = handle
         self.name: str = handle.name
         self.shape: tuple[int, ...] = tuple(handle.shape)
-        self.dtype: np.dtype = np.dtype("float32" if handle.dtype_code == 2 else "float64")
-        self.optimizer: str = handle.optimizer
+        self.dtype: np.dtype = np.dtype(name_of(handle.dtype))
+        self.optimizer: str = name_of(handle.optimizer)
         self._dtype_name = self.dtype.name
         self._row_shape = self.shape[1:]
         self._close = weakref.finalize(self, handle.close)
@@ -167,24 +177,19 @@ class SharedTable:
                 raise ValueError(f"init has shape {init_arr.shape}, the table {dims}")
             init_view = view(np.ascontiguousarray(init_arr), writable=False, what="init")
         name = _default_name() if name is None else name
+        spec = _hogwild.TableSpec()
+        spec.shape, spec.dtype = list(dims), getattr(_C.DType, dt.upper())
+        spec.optimizer, spec.lock_stripes = OPTIMIZERS[optimizer], lock_stripes
+        options = _hogwild.CreateOptions()
+        options.segment = _segment_options(populate, lock_timeout)
+        options.initial_accumulator = float(initial_accumulator)
         try:
-            h = _hogwild.Table.create(
-                name,
-                list(dims),
-                DTYPE_CODES[dt],
-                OPTIMIZERS[optimizer],
-                lock_stripes,
-                init_view,
-                float(initial_accumulator),
-                populate,
-                _ms(lock_timeout, "lock_timeout"),
-            )
+            h = _hogwild.Table.create(name, spec, options, init_view)
         except FileExistsError:
             if not exist_ok:
                 raise
             t = cls.attach(name, shape=dims, dtype=dt, timeout=5.0, lock_timeout=lock_timeout)
-            want = OPTIMIZERS[optimizer]
-            if OPTIMIZERS[t.optimizer] != want:
+            if OPTIMIZERS[t.optimizer] != spec.optimizer:
                 t.close()
                 raise ValueError(
                     f"shared table '{name}' exists with optimizer={t.optimizer!r}, "
@@ -208,13 +213,10 @@ class SharedTable:
         """Maps table `name`. Waits up to `timeout` seconds for it to appear (None: forever) and
         `ready_timeout` for its creator to fill it. Raises FileNotFoundError when it does not
         exist, ValueError when shape/dtype are given and differ from the table's."""
-        h = _hogwild.Table.attach(
-            name,
-            _ms(timeout, "timeout"),
-            _ms(ready_timeout, "ready_timeout"),
-            populate,
-            _ms(lock_timeout, "lock_timeout"),
-        )
+        options = _segment_options(populate, lock_timeout)
+        options.wait_ms = _ms(timeout, "timeout")
+        options.ready_timeout_ms = _ms(ready_timeout, "ready_timeout")
+        h = _hogwild.Table.attach(name, options)
         t = _track(cls(h))
         problems = []
         if shape is not None and _check_shape(shape) != t.shape:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .. import _C
+from .._enums import by_name
+
 __all__ = ["SGD", "Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "fill_spec"]
 
-# Codes match pscore::OptimizerKind (csrc/common/optimizer_formulas.h).
-_KINDS = {"sgd": 0, "adagrad": 1, "adam": 2, "adamw": 3, "rmsprop": 4}
+_KINDS = by_name(_C.OptimizerKind)  # csrc/common/optimizer_formulas.h
 
 
 def _check(name: str, value: float, *, low: float = 0.0, below: float | None = None) -> float:

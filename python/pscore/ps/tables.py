@@ -8,13 +8,14 @@ import dataclasses
 import numpy as np
 
 from .. import _ps
+from .._enums import by_name, name_of
 from .optim import SGD, Optimizer, fill_spec
 
-__all__ = ["TableInfo", "build_spec", "table_info"]
+__all__ = ["CONSISTENCY", "INITIALIZERS", "TableInfo", "build_spec", "table_info"]
 
-INITIALIZERS = {"zeros": 0, "uniform": 1, "normal": 2, "constant": 3}
-CONSISTENCY = {"async": 0, "sync": 1, "ssp": 2}
-_CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
+# The C++ enums (csrc/ps/wire/table_spec.h) by the names build_spec takes.
+INITIALIZERS = by_name(_ps.InitKind)
+CONSISTENCY = by_name(_ps.Consistency)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +49,7 @@ def table_info(layout) -> TableInfo:
         layout.id,
         spec.sparse,
         tuple(spec.shape),
-        _CONSISTENCY_NAMES[spec.consistency],
+        name_of(spec.consistency),
         tuple(layout.parts),
         tuple(spec.settings()),
     )

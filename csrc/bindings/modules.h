@@ -1,0 +1,15 @@
+// The four parts of the one extension module pscore._ext (csrc/bindings/ext_module.cc), each
+// filling the submodule Python imports as pscore._C, pscore._store, pscore._ps or
+// pscore._hogwild.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace pscore::bindings {
+
+void init_core(pybind11::module_& m);     // core_module.cc: transports, collectives, enums
+void init_store(pybind11::module_& m);    // store_module.cc
+void init_ps(pybind11::module_& m);       // ps_module.cc
+void init_hogwild(pybind11::module_& m);  // hogwild_module.cc
+
+}  // namespace pscore::bindings
