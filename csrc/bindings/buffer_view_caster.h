@@ -9,7 +9,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <utility>
 
 #include "common/buffer_view.h"
@@ -93,14 +95,11 @@ inline bool numpy_view(pybind11::handle x, bool writable, BufferView* v) {
       {{'f', 2}, DType::kFloat16}, {{'f', 4}, DType::kFloat32}, {{'f', 8}, DType::kFloat64},
       {{'i', 1}, DType::kInt8},    {{'u', 1}, DType::kUInt8},   {{'i', 4}, DType::kInt32},
       {{'i', 8}, DType::kInt64}};
-  bool known = false;
-  for (const auto& [key, type] : kTypes) {
-    if (key.first == kind && key.second == size) {
-      v->dtype = type;
-      known = true;
-    }
-  }
-  if (!known) return false;
+  const auto* found = std::find_if(std::begin(kTypes), std::end(kTypes), [&](const auto& t) {
+    return t.first.first == kind && t.first.second == size;
+  });
+  if (found == std::end(kTypes)) return false;
+  v->dtype = found->second;
   v->numel = static_cast<uint64_t>(a.size());
   v->nbytes = v->numel * static_cast<uint64_t>(size);
   v->data = v->numel ? const_cast<void*>(a.data()) : nullptr;
