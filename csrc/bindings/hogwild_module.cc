@@ -270,37 +270,71 @@ void bind_table(py::module_& m) {
       .def_property_readonly("step", &hw::SharedTable::step);
 }
 
+// The device addresses of one GPU sparse batch, read from the views (all on the table's device;
+// the states are the optimizer's, null when it has none).
+hw::cuda::SparseUpdate device_request(const pscore::BufferView& table,
+                                      const pscore::BufferView* state0,
+                                      const pscore::BufferView* state1,
+                                      const pscore::BufferView& ids,
+                                      const pscore::BufferView& grads) {
+  const int device = table.device_index;
+  auto state = [&](const pscore::BufferView* s, const char* what) {
+    return s ? static_cast<float*>(s->cuda_data(what, device)) : nullptr;
+  };
+  hw::cuda::SparseUpdate u;
+  u.table = static_cast<float*>(table.cuda_data("table"));
+  u.state0 = state(state0, "state0");
+  u.state1 = state(state1, "state1");
+  u.rows = table.shape.empty() ? 0 : static_cast<uint64_t>(table.shape[0]);
+  u.dim = u.rows ? table.numel / u.rows : 0;
+  u.ids = ids.cuda_data("ids", device);
+  u.num_ids = ids.numel;
+  u.ids_dtype = ids.dtype;
+  u.grads = static_cast<const float*>(grads.cuda_data("grads", device));
+  u.stream = reinterpret_cast<void*>(table.stream);
+  return u;
+}
+
 void bind_cuda(py::module_& m) {
   m.def("cuda_built", &hw::cuda::built);
   m.def("cuda_device_count", &hw::cuda::device_count, Release());
   m.def("cuda_peak_memory_bandwidth", &hw::cuda::peak_memory_bandwidth, Release());
+  // One sparse batch each (hogwild/cuda/cuda_updates.h): every array is a CUDA BufferView on the
+  // table's device, and the kernels run on the table view's stream.
   m.def(
-      "cuda_sparse_update",
-      [](pscore::OptimizerKind kind, const pscore::BufferView& table,
-         const std::optional<pscore::BufferView>& state0,
-         const std::optional<pscore::BufferView>& state1, const pscore::BufferView& ids,
-         const pscore::BufferView& grads, std::vector<double> coeffs) {
-        const int device = table.device_index;
-        auto state = [&](const std::optional<pscore::BufferView>& s, const char* what) {
-          return s ? static_cast<float*>(s->cuda_data(what, device)) : nullptr;
-        };
-        hw::cuda::SparseUpdate u;
-        u.kind = kind;
-        u.table = static_cast<float*>(table.cuda_data("table"));
-        u.state0 = state(state0, "state0");
-        u.state1 = state(state1, "state1");
-        u.rows = table.shape.empty() ? 0 : static_cast<uint64_t>(table.shape[0]);
-        u.dim = u.rows ? table.numel / u.rows : 0;
-        u.ids = ids.cuda_data("ids", device);
-        u.num_ids = ids.numel;
-        u.ids_dtype = ids.dtype;
-        u.grads = static_cast<const float*>(grads.cuda_data("grads", device));
-        u.stream = reinterpret_cast<void*>(table.stream);
-        u.coeffs = std::move(coeffs);
+      "cuda_sgd",
+      [](const pscore::BufferView& table, const pscore::BufferView& ids,
+         const pscore::BufferView& grads, const hw::SgdOptions& options) {
+        hw::cuda::SparseUpdate u = device_request(table, nullptr, nullptr, ids, grads);
+        u.kind = pscore::OptimizerKind::kSgd;
+        u.sgd = options;
         hw::cuda::sparse_update(u);
       },
-      py::arg("kind"), py::arg("table"), py::arg("state0"), py::arg("state1"), py::arg("ids"),
-      py::arg("grads"), py::arg("coeffs"), Release());
+      py::arg("table"), py::arg("ids"), py::arg("grads"), py::arg("options"), Release());
+  m.def(
+      "cuda_adagrad",
+      [](const pscore::BufferView& table, const pscore::BufferView& state_sum,
+         const pscore::BufferView& ids, const pscore::BufferView& grads,
+         const hw::AdagradOptions& options) {
+        hw::cuda::SparseUpdate u = device_request(table, &state_sum, nullptr, ids, grads);
+        u.kind = pscore::OptimizerKind::kAdagrad;
+        u.adagrad = options;
+        hw::cuda::sparse_update(u);
+      },
+      py::arg("table"), py::arg("state_sum"), py::arg("ids"), py::arg("grads"), py::arg("options"),
+      Release());
+  m.def(
+      "cuda_adam",
+      [](const pscore::BufferView& table, const pscore::BufferView& exp_avg,
+         const pscore::BufferView& exp_avg_sq, const pscore::BufferView& ids,
+         const pscore::BufferView& grads, const hw::AdamOptions& options) {
+        hw::cuda::SparseUpdate u = device_request(table, &exp_avg, &exp_avg_sq, ids, grads);
+        u.kind = pscore::OptimizerKind::kAdam;
+        u.adam = options;
+        hw::cuda::sparse_update(u);
+      },
+      py::arg("table"), py::arg("exp_avg"), py::arg("exp_avg_sq"), py::arg("ids"), py::arg("grads"),
+      py::arg("options"), Release());
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 namespace pscore::hogwild {
 
 struct SgdOptions {
-  double lr = 0.01;
+  double lr = 1e-3;
   double momentum = 0.0;  // > 0 needs a table created with OptimizerState::kMomentum
   double dampening = 0.0;
   bool nesterov = false;  // needs momentum > 0 and dampening == 0

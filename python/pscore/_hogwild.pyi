@@ -20,10 +20,12 @@ __all__: list[str] = [
     "SgdOptions",
     "Table",
     "TableSpec",
+    "cuda_adagrad",
+    "cuda_adam",
     "cuda_built",
     "cuda_device_count",
     "cuda_peak_memory_bandwidth",
-    "cuda_sparse_update",
+    "cuda_sgd",
     "kernel_isa",
     "kernel_isas",
     "set_kernel_isa",
@@ -179,7 +181,7 @@ class SgdOptions:
     nesterov: bool
     def __init__(
         self,
-        lr: typing.SupportsFloat | typing.SupportsIndex = 0.01,
+        lr: typing.SupportsFloat | typing.SupportsIndex = 0.001,
         momentum: typing.SupportsFloat | typing.SupportsIndex = 0.0,
         dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0,
         nesterov: bool = False,
@@ -272,17 +274,29 @@ class TableSpec:
         self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]
     ) -> None: ...
 
+def cuda_adagrad(
+    table: pscore.buffer.BufferView,
+    state_sum: pscore.buffer.BufferView,
+    ids: pscore.buffer.BufferView,
+    grads: pscore.buffer.BufferView,
+    options: AdagradOptions,
+) -> None: ...
+def cuda_adam(
+    table: pscore.buffer.BufferView,
+    exp_avg: pscore.buffer.BufferView,
+    exp_avg_sq: pscore.buffer.BufferView,
+    ids: pscore.buffer.BufferView,
+    grads: pscore.buffer.BufferView,
+    options: AdamOptions,
+) -> None: ...
 def cuda_built() -> bool: ...
 def cuda_device_count() -> int: ...
 def cuda_peak_memory_bandwidth(arg0: typing.SupportsInt | typing.SupportsIndex) -> float: ...
-def cuda_sparse_update(
-    kind: pscore._C.OptimizerKind,
+def cuda_sgd(
     table: pscore.buffer.BufferView,
-    state0: pscore.buffer.BufferView | None,
-    state1: pscore.buffer.BufferView | None,
     ids: pscore.buffer.BufferView,
     grads: pscore.buffer.BufferView,
-    coeffs: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex],
+    options: SgdOptions,
 ) -> None: ...
 def kernel_isa() -> str: ...
 def kernel_isas() -> list[str]: ...

@@ -36,10 +36,23 @@ Problem make_problem(uint64_t rows, uint64_t dim, size_t n, uint32_t seed) {
   return p;
 }
 
-hc::SparseUpdate request(UpdateKind kind, std::vector<double> coeffs) {
+// A request of `kind` with these lr, eps, betas and Adam step (each kind reads its own).
+struct Hyper {
+  double lr = 0.01;
+  double eps = 1e-10;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  uint64_t step = 1;
+};
+
+hc::SparseUpdate request(UpdateKind kind, const Hyper& h) {
   hc::SparseUpdate u;
   u.kind = kind;
-  u.coeffs = std::move(coeffs);
+  u.sgd.lr = u.adagrad.lr = u.adam.lr = h.lr;
+  u.adagrad.eps = u.adam.eps = h.eps;
+  u.adam.beta1 = h.beta1;
+  u.adam.beta2 = h.beta2;
+  u.adam.step = h.step;
   return u;
 }
 
@@ -87,15 +100,15 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want)
 }
 
 template <UpdateKind K>
-void check_against_reference(std::vector<double> coeffs, double b1, double b2, double eps, int t) {
+void check_against_reference(const Hyper& h) {
   for (uint64_t dim : {1u, 3u, 37u, 64u, 300u}) {
     for (unsigned width : {hc::lanes_per_entry(dim), 32u}) {
       SCOPED_TRACE("dim " + std::to_string(dim) + ", width " + std::to_string(width));
       Problem gpu = make_problem(23, dim, 40, 7);
       Problem ref = gpu;
-      const hc::SparseCoefficients c = hc::coefficients_of(request(K, coeffs));
+      const hc::SparseCoefficients c = hc::coefficients_of(request(K, h));
       run_on_host<K>(gpu, c, width);
-      reference(K, ref, coeffs[0], b1, b2, eps, t);
+      reference(K, ref, h.lr, h.beta1, h.beta2, h.eps, static_cast<int>(h.step));
       expect_close(gpu.w, ref.w);
       if (K != UpdateKind::kSgd) expect_close(gpu.s0, ref.s0);
       if (K == UpdateKind::kAdam) expect_close(gpu.s1, ref.s1);
@@ -104,18 +117,17 @@ void check_against_reference(std::vector<double> coeffs, double b1, double b2, d
 }
 
 TEST(CudaBody, SgdMatchesTorchWithRepeatedRows) {
-  check_against_reference<UpdateKind::kSgd>({0.3}, 0, 0, 0, 1);
+  check_against_reference<UpdateKind::kSgd>(Hyper{0.3});
 }
 
 TEST(CudaBody, AdagradMatchesTorchWithRepeatedRows) {
-  check_against_reference<UpdateKind::kAdagrad>({0.1, 1e-10}, 0, 0, 1e-10, 1);
+  check_against_reference<UpdateKind::kAdagrad>(Hyper{0.1, 1e-10});
 }
 
 TEST(CudaBody, AdamMatchesTorchWithRepeatedRowsAtLaterSteps) {
-  for (int step : {1, 7}) {
+  for (uint64_t step : {1u, 7u}) {
     SCOPED_TRACE("step " + std::to_string(step));
-    check_against_reference<UpdateKind::kAdam>({0.01, 0.9, 0.999, 1e-8, double(step)}, 0.9, 0.999,
-                                               1e-8, step);
+    check_against_reference<UpdateKind::kAdam>(Hyper{0.01, 1e-8, 0.9, 0.999, step});
   }
 }
 
@@ -123,7 +135,7 @@ TEST(CudaBody, SgdOfIntegerValuesIsExactWhateverTheRepeats) {
   Problem p = make_problem(4, 5, 30, 3);
   std::fill(p.w.begin(), p.w.end(), 0.f);
   std::fill(p.grads.begin(), p.grads.end(), -1.f);
-  run_on_host<UpdateKind::kSgd>(p, hc::coefficients_of(request(UpdateKind::kSgd, {1.0})), 4);
+  run_on_host<UpdateKind::kSgd>(p, hc::coefficients_of(request(UpdateKind::kSgd, Hyper{1.0})), 4);
   for (uint64_t r = 0; r < 4; ++r) {
     const float hits = static_cast<float>(std::count(p.ids.begin(), p.ids.end(), r));
     for (uint64_t j = 0; j < 5; ++j) EXPECT_EQ(p.w[r * 5 + j], hits);
@@ -147,20 +159,47 @@ TEST(CudaBody, IdRangeCheck) {
   EXPECT_TRUE(hc::id_out_of_range<int64_t>(int64_t{1} << 40, uint64_t{1} << 40));
 }
 
+// The message std::invalid_argument carries for request `u`, or "" when it is accepted.
+std::string refusal(const hc::SparseUpdate& u) {
+  try {
+    hc::coefficients_of(u);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(CudaBody, CoefficientsAreCheckedAndFoldedLikeTheCpuKernels) {
-  EXPECT_THROW(hc::coefficients_of(request(UpdateKind::kSgd, {})), std::invalid_argument);
-  EXPECT_THROW(hc::coefficients_of(request(UpdateKind::kAdagrad, {0.1})), std::invalid_argument);
-  EXPECT_THROW(hc::coefficients_of(request(UpdateKind::kAdam, {0.1, 0.9, 0.999, 1e-8, 0})),
-               std::invalid_argument);
+  EXPECT_NE(refusal(request(UpdateKind::kSgd, Hyper{-1})).find("lr"), std::string::npos);
+  EXPECT_NE(refusal(request(UpdateKind::kAdagrad, Hyper{0.01, -1})).find("eps"), std::string::npos);
+  EXPECT_EQ(refusal(request(UpdateKind::kAdam, Hyper{0.01, 1e-8, 0.9, 0.999, 0})),
+            "hogwild cuda: adam step must be >= 1");
   const hc::SparseCoefficients c =
-      hc::coefficients_of(request(UpdateKind::kAdam, {0.1, 0.9, 0.99, 1e-8, 2}));
+      hc::coefficients_of(request(UpdateKind::kAdam, Hyper{0.1, 1e-8, 0.9, 0.99, 2}));
   EXPECT_FLOAT_EQ(c.adam.step_size, static_cast<float>(0.1 / (1 - 0.81)));
   EXPECT_FLOAT_EQ(c.adam.bias_correction2_sqrt, static_cast<float>(std::sqrt(1 - 0.99 * 0.99)));
-  EXPECT_THROW(hc::coefficients_of(request(UpdateKind::kRmsprop, {0.1})), std::invalid_argument);
+  EXPECT_NE(refusal(request(UpdateKind::kRmsprop, {})).find("no GPU kernel"), std::string::npos);
+}
+
+TEST(CudaBody, OptionsTheKernelsDoNotTakeAreRefusedByName) {
+  hc::SparseUpdate u = request(UpdateKind::kSgd, {});
+  u.sgd.momentum = 0.9;
+  EXPECT_EQ(refusal(u),
+            "hogwild cuda: SGD momentum is not supported by the GPU kernels; use the CPU "
+            "SharedTable");
+  u = request(UpdateKind::kAdagrad, {});
+  u.adagrad.lr_decay = 0.1;
+  EXPECT_NE(refusal(u).find("Adagrad lr_decay is not supported"), std::string::npos);
+  u = request(UpdateKind::kAdam, {});
+  u.adam.amsgrad = true;
+  EXPECT_NE(refusal(u).find("Adam amsgrad is not supported"), std::string::npos);
+  u.adam.amsgrad = false;
+  u.adam.decoupled_weight_decay = true;
+  EXPECT_NE(refusal(u).find("Adam weight_decay is not supported"), std::string::npos);
 }
 
 TEST(CudaBody, RequestsAreCheckedBeforeAnyKernel) {
-  hc::SparseUpdate u = request(UpdateKind::kAdagrad, {0.1, 1e-10});
+  hc::SparseUpdate u = request(UpdateKind::kAdagrad, Hyper{0.1, 1e-10});
   if (!hc::built()) {
     EXPECT_THROW(hc::sparse_update(u), pscore::Error);  // says CUDA is missing, first
     return;

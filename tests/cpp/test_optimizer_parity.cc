@@ -221,13 +221,18 @@ Steps run_cuda_body(const Case& c) {
     hc::SparseUpdate u;
     u.kind = c.kind;
     if (c.kind == OptimizerKind::kSgd) {
-      u.coeffs = {c.lr};
+      u.sgd.lr = c.lr;
       run_cuda_entries<OptimizerKind::kSgd>(t, ids, grads(step), hc::coefficients_of(u));
     } else if (c.kind == OptimizerKind::kAdagrad) {
-      u.coeffs = {c.lr, c.eps};
+      u.adagrad.lr = c.lr;
+      u.adagrad.eps = c.eps;
       run_cuda_entries<OptimizerKind::kAdagrad>(t, ids, grads(step), hc::coefficients_of(u));
     } else {
-      u.coeffs = {c.lr, c.beta1, c.beta2, c.eps, double(step + 1)};
+      u.adam.lr = c.lr;
+      u.adam.beta1 = c.beta1;
+      u.adam.beta2 = c.beta2;
+      u.adam.eps = c.eps;
+      u.adam.step = static_cast<uint64_t>(step + 1);
       run_cuda_entries<OptimizerKind::kAdam>(t, ids, grads(step), hc::coefficients_of(u));
     }
     out.push_back(w);

@@ -44,7 +44,7 @@ def test_modules_share_one_enum_type():
 
 def test_option_structs_start_at_the_cpp_defaults_and_keep_their_fields():
     sgd = _hogwild.SgdOptions()
-    assert (sgd.lr, sgd.momentum, sgd.nesterov) == (0.01, 0.0, False)
+    assert (sgd.lr, sgd.momentum, sgd.nesterov) == (1e-3, 0.0, False)
     adam = _hogwild.AdamOptions(lr=0.1, amsgrad=True)
     assert (adam.lr, adam.beta1, adam.beta2, adam.eps, adam.amsgrad) == (
         0.1,
@@ -64,25 +64,24 @@ def test_option_structs_start_at_the_cpp_defaults_and_keep_their_fields():
     assert (table.init_kind, table.consistency) == (_ps.InitKind.ZEROS, _ps.Consistency.ASYNC)
 
 
-def test_the_cuda_update_takes_an_enum_and_views_not_numbers_and_addresses():
+def test_the_cuda_updates_are_named_and_take_option_structs_and_views():
     torch = pytest.importorskip("torch")
     table, ids, grads = torch.zeros(5, 3), torch.tensor([4, 0]), torch.ones(2, 3)
     views = [buffer.view(x, what=w) for x, w in ((table, "table"), (ids, "ids"), (grads, "g"))]
-    with pytest.raises(TypeError):  # an integer kind no longer crosses
-        _hogwild.cuda_sparse_update(0, views[0], None, None, views[1], views[2], [0.1])
+    sgd = _hogwild.SgdOptions(lr=0.1)
+    with pytest.raises(TypeError):  # coefficients no longer cross as a positional list
+        _hogwild.cuda_sgd(views[0], views[1], views[2], [0.1])
     with pytest.raises(TypeError):  # nor a raw address for the table
-        _hogwild.cuda_sparse_update(
-            _C.OptimizerKind.SGD, table.data_ptr(), None, None, views[1], views[2], [0.1]
-        )
+        _hogwild.cuda_sgd(table.data_ptr(), views[1], views[2], sgd)
+    with pytest.raises(TypeError):  # each update takes its own optimizer's options
+        _hogwild.cuda_sgd(views[0], views[1], views[2], _hogwild.AdamOptions())
+    assert not hasattr(_hogwild, "cuda_sparse_update")
     # Typed arguments reach the binding, which reads the device from the views: host memory is
     # refused before any kernel, with or without CUDA built.
     with pytest.raises(ValueError, match="table is on cpu; this operation takes a CUDA device"):
-        _hogwild.cuda_sparse_update(
-            kind=_C.OptimizerKind.SGD,
-            table=views[0],
-            state0=None,
-            state1=None,
-            ids=views[1],
-            grads=views[2],
-            coeffs=[0.1],
-        )
+        _hogwild.cuda_sgd(table=views[0], ids=views[1], grads=views[2], options=sgd)
+    state = buffer.view(torch.zeros(5, 3), what="state")
+    with pytest.raises(ValueError, match="table is on cpu"):
+        _hogwild.cuda_adagrad(views[0], state, views[1], views[2], _hogwild.AdagradOptions())
+    with pytest.raises(ValueError, match="table is on cpu"):
+        _hogwild.cuda_adam(views[0], state, state, views[1], views[2], _hogwild.AdamOptions())

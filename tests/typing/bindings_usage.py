@@ -25,14 +25,12 @@ def hogwild_table() -> float:
 
 def cuda_update() -> None:
     table, ids, grads = np.zeros((2, 3), np.float32), np.zeros(1, np.int64), np.ones((1, 3))
-    _hogwild.cuda_sparse_update(
-        _C.OptimizerKind.ADAGRAD,
+    _hogwild.cuda_adagrad(
         view(table, what="table"),
-        view(np.zeros_like(table), what="state0"),
-        None,
+        view(np.zeros_like(table), what="state_sum"),
         view(ids, writable=False, what="ids"),
         view(grads.astype(np.float32), writable=False, what="grads"),
-        [0.1, 1e-10],
+        _hogwild.AdagradOptions(lr=0.1, eps=1e-10),
     )
 
 

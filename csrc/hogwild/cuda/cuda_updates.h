@@ -4,20 +4,25 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "common/dtype.h"
 #include "common/optimizer_formulas.h"
+#include "hogwild/optimizer_options.h"
 
 namespace pscore::hogwild::cuda {
 
 // One sparse batch on the device: table, state and grads are device pointers (float32,
 // row-major rows x dim), ids num_ids int32/int64 device ids. Rows that collide inside the batch
-// are combined with atomicAdd. kind: kSgd, kAdagrad or kAdam. coeffs: SGD {lr}; Adagrad {lr, eps};
-// Adam {lr, beta1, beta2, eps, step}. The call returns once the kernels are queued and the ids were
+// are combined with atomicAdd. kind: kSgd, kAdagrad or kAdam, with its options below (torch.optim's
+// names and defaults, hogwild/optimizer_options.h). The GPU kernels take lr, eps and the betas;
+// momentum, weight decay, lr decay, amsgrad and maximize are refused. Adam's step is its
+// bias-correction step (>= 1). The call returns once the kernels are queued and the ids were
 // checked (one sync).
 struct SparseUpdate {
   OptimizerKind kind = OptimizerKind::kSgd;
+  SgdOptions sgd;
+  AdagradOptions adagrad;
+  AdamOptions adam;
   float* table = nullptr;
   float* state0 = nullptr;  // Adagrad accumulator, Adam m
   float* state1 = nullptr;  // Adam v
@@ -28,7 +33,6 @@ struct SparseUpdate {
   DType ids_dtype = DType::kInt64;
   const float* grads = nullptr;
   void* stream = nullptr;  // cudaStream_t; nullptr is the legacy default stream
-  std::vector<double> coeffs;
 };
 
 // True when this build carries the CUDA kernels.

@@ -10,29 +10,60 @@
 
 namespace pscore::hogwild::cuda {
 
+namespace {
+
+// Refuses an option the GPU kernels do not implement (`unset`: it has its default).
+void take_only_defaults(bool unset, const char* optimizer, const char* option) {
+  if (!unset) {
+    throw std::invalid_argument(std::string("hogwild cuda: ") + optimizer + " " + option +
+                                " is not supported by the GPU kernels; use the CPU SharedTable");
+  }
+}
+
+SgdCoefficients<float> sgd_of(const SgdOptions& o) {
+  check_options(o, "hogwild cuda: SGD");
+  take_only_defaults(o.momentum == 0 && o.dampening == 0 && !o.nesterov, "SGD", "momentum");
+  take_only_defaults(o.weight_decay == 0, "SGD", "weight_decay");
+  take_only_defaults(!o.maximize, "SGD", "maximize");
+  return sgd_coefficients(o.lr, 0, 0, false, GradTransform<double>{}).as<float>();
+}
+
+AdagradCoefficients<float> adagrad_of(const AdagradOptions& o) {
+  check_options(o, "hogwild cuda: Adagrad");
+  take_only_defaults(o.lr_decay == 0, "Adagrad", "lr_decay");
+  take_only_defaults(o.weight_decay == 0, "Adagrad", "weight_decay");
+  take_only_defaults(!o.maximize, "Adagrad", "maximize");
+  return adagrad_coefficients(o.lr, 0, o.eps, 1, GradTransform<double>{}).as<float>();
+}
+
+AdamCoefficients<float> adam_of(const AdamOptions& o) {
+  check_options(o, "hogwild cuda: Adam");
+  take_only_defaults(o.weight_decay == 0 && !o.decoupled_weight_decay, "Adam", "weight_decay");
+  take_only_defaults(!o.amsgrad, "Adam", "amsgrad");
+  take_only_defaults(!o.maximize, "Adam", "maximize");
+  if (o.step < 1) throw std::invalid_argument("hogwild cuda: adam step must be >= 1");
+  return adam_coefficients(o.lr, o.beta1, o.beta2, o.eps, 0, false, false, o.step).as<float>();
+}
+
+}  // namespace
+
 SparseCoefficients coefficients_of(const SparseUpdate& u) {
-  const auto& k = u.coeffs;
-  const bool sgd = u.kind == OptimizerKind::kSgd, adagrad = u.kind == OptimizerKind::kAdagrad;
-  if (!sgd && !adagrad && u.kind != OptimizerKind::kAdam) {
-    throw std::invalid_argument("hogwild cuda: no GPU kernel for optimizer kind " +
-                                std::to_string(static_cast<int>(u.kind)) +
-                                " (sgd, adagrad and adam have one)");
-  }
-  const size_t need = sgd ? 1 : adagrad ? 2 : 5;
-  if (k.size() != need) {
-    throw std::invalid_argument("hogwild cuda: expected " + std::to_string(need) +
-                                " coefficients, got " + std::to_string(k.size()));
-  }
-  const GradTransform<double> plain;
   SparseCoefficients c;
-  if (sgd) c.sgd = sgd_coefficients(k[0], 0, 0, false, plain).as<float>();
-  if (adagrad) c.adagrad = adagrad_coefficients(k[0], 0, k[1], 1, plain).as<float>();
-  if (u.kind == OptimizerKind::kAdam) {
-    if (k[4] < 1) throw std::invalid_argument("hogwild cuda: adam step must be >= 1");
-    c.adam = adam_coefficients(k[0], k[1], k[2], k[3], 0, false, false, static_cast<uint64_t>(k[4]))
-                 .as<float>();
+  switch (u.kind) {
+    case OptimizerKind::kSgd:
+      c.sgd = sgd_of(u.sgd);
+      return c;
+    case OptimizerKind::kAdagrad:
+      c.adagrad = adagrad_of(u.adagrad);
+      return c;
+    case OptimizerKind::kAdam:
+      c.adam = adam_of(u.adam);
+      return c;
+    default:
+      throw std::invalid_argument("hogwild cuda: no GPU kernel for optimizer kind " +
+                                  std::to_string(static_cast<int>(u.kind)) +
+                                  " (sgd, adagrad and adam have one)");
   }
-  return c;
 }
 
 void sparse_update(const SparseUpdate& u) {

@@ -22,8 +22,9 @@ struct SparseCoefficients {
   AdamCoefficients<float> adam;
 };
 
-// Checks SparseUpdate::coeffs for the update's kind and converts them; throws
-// std::invalid_argument on a wrong count, a kind without GPU kernel or an Adam step below 1.
+// Checks the options of the update's kind and folds them into coefficients; throws
+// std::invalid_argument on an option out of torch's range or one the GPU kernels do not take, a
+// kind without GPU kernel or an Adam step below 1.
 SparseCoefficients coefficients_of(const SparseUpdate& u);
 
 // The table and its optimizer state, all rows x dim float32 in device memory.

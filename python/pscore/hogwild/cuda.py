@@ -7,13 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _C, _hogwild
-from .._enums import by_name
+from .. import _hogwild
 from ..buffer import CUDA, BufferView, view
 
 __all__ = ["adagrad", "adam", "is_available", "is_built", "peak_memory_bandwidth", "sgd"]
-
-_KINDS = by_name(_C.OptimizerKind)  # those with a GPU kernel: sgd, adagrad, adam
 
 
 def is_built() -> bool:
@@ -62,7 +59,8 @@ def _cuda_view(x: Any, what: str, device: int | None, dtypes: tuple) -> BufferVi
     return v
 
 
-def _update(kind: str, table, states: list, ids, grads, coeffs: list) -> None:
+def _update(entry, table, states: list, ids, grads, options) -> None:
+    """Checks the tensors, then runs `entry` (a _hogwild.cuda_* binding) on their views."""
     _require()
     t = _cuda_view(table, "table", None, ("float32",))
     if len(t.shape) < 1 or t.numel == 0:
@@ -81,19 +79,25 @@ def _update(kind: str, table, states: list, ids, grads, coeffs: list) -> None:
     want = (i.numel, *t.shape[1:])
     if g.shape != want:
         raise ValueError(f"grads have shape {g.shape}; {i.numel} ids need {want}")
-    views += [None] * (2 - len(views))
-    coeffs = [float(c) for c in coeffs]
-    _hogwild.cuda_sparse_update(_KINDS[kind], t, views[0], views[1], i, g, coeffs)
+    entry(t, *views, i, g, options)
 
 
-def sgd(table, ids, grads, lr: float = 0.01) -> None:
+# The defaults are the C++ option structs' (torch.optim's), read once.
+_SGD, _ADAGRAD, _ADAM = _hogwild.SgdOptions(), _hogwild.AdagradOptions(), _hogwild.AdamOptions()
+
+
+def sgd(table, ids, grads, lr: float = _SGD.lr) -> None:
     """table[ids[i]] -= lr * grads[i] on the GPU; repeated ids all apply."""
-    _update("sgd", table, [], ids, grads, [lr])
+    _update(_hogwild.cuda_sgd, table, [], ids, grads, _hogwild.SgdOptions(lr=lr))
 
 
-def adagrad(table, state_sum, ids, grads, lr: float = 0.01, eps: float = 1e-10) -> None:
-    """torch.optim.Adagrad's update of rows `ids`; state_sum is the accumulator (table's shape)."""
-    _update("adagrad", table, [("state_sum", state_sum)], ids, grads, [lr, eps])
+def adagrad(
+    table, state_sum, ids, grads, lr: float = _ADAGRAD.lr, eps: float = _ADAGRAD.eps
+) -> None:
+    """torch.optim.Adagrad's update of rows `ids`; state_sum is the accumulator (the table's
+    shape)."""
+    options = _hogwild.AdagradOptions(lr=lr, eps=eps)
+    _update(_hogwild.cuda_adagrad, table, [("state_sum", state_sum)], ids, grads, options)
 
 
 def adam(
@@ -102,13 +106,14 @@ def adam(
     exp_avg_sq,
     ids,
     grads,
-    lr: float = 1e-3,
-    betas=(0.9, 0.999),
-    eps: float = 1e-8,
+    lr: float = _ADAM.lr,
+    betas=(_ADAM.beta1, _ADAM.beta2),
+    eps: float = _ADAM.eps,
     step: int = 1,
 ) -> None:
     """torch.optim.Adam's update of rows `ids` (no weight decay) at bias-correction `step`."""
     if not isinstance(step, int) or step < 1:
         raise ValueError(f"adam step must be an int >= 1, got {step!r}")
+    options = _hogwild.AdamOptions(lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, step=step)
     states = [("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)]
-    _update("adam", table, states, ids, grads, [lr, betas[0], betas[1], eps, step])
+    _update(_hogwild.cuda_adam, table, states, ids, grads, options)

@@ -11,32 +11,20 @@ from .. import _hogwild
 
 __all__ = ["check_tables_serve", "kernel_options", "resolve", "table_state"]
 
+
+def _fields(options: Any, *skip: str) -> dict[str, Any]:
+    """The C++ option struct's fields and defaults (torch.optim's), without `skip`."""
+    names = [n for n in dir(options) if not n.startswith("_") and not callable(getattr(options, n))]
+    return {n: getattr(options, n) for n in names if n not in skip}
+
+
+# Each family's options, read from the kernels' option structs; initial_accumulator_value is
+# applied when the tables are made, and Adam's betas pair its beta1 and beta2.
+_ADAM = _hogwild.AdamOptions()
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "sgd": {
-        "lr": 1e-3,
-        "momentum": 0.0,
-        "dampening": 0.0,
-        "weight_decay": 0.0,
-        "nesterov": False,
-        "maximize": False,
-    },
-    "adagrad": {
-        "lr": 1e-2,
-        "lr_decay": 0.0,
-        "weight_decay": 0.0,
-        "initial_accumulator_value": 0.0,
-        "eps": 1e-10,
-        "maximize": False,
-    },
-    "adam": {
-        "lr": 1e-3,
-        "betas": (0.9, 0.999),
-        "eps": 1e-8,
-        "weight_decay": 0.0,
-        "amsgrad": False,
-        "maximize": False,
-        "decoupled_weight_decay": False,
-    },
+    "sgd": _fields(_hogwild.SgdOptions()),
+    "adagrad": {**_fields(_hogwild.AdagradOptions(), "step"), "initial_accumulator_value": 0.0},
+    "adam": {**_fields(_ADAM, "step", "beta1", "beta2"), "betas": (_ADAM.beta1, _ADAM.beta2)},
 }
 DEFAULTS["adamw"] = {**DEFAULTS["adam"], "weight_decay": 1e-2, "decoupled_weight_decay": True}
 

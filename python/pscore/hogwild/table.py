@@ -28,6 +28,9 @@ __all__ = ["STATE_NAMES", "SharedTable", "close_all"]
 # state with amsgrad's maximum. None and "sgd" carry none.
 OPTIMIZERS = {None: _hogwild.OptimizerState.NONE, "sgd": _hogwild.OptimizerState.NONE}
 OPTIMIZERS.update(by_name(_hogwild.OptimizerState))
+
+# The update defaults are the C++ option structs' (torch.optim's), read once.
+_SGD, _ADAGRAD, _ADAM = _hogwild.SgdOptions(), _hogwild.AdagradOptions(), _hogwild.AdamOptions()
 STATE_NAMES = {
     "none": (),
     "adagrad": ("sum",),
@@ -274,13 +277,13 @@ class SharedTable:
         self,
         ids: Any,
         grads: Any,
-        lr: float = 0.01,
+        lr: float = _SGD.lr,
         *,
-        momentum: float = 0.0,
-        dampening: float = 0.0,
-        nesterov: bool = False,
-        weight_decay: float = 0.0,
-        maximize: bool = False,
+        momentum: float = _SGD.momentum,
+        dampening: float = _SGD.dampening,
+        nesterov: bool = _SGD.nesterov,
+        weight_decay: float = _SGD.weight_decay,
+        maximize: bool = _SGD.maximize,
         locked: bool = False,
         coalesce: bool = False,
     ) -> None:
@@ -293,19 +296,26 @@ class SharedTable:
         gradient (nn.Embedding(sparse=True)'s). Sparse ids get the dense update on their rows
         only: other rows, and their state, stay as they are. The same holds for adagrad and
         adam."""
-        opts = _hogwild.SgdOptions(lr, momentum, dampening, nesterov, weight_decay, maximize)
+        opts = _hogwild.SgdOptions(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            nesterov=nesterov,
+            weight_decay=weight_decay,
+            maximize=maximize,
+        )
         self._update("sgd", ids, grads, locked, coalesce, opts)
 
     def adagrad(
         self,
         ids: Any,
         grads: Any,
-        lr: float = 0.01,
-        eps: float = 1e-10,
+        lr: float = _ADAGRAD.lr,
+        eps: float = _ADAGRAD.eps,
         *,
-        lr_decay: float = 0.0,
-        weight_decay: float = 0.0,
-        maximize: bool = False,
+        lr_decay: float = _ADAGRAD.lr_decay,
+        weight_decay: float = _ADAGRAD.weight_decay,
+        maximize: bool = _ADAGRAD.maximize,
         step: int | None = None,
         locked: bool = False,
         coalesce: bool = False,
@@ -313,7 +323,12 @@ class SharedTable:
         """torch.optim.Adagrad's update of rows `ids` (or all), fused in one pass per row.
         step: lr_decay's step (>= 1); None takes the table's next global step."""
         opts = _hogwild.AdagradOptions(
-            lr, eps, lr_decay, weight_decay, maximize, _step(step, "adagrad")
+            lr=lr,
+            eps=eps,
+            lr_decay=lr_decay,
+            weight_decay=weight_decay,
+            maximize=maximize,
+            step=_step(step, "adagrad"),
         )
         self._update("adagrad", ids, grads, locked, coalesce, opts)
 
@@ -321,15 +336,15 @@ class SharedTable:
         self,
         ids: Any,
         grads: Any,
-        lr: float = 1e-3,
-        betas: tuple = (0.9, 0.999),
-        eps: float = 1e-8,
+        lr: float = _ADAM.lr,
+        betas: tuple = (_ADAM.beta1, _ADAM.beta2),
+        eps: float = _ADAM.eps,
         step: int | None = None,
         *,
-        weight_decay: float = 0.0,
-        decoupled_weight_decay: bool = False,
-        amsgrad: bool = False,
-        maximize: bool = False,
+        weight_decay: float = _ADAM.weight_decay,
+        decoupled_weight_decay: bool = _ADAM.decoupled_weight_decay,
+        amsgrad: bool = _ADAM.amsgrad,
+        maximize: bool = _ADAM.maximize,
         locked: bool = False,
         coalesce: bool = False,
     ) -> None:
@@ -339,15 +354,15 @@ class SharedTable:
         global step."""
         b1, b2 = betas
         opts = _hogwild.AdamOptions(
-            lr,
-            b1,
-            b2,
-            eps,
-            _step(step, "adam"),
-            weight_decay,
-            decoupled_weight_decay,
-            amsgrad,
-            maximize,
+            lr=lr,
+            beta1=b1,
+            beta2=b2,
+            eps=eps,
+            step=_step(step, "adam"),
+            weight_decay=weight_decay,
+            decoupled_weight_decay=decoupled_weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
         )
         self._update("adam", ids, grads, locked, coalesce, opts)
 

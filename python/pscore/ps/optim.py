@@ -42,7 +42,7 @@ class Optimizer:
 class SGD(Optimizer):
     """torch.optim.SGD: momentum, dampening, weight decay and Nesterov momentum."""
 
-    lr: float = 0.01
+    lr: float = 1e-3
     momentum: float = 0.0
     dampening: float = 0.0
     weight_decay: float = 0.0
