@@ -44,6 +44,16 @@ from .store import FileStore, HashStore, PrefixStore, RedisStore, Store, TCPStor
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # pscore.Trainer imports torch, so it loads on first use: `import pscore` stays torch-free.
+    if name == "Trainer":
+        from .train import Trainer
+
+        return Trainer
+    raise AttributeError(f"module 'pscore' has no attribute {name!r}")
+
+
 __all__ = [
     "NON_GROUP_MEMBER",
     "ClusterEnv",
@@ -63,6 +73,7 @@ __all__ = [
     "StoreError",
     "TCPStore",
     "TimeoutError",
+    "Trainer",
     "Work",
     "all_gather",
     "all_gather_into_tensor",
