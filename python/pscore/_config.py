@@ -149,6 +149,24 @@ SHM_RING_BYTES = Var(
 )
 # -- parameter server
 STORE = Var("PSCORE_STORE", "str", None, "store URL where pserver shards publish addresses")
+# -- Trainer roles (pscore-run --workers N --servers M sets them)
+ROLE = Var(
+    "PSCORE_ROLE",
+    "choice",
+    None,
+    "this task's Trainer role: chief, worker or ps (unset: TF_CONFIG's, else chief/worker by rank)",
+    choices=("chief", "worker", "ps"),
+)
+NUM_SERVERS = Var(
+    "PSCORE_NUM_SERVERS", "int", None, "parameter-server shards of a Trainer job (unset: none)"
+)
+NUM_WORKERS = Var(
+    "PSCORE_NUM_WORKERS", "int", None, "training workers of the job, told to ps tasks"
+)
+SHARD = Var("PSCORE_SHARD", "int", None, "the shard a ps task serves, 0 .. PSCORE_NUM_SERVERS-1")
+WORKER_GROUPS = Var(
+    "PSCORE_WORKER_GROUPS", "int", 1, "ps-async / ssp: synchronous worker groups (Downpour)"
+)
 # -- Hogwild
 HOGWILD_ISA = Var(
     "PSCORE_HOGWILD_ISA",

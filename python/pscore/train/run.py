@@ -1,13 +1,20 @@
 """Where this process stands in a training job: its role (chief, worker or ps), its rank among
 the workers, how many workers and parameter-server shards the job has and how the workers are
-grouped. Read from the launcher's environment (pscore-run, torchrun, TF_CONFIG, Slurm, MPI)
-and the Trainer's cluster= argument."""
+grouped.
+
+The environment contract (what pscore-run --workers N --servers M [--worker-groups G] sets, and
+what a user sets by hand): every task gets PSCORE_NUM_SERVERS=M, PSCORE_WORKER_GROUPS=G and
+PSCORE_STORE (the store where the shards publish their addresses). Workers get the usual
+PSCORE_RANK / PSCORE_WORLD_SIZE / master variables over the N workers only, and PSCORE_ROLE
+chief (rank 0) or worker. A ps task gets PSCORE_ROLE=ps, PSCORE_SHARD and PSCORE_NUM_WORKERS=N
+and no rank. Under TF_CONFIG the roles, ranks and shard count come from the cluster instead."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+from .. import _config
 from ..cluster.discovery import ClusterEnv, discover
 
 __all__ = ["Run", "current_run"]
@@ -34,18 +41,34 @@ class Run:
 
 def current_run(cluster: Any = None) -> Run:
     """This process's Run from the environment (and `cluster`, a pscore.ClusterSpec)."""
+    groups = _config.WORKER_GROUPS.get()
+    if _config.ROLE.get() == "ps":
+        return _server_run(groups)
     env = discover()
     spec = cluster if cluster is not None else env.cluster_spec
+    servers = _config.NUM_SERVERS.get()
+    if servers is None:
+        servers = spec.num_tasks("ps") if spec is not None and "ps" in spec.jobs else 0
     if not env.is_collective_member:
         if env.role == "ps":
-            servers = spec.num_tasks("ps") if spec is not None else 0
-            return Run("ps", -1, _workers(spec), servers, shard=env.task_index, env=env)
+            return Run("ps", -1, _workers(spec), servers, groups, env.task_index, env)
         raise ValueError(
             f"a {env.role!r} task does not train; the Trainer runs on chief, worker and ps tasks"
         )
-    servers = spec.num_tasks("ps") if spec is not None and "ps" in spec.jobs else 0
     role = "chief" if env.rank == 0 else "worker"
-    return Run(role, env.rank, env.world_size, servers, env=env)
+    return Run(role, env.rank, env.world_size, servers, groups, env=env)
+
+
+def _server_run(groups: int) -> Run:
+    c = _config
+    values = {v.name: v.get() for v in (c.SHARD, c.NUM_SERVERS, c.NUM_WORKERS)}
+    missing = [name for name, v in values.items() if v is None]
+    if missing:
+        raise ValueError(f"{c.ROLE.name}=ps needs {', '.join(missing)} as well")
+    shard, servers, workers = values.values()
+    if not 0 <= shard < servers:
+        raise ValueError(f"{c.SHARD.name}={shard} is outside 0..{c.NUM_SERVERS.name}-1 ({servers})")
+    return Run("ps", -1, workers, servers, groups, shard)
 
 
 def _workers(spec: Any) -> int:
