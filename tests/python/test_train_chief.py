@@ -370,3 +370,34 @@ def test_fit_history_evaluate_and_argument_checks(make_trainer):
         trainer.fit(42)
     with pytest.raises(TypeError, match="progress must be None"):
         make_trainer(progress="yes")
+
+
+def test_save_every_secs_counts_from_the_last_checkpoint(make_trainer, tmp_path):
+    x, y = data()
+    trainer = make_trainer(checkpoint_dir=tmp_path, save_every_secs=3600)
+    trainer.step((x, y))
+    assert checkpoint.latest(str(tmp_path)) is None  # an hour has not passed
+    trainer._saver.last_time -= 3600  # as if it had
+    trainer.step((x, y))
+    trainer.step((x, y))
+    assert os.path.basename(checkpoint.latest(str(tmp_path))) == "step-00000002"
+
+
+def test_the_bar_is_the_chiefs_and_on_a_pipe_one_line_per_redraw(monkeypatch):
+    from pscore.train import progress
+
+    class Terminal:
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert progress.wanted(None, is_chief=True)
+    assert not progress.wanted(None, is_chief=False) and not progress.wanted(True, is_chief=False)
+    assert not progress.wanted(False, is_chief=True)
+
+    written = []
+    lines = progress._Lines(type("Sink", (), {"write": written.append, "flush": None})())
+    lines.write("\r 10%|#    | 1/10\r")
+    lines.write("      \r 20%|##   | 2/10")
+    lines.write("\n")
+    assert "".join(written) == " 10%|#    | 1/10\n 20%|##   | 2/10\n"
