@@ -101,6 +101,8 @@ def test_a_killed_job_resumes_from_its_checkpoint_with_the_same_weights(tmp_path
     assert crashed.returncode != 0
     path, _, metadata = final_checkpoint(tmp_path / "resumed")
     assert os.path.basename(path) == "step-00000024"  # the last one before the crash
+    names = ["latest", "step-00000012", "step-00000024"]  # the chief's only: no step-N-2
+    assert sorted(os.listdir(tmp_path / "resumed")) == names
     assert (metadata["global_step"], metadata["epoch"], metadata["batch_in_epoch"]) == (
         "24",
         "1",
@@ -113,6 +115,8 @@ def test_a_killed_job_resumes_from_its_checkpoint_with_the_same_weights(tmp_path
     assert "step/s" not in resumed.stderr  # progress=None on a pipe: no bar
     assert "to global step 44" in resumed.stdout
 
+    names = ["latest", "step-00000012", "step-00000024", "step-00000036", "step-00000044"]
+    assert sorted(os.listdir(tmp_path / "whole")) == names
     _, expected, expected_meta = final_checkpoint(tmp_path / "whole")
     _, got, got_meta = final_checkpoint(tmp_path / "resumed")
     assert expected_meta == got_meta and got_meta["global_step"] == "44"
@@ -326,6 +330,14 @@ def test_a_checkpoint_of_another_job_shape_is_refused(make_trainer, tmp_path):
     safetensors_torch.save_file(tensors, file, metadata=metadata)
     with pytest.raises(ValueError, match=r"written with batch_size=8; this job has batch_size=4"):
         make_trainer(checkpoint_dir=tmp_path).fit(data(), epochs=2, batch_size=4)
+
+    with open(file, "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(ValueError, match=f"{file} is not a readable safetensors file"):
+        make_trainer(checkpoint_dir=tmp_path).setup()
+    (tmp_path / "latest").write_text("step-00000099\n")
+    with pytest.raises(ValueError, match="names 'step-00000099', which is not a complete"):
+        make_trainer(checkpoint_dir=tmp_path).setup()
 
 
 def test_nan_loss_stops_or_raises(make_trainer, tmp_path):

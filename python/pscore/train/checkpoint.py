@@ -87,18 +87,22 @@ def latest(directory: str) -> str | None:
 
 def read(path: str) -> tuple[dict, dict]:
     """(tensors, metadata) of the checkpoint at `path` (a checkpoint directory)."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
     file = os.path.join(path, FILE_NAME)
-    with safe_open(file, framework="pt") as f:
-        metadata = dict(f.metadata() or {})
+    try:
+        with safe_open(file, framework="pt") as f:
+            metadata = dict(f.metadata() or {})
+        tensors = load_file(file)
+    except SafetensorError as e:
+        raise ValueError(f"{file} is not a readable safetensors file: {e}") from e
     if metadata.get("format") != FORMAT:
         raise ValueError(
             f"{file} is not a pscore.train checkpoint of format {FORMAT!r} "
             f"(its format: {metadata.get('format')!r})"
         )
-    return load_file(file), metadata
+    return tensors, metadata
 
 
 def _fsync(path: str) -> None:
