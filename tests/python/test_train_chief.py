@@ -413,3 +413,30 @@ def test_the_bar_is_the_chiefs_and_on_a_pipe_one_line_per_redraw(monkeypatch):
     lines.write("      \r 20%|##   | 2/10")
     lines.write("\n")
     assert "".join(written) == " 10%|#    | 1/10\n 20%|##   | 2/10\n"
+
+
+def test_the_servers_part_is_written_inside_the_checkpoint_and_loaded_on_resume(
+    make_trainer, tmp_path
+):
+    from pscore.train.strategies.allreduce import AllReduce
+
+    class WithServers(AllReduce):  # stands for a PS strategy: the servers write into `dir`
+        loaded: list
+
+        def save_servers(self, directory):
+            (tmp_path / "seen").write_text(directory)
+            with open(os.path.join(directory, "tables.bin"), "wb") as f:
+                f.write(b"tables of step %d" % self.trainer.global_step)
+
+        def load_servers(self, directory):
+            with open(os.path.join(directory, "tables.bin"), "rb") as f:
+                WithServers.loaded = [directory, f.read()]
+
+    trainer = make_trainer(checkpoint_dir=tmp_path / "ckpt", strategy=WithServers())
+    trainer.fit(data(), epochs=1, batch_size=8)
+    path = checkpoint.latest(str(tmp_path / "ckpt"))
+    assert os.path.basename((tmp_path / "seen").read_text()).startswith(".tmp-step-")
+    assert sorted(os.listdir(path)) == ["tables.bin", checkpoint.FILE_NAME]
+
+    make_trainer(checkpoint_dir=tmp_path / "ckpt", strategy=WithServers()).setup()
+    assert WithServers.loaded == [path, b"tables of step 5"]
