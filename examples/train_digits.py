@@ -3,6 +3,8 @@
     pscore-run -n 2 examples/train_digits.py                                  # allreduce
     pscore-run --workers 2 --servers 1 examples/train_digits.py --strategy ps-sync
     torchrun --standalone --nproc-per-node 2 examples/train_digits.py
+    pscore-run -n 2 examples/train_digits.py --checkpoint-dir ckpt --save-every-steps 50
+                                              # run it again: it resumes from ckpt/latest
 
 The same script runs on every task: workers train on their shards, a ps task serves its shard
 of the parameter server until the job ends. The chief prints the test accuracy at the end; the
