@@ -3,6 +3,8 @@
     pscore-run -n 2 examples/train_digits.py                                  # allreduce
     pscore-run --workers 2 --servers 1 examples/train_digits.py --strategy ps-sync
     torchrun --standalone --nproc-per-node 2 examples/train_digits.py
+    pscore-run -n 2 examples/train_digits.py --checkpoint-dir ckpt --save-every-steps 50
+                                              # run it again: it resumes from ckpt/latest
 
 The same script runs on every task: workers train on their shards, a ps task serves its shard
 of the parameter server until the job ends. The chief prints the test accuracy at the end; the
@@ -12,6 +14,7 @@ process exits non-zero when it is under --min-accuracy.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 import numpy as np
@@ -20,7 +23,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import pscore
-from pscore.train import STRATEGIES
+from pscore.train import STRATEGIES, LoggingHook, StopAtStepHook
 
 
 def digits():
@@ -41,6 +44,15 @@ def mlp() -> torch.nn.Module:
     )
 
 
+def hooks(args) -> list:
+    chosen = []
+    if args.stop_at_step is not None:
+        chosen.append(StopAtStepHook(args.stop_at_step))
+    if args.log_every is not None:
+        chosen.append(LoggingHook(args.log_every))
+    return chosen
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--strategy", choices=STRATEGIES, default="allreduce")
@@ -49,7 +61,16 @@ def main() -> int:
     p.add_argument("--optimizer", default="sgd")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-dir", default=None, help="checkpoint here; resume from here")
+    p.add_argument("--save-every-steps", type=int, default=None)
+    p.add_argument("--stop-at-step", type=int, default=None, help="stop at this global step")
+    p.add_argument("--log-every", type=int, default=None, help="print loss every N steps")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the chief's progress bar (default: when stderr is a terminal)",
+    )
     p.add_argument("--min-accuracy", type=float, default=0.0)
     args = p.parse_args()
 
@@ -65,12 +86,16 @@ def main() -> int:
         optimizer_args=options,
         strategy=args.strategy,
         checkpoint_dir=args.checkpoint_dir,
+        save_every_steps=args.save_every_steps,
+        hooks=hooks(args),
+        progress=args.progress,
     )
     history = trainer.fit(train, epochs=args.epochs, batch_size=args.batch)
     accuracy = trainer.evaluate(test)["accuracy"]
     if trainer.run.is_chief:
         print(
-            f"strategy {args.strategy}: {len(history)} epochs, loss {history[-1]['loss']:.4f}, "
+            f"strategy {args.strategy}: {len(history)} epochs to global step "
+            f"{trainer.global_step}, loss {history[-1]['loss'] if history else math.nan:.4f}, "
             f"test accuracy {accuracy:.4f}",
             flush=True,
         )

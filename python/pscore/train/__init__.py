@@ -4,9 +4,18 @@ distributed-hogwild, hybrid (dense by allreduce, embeddings on the servers) and 
 
 from __future__ import annotations
 
-from .hooks import Hook
+from .hooks import EvaluationHook, Hook, LoggingHook, NanLossHook, StopAtStepHook
 from .strategies import NAMES as STRATEGIES
 from .strategies import Strategy
 from .trainer import Trainer
 
-__all__ = ["STRATEGIES", "Hook", "Strategy", "Trainer"]
+__all__ = [
+    "STRATEGIES",
+    "EvaluationHook",
+    "Hook",
+    "LoggingHook",
+    "NanLossHook",
+    "StopAtStepHook",
+    "Strategy",
+    "Trainer",
+]

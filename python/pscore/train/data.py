@@ -9,6 +9,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .checks import check_int
+
 __all__ = ["ShardedData", "as_dataset"]
 
 
@@ -54,8 +56,8 @@ def as_dataset(data: Any) -> _Tensors | _Dataset:
     """The Trainer's data argument: a tuple/list of tensors or arrays (inputs..., target), or a
     map-style torch Dataset."""
     if isinstance(data, (tuple, list)):
-        if not data:
-            raise ValueError("the data tuple is empty; pass (inputs, targets)")
+        if len(data) < 2:
+            raise ValueError(f"the data tuple has {len(data)} array(s); pass (inputs..., targets)")
         return _Tensors(data)
     if hasattr(data, "__getitem__") and hasattr(data, "__len__"):
         return _Dataset(data)
@@ -77,8 +79,7 @@ class ShardedData:
         shuffle: bool = True,
         seed: int = 0,
     ):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        check_int("batch_size", batch_size, 1)
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is outside [0, {world})")
         self.data = as_dataset(data)

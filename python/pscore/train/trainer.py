@@ -1,16 +1,24 @@
-"""Trainer: trains a torch model on a cluster under any strategy (see pscore.train)."""
+"""Trainer: trains a torch model on a cluster under any strategy (see pscore.train).
+
+The chief's duties (TF's MonitoredTrainingSession): a global step, checkpoints every N steps
+or seconds and at the end of fit (written by the chief alone, read back by every worker on
+resume: see checkpoint.py), hooks, and the progress bar."""
 
 from __future__ import annotations
 
 import math
+import os
+import time
 import zlib
 from typing import Any
 
 from .. import collectives
-from . import strategies
+from . import checkpoint, stopping, strategies
+from .checks import check_int
 from .data import ShardedData, as_dataset
 from .hooks import Hook
 from .optimizers import resolve
+from .progress import Progress, wanted
 from .run import current_run
 
 __all__ = ["Trainer"]
@@ -22,7 +30,12 @@ class Trainer:
 
     The same script runs on every task: chief and workers train; a ps task serves its shard of
     the parameter server when it reaches Trainer(...) and exits (SystemExit(0)) when the job
-    ends. After fit() the model on every worker holds the trained weights."""
+    ends. After fit() the model on every worker holds the trained weights.
+
+    With `checkpoint_dir`, the chief checkpoints every `save_every_steps` steps and/or
+    `save_every_secs` seconds and at the end of fit, keeping the last `keep_checkpoints`; a job
+    started over a directory holding a checkpoint resumes from it (same global step, epoch and
+    batch). `progress`: the chief's tqdm bar (None: when stderr is a terminal)."""
 
     def __init__(
         self,
@@ -33,12 +46,13 @@ class Trainer:
         strategy: Any = "allreduce",
         strategy_args: dict | None = None,
         cluster: Any = None,
-        checkpoint_dir: str | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
         save_every_steps: int | None = None,
         save_every_secs: float | None = None,
         hooks: Any = (),
         seed: int = 0,
         progress: bool | None = None,
+        keep_checkpoints: int = 5,
     ):
         self.run = current_run(cluster)
         self.model, self.loss_fn = model, loss_fn
@@ -51,13 +65,26 @@ class Trainer:
                 raise TypeError(
                     f"hooks must be pscore.train.Hook instances, not {type(h).__name__}"
                 )
-        self.checkpoint_dir = checkpoint_dir
-        self.save_every_steps, self.save_every_secs = save_every_steps, save_every_secs
-        self.seed, self.progress = seed, progress
+        self.seed = check_int("seed", seed, 0)
+        self._saver = checkpoint.Saver.create(
+            checkpoint_dir,
+            save_every_steps,
+            save_every_secs,
+            keep_checkpoints,
+            writer=self.run.is_chief,
+        )
+        self._show_progress = wanted(progress, self.run.is_chief)
+        self._progress = Progress(False, 0, 0, 1)  # a live bar only inside fit()
         self.global_step = 0  # steps this job took (each lockstep step once)
         self.epoch = 0  # the epoch in progress (or the next one)
         self.batch_in_epoch = 0  # batches of the current epoch already taken
+        self.samples = 0  # samples this worker trained on
+        self.history: list[dict] = []  # every epoch fit() ran in this process
+        self.resumed_from: str | None = None  # the checkpoint this job resumed from
+        self._resumed_metadata: dict = {}
+        self._data_position: dict = {}  # fit()'s batch size and data size, for checkpoints
         self._stop_reason: str | None = None
+        self._checkpoint_at_stop = True
         self._ready = False
         if self.run.is_server:
             self.strategy.serve(self)
@@ -65,26 +92,31 @@ class Trainer:
         if not collectives.is_initialized():
             collectives.init_process_group()
 
-    # ---- setup ----------------------------------------------------------------------------
-    def _setup(self) -> None:
+    @property
+    def checkpoint_dir(self) -> str | None:
+        return None if self._saver is None else self._saver.directory
+
+    # ---- setup and resume -----------------------------------------------------------------
+    def setup(self) -> Trainer:
+        """Readies the job (fit, step and evaluate call it first): checks that the workers'
+        models agree, resumes from checkpoint_dir's latest checkpoint when there is one (every
+        worker loads it), and sets the strategy up. Afterwards global_step, epoch and
+        batch_in_epoch say where training stands."""
         if self._ready:
-            return
+            return self
         self._check_models_agree()
+        found = self._read_checkpoint()
         self.strategy.setup(self)
+        if found is not None:
+            self._resume(*found)
         self._ready = True
+        return self
 
     def _check_models_agree(self) -> None:
         """Every worker must build the same model: a digest of its parameters' names, shapes
         and dtypes, compared across workers; a mismatch names the workers that differ."""
-        import torch
-
-        if collectives.get_world_size() == 1:
-            return
         text = ";".join(f"{n}:{tuple(p.shape)}:{p.dtype}" for n, p in self.model.named_parameters())
-        mine = torch.tensor([zlib.crc32(text.encode())], dtype=torch.int64)
-        every = [torch.zeros(1, dtype=torch.int64) for _ in range(collectives.get_world_size())]
-        collectives.all_gather(every, mine)
-        digests = [int(t.item()) for t in every]
+        digests = self._gather_int(zlib.crc32(text.encode()))
         if len(set(digests)) > 1:
             differ = [r for r, d in enumerate(digests) if d != digests[0]]
             raise ValueError(
@@ -93,33 +125,202 @@ class Trainer:
                 f"{text[:300]})"
             )
 
+    def _gather_int(self, value: int) -> list[int]:
+        """Every worker's `value`, by rank."""
+        import torch
+
+        if collectives.get_world_size() == 1:
+            return [value]
+        every = [torch.zeros(1, dtype=torch.int64) for _ in range(collectives.get_world_size())]
+        collectives.all_gather(every, torch.tensor([value], dtype=torch.int64))
+        return [int(t.item()) for t in every]
+
+    def _read_checkpoint(self) -> tuple | None:
+        """The latest checkpoint (path, tensors, metadata), its model weights loaded into the
+        model before the strategy's setup spreads them; every worker must find the same one."""
+        if self._saver is None:
+            return None
+        found = self._saver.restore()
+        steps = self._gather_int(-1 if found is None else int(found[2]["global_step"]))
+        if len(set(steps)) > 1:
+            raise ValueError(
+                f"the workers found different checkpoints in {self._saver.directory}: global "
+                f"steps by worker {steps} (-1: none). checkpoint_dir must be one directory "
+                "every worker reads (a shared filesystem on several machines)"
+            )
+        if found is None:
+            return None
+        path, tensors, metadata = found
+        job = {"strategy": self.strategy.name, "world_size": self.run.world_size}
+        checkpoint.check_same_job(path, metadata, job)
+        weights, _ = checkpoint.unpack(tensors)
+        try:
+            self.model.load_state_dict(weights)
+        except RuntimeError as e:
+            raise ValueError(f"the checkpoint {path} does not fit this model: {e}") from e
+        return found
+
+    def _resume(self, path: str, tensors: dict, metadata: dict) -> None:
+        """After the strategy's setup: its state, the servers' (by the chief), the position."""
+        self.strategy.load_state_tensors(checkpoint.unpack(tensors)[1])
+        if self.run.is_chief:
+            self.strategy.load_servers(path)
+        if collectives.get_world_size() > 1:
+            collectives.barrier()  # no worker steps before the servers hold the checkpoint
+        self.global_step = int(metadata["global_step"])
+        self.epoch = int(metadata["epoch"])
+        self.batch_in_epoch = int(metadata["batch_in_epoch"])
+        self.resumed_from, self._resumed_metadata = path, metadata
+        if self.run.is_chief:
+            self.log(
+                f"pscore.train: resumed from {path} at global step {self.global_step} "
+                f"(epoch {self.epoch}, batch {self.batch_in_epoch})"
+            )
+
+    # ---- checkpoints ----------------------------------------------------------------------
+    def save_checkpoint(self) -> str | None:
+        """Writes a checkpoint of the current step now; returns its path on the chief, None on
+        the other workers (only the chief writes). fit() calls it on schedule; a loop of your
+        own gets save_every_steps / save_every_secs from step() and calls this at its end."""
+        if self._saver is None:
+            raise ValueError("save_checkpoint() needs the Trainer's checkpoint_dir")
+        self.setup()
+        if not self.run.is_chief:
+            return None
+        tensors = checkpoint.pack(self.model.state_dict(), self.strategy.state_tensors())
+        path = self._saver.write(
+            self.global_step, tensors, self._checkpoint_metadata(), self.strategy.save_servers
+        )
+        for h in self.hooks:
+            h.after_checkpoint(self, path)
+        return path
+
+    def _checkpoint_metadata(self) -> dict:
+        return {
+            "format": checkpoint.FORMAT,
+            "global_step": self.global_step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "strategy": self.strategy.name,
+            "world_size": self.run.world_size,
+            "seed": self.seed,
+            **self._data_position,
+        }
+
+    def _checkpoint_if_due(self) -> None:
+        if self._saver is not None and self.run.is_chief and self._saver.due(self.global_step):
+            self.save_checkpoint()
+
+    # ---- stopping -------------------------------------------------------------------------
+    def request_stop(self, reason: str, *, checkpoint: bool = True) -> None:
+        """Ends fit() after the current step (hooks call it); checkpoint=False: no final
+        checkpoint (the state is not worth keeping, e.g. after a NaN loss). In a lockstep
+        strategy call it on every worker, or from a hook with local_stop = True."""
+        if self._stop_reason is None:
+            self._stop_reason = str(reason)
+        self._checkpoint_at_stop = self._checkpoint_at_stop and checkpoint
+
+    @property
+    def should_stop(self) -> bool:
+        return self._stop_reason is not None
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._stop_reason
+
+    def _stops_need_agreement(self) -> bool:
+        return (
+            self.strategy.lockstep
+            and collectives.get_world_size() > 1
+            and any(h.local_stop for h in self.hooks)
+        )
+
+    def _agree_on_stop(self) -> None:
+        if self._stops_need_agreement():
+            self._stop_reason, self._checkpoint_at_stop = stopping.agree(
+                self._stop_reason, self._checkpoint_at_stop
+            )
+
     # ---- training -------------------------------------------------------------------------
-    def request_stop(self, reason: str) -> None:
-        """Ends fit() after the current step (hooks call it)."""
-        self._stop_reason = reason
+    def log(self, line: str) -> None:
+        """Prints `line` on stdout (around the progress bar when one is drawn)."""
+        self._progress.write(line)
 
     def _forward_loss(self, batch: tuple) -> Any:
+        if len(batch) < 2:
+            raise ValueError(
+                f"a batch must be (inputs..., target); this one has {len(batch)} part(s)"
+            )
         *inputs, target = batch
         return self.loss_fn(self.model(*inputs), target)
 
-    def step(self, batch: Any) -> float:
-        """One training step on `batch` (inputs..., target); returns the loss."""
-        self._setup()
+    def _train_step(self, batch: Any) -> tuple[float, int]:
+        """Forward, backward and update on `batch`; (loss, samples)."""
+        self.setup()
         self.model.train()
-        loss = self._forward_loss(tuple(batch))
+        batch = tuple(batch)
+        loss = self._forward_loss(batch)
         self.strategy.backward(loss)
         self.strategy.update()
         self.global_step += 1
-        return float(loss.detach())
+        return float(loss.detach()), len(batch[-1])
 
-    def _join_step(self) -> None:
+    def _join_step(self) -> tuple[None, int]:
         self.strategy.join_step()
         self.global_step += 1
+        return None, 0
+
+    def _after_step(self, loss: float | None, samples: int) -> None:
+        """The step boundary: hooks, the stop agreement, the bar, a checkpoint when due."""
+        self.samples += samples
+        for h in self.hooks:
+            h.after_step(self, loss)
+        self._agree_on_stop()
+        self._progress.update(self.global_step, loss, samples)
+        if not self.should_stop or self._checkpoint_at_stop:
+            self._checkpoint_if_due()
+
+    def step(self, batch: Any) -> float:
+        """One training step on `batch` (inputs..., target) for a loop of your own; returns
+        the loss. global_step counts it, hooks' after_step run, a checkpoint is written when
+        save_every_steps / save_every_secs say so; stop when trainer.should_stop says so."""
+        loss, samples = self._train_step(batch)
+        self._after_step(loss, samples)
+        return loss
 
     def _epoch_steps(self, data: ShardedData) -> int:
         """Steps every worker takes this epoch: lockstep strategies all take the most any
         worker has (those out of batches join), the others take their own."""
         return data.max_batches() if self.strategy.lockstep else data.num_batches()
+
+    def _run_epoch(self, data: ShardedData) -> dict:
+        """Runs the epoch in progress from batch_in_epoch on, until its end or a stop; returns
+        its metrics. epoch / batch_in_epoch advance before each step's checkpoint, so a
+        checkpoint names the next batch to take."""
+        epoch, steps, started = self.epoch, self._epoch_steps(data), time.monotonic()
+        position = self.batch_in_epoch
+        batches = data.batches(epoch, position)
+        loss_sum, trained, samples = 0.0, 0, 0
+        while position < steps and not self.should_stop:
+            item = next(batches, None)
+            loss, n = self._join_step() if item is None else self._train_step(item[1])
+            position += 1
+            self.epoch, self.batch_in_epoch = (
+                (epoch, position) if position < steps else (epoch + 1, 0)
+            )
+            if loss is not None:
+                loss_sum, trained, samples = loss_sum + loss, trained + 1, samples + n
+            self._after_step(loss, n)
+        if position >= steps:  # also an epoch with no steps for this worker
+            self.epoch, self.batch_in_epoch = epoch + 1, 0
+        return {
+            "epoch": epoch,
+            "loss": loss_sum / trained if trained else math.nan,
+            "steps": trained,
+            "samples": samples,
+            "global_step": self.global_step,
+            "seconds": time.monotonic() - started,
+        }
 
     def fit(
         self,
@@ -131,11 +332,16 @@ class Trainer:
         shuffle: bool = True,
         eval_batch_size: int = 1024,
     ) -> list[dict]:
-        """Trains for `epochs` epochs over each worker's shard of train_data; returns one dict
-        per epoch (epoch, loss, steps, global_step, and evaluate()'s metrics with eval_data)."""
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
-            raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
-        self._setup()
+        """Trains until `epochs` epochs are done (counted from the job's start: a resumed job
+        runs the rest) over each worker's shard of train_data, or a hook stops it. Returns one
+        dict per epoch run: epoch, loss (this worker's mean), steps and samples (this worker's
+        batches and samples), global_step, seconds, and evaluate()'s metrics with eval_data;
+        trainer.history gathers them over every fit() call."""
+        check_int("epochs", epochs, 0)
+        check_int("eval_batch_size", eval_batch_size, 1)
+        if eval_data is not None:
+            as_dataset(eval_data)  # a clear error now rather than after the first epoch
+        self.setup()
         data = ShardedData(
             train_data,
             self.run.rank,
@@ -144,59 +350,71 @@ class Trainer:
             shuffle=shuffle,
             seed=self.seed,
         )
+        self._check_data_position(data)
+        self._stop_reason, self._checkpoint_at_stop = None, True
         history: list[dict] = []
         for h in self.hooks:
             h.begin(self)
-        while self.epoch < epochs and self._stop_reason is None:
-            total, count = 0.0, 0
-            steps = self._epoch_steps(data)
-            batches = data.batches(self.epoch, self.batch_in_epoch)
-            while self.batch_in_epoch < steps and self._stop_reason is None:
-                item = next(batches, None)
-                loss = None
-                if item is None:
-                    self._join_step()
-                else:
-                    loss = self.step(item[1])
-                    total, count = total + loss, count + 1
-                self.batch_in_epoch += 1
+        self._progress = self._start_progress(data, epochs)
+        try:
+            while self.epoch < epochs and not self.should_stop:
+                metrics = self._run_epoch(data)
+                if eval_data is not None:
+                    metrics.update(self.evaluate(eval_data, batch_size=eval_batch_size))
+                history.append(metrics)
+                self.history.append(metrics)
                 for h in self.hooks:
-                    h.after_step(self, loss)
-            metrics = {
-                "epoch": self.epoch,
-                "loss": total / count if count else math.nan,
-                "steps": count,
-                "global_step": self.global_step,
-            }
-            if eval_data is not None:
-                metrics.update(self.evaluate(eval_data, batch_size=eval_batch_size))
-            history.append(metrics)
-            for h in self.hooks:
-                h.after_epoch(self, self.epoch, metrics)
-            if self.batch_in_epoch >= steps:
-                self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-        self.strategy.finish()
+                    h.after_epoch(self, metrics["epoch"], metrics)
+        finally:
+            self._progress.close()
+            self._progress = Progress(False, 0, 0, 1)
+        self._end_fit()
         for h in self.hooks:
             h.end(self, history)
         return history
 
+    def _check_data_position(self, data: ShardedData) -> None:
+        """A resumed position means the same batches only over the same data."""
+        self._data_position = {"batch_size": data.batch_size, "num_samples": len(data.data)}
+        if self.resumed_from is not None:
+            now = {"seed": self.seed, **self._data_position}
+            checkpoint.check_same_data(self.resumed_from, self._resumed_metadata, now)
+
+    def _start_progress(self, data: ShardedData, epochs: int) -> Progress:
+        left = (epochs - self.epoch) * self._epoch_steps(data) - self.batch_in_epoch
+        total = self.global_step + max(left, 0)
+        return Progress(self._show_progress, total, self.global_step, self.run.world_size)
+
+    def _end_fit(self) -> None:
+        """The final checkpoint (before the strategy's finish: PS servers may leave after it),
+        then the strategy's finish."""
+        saver = self._saver
+        if saver is not None and self._checkpoint_at_stop and saver.last_step != self.global_step:
+            self.save_checkpoint()  # the chief writes; the others return at once
+        self.strategy.finish()
+        if self.should_stop and self.run.is_chief:
+            self.log(f"pscore.train: stopped at global step {self.global_step}: {self.stop_reason}")
+
     # ---- evaluation -----------------------------------------------------------------------
     def evaluate(self, data: Any, batch_size: int = 1024) -> dict:
-        """The model's mean loss on `data` (and accuracy, for class logits and integer
-        targets), computed on this worker over all of `data` with the job's current weights."""
+        """The model's mean loss on `data` (a tuple of tensors/arrays or a map-style Dataset;
+        and accuracy, for class logits and integer targets), computed on this worker over all
+        of `data` with the job's current weights."""
         import torch
 
-        self._setup()
-        self.strategy.sync_model()
+        check_int("batch_size", batch_size, 1)
         dataset = as_dataset(data)
+        if len(dataset) == 0:
+            raise ValueError("the evaluation data is empty")
+        self.setup()
+        self.strategy.sync_model()
         self.model.eval()
         loss_sum, correct, seen, classify = 0.0, 0, 0, True
         with torch.no_grad():
             for start in range(0, len(dataset), batch_size):
-                *inputs, target = dataset.batch(
-                    torch.arange(start, min(start + batch_size, len(dataset)))
-                )
-                out = self.model(*inputs)
+                batch = dataset.batch(torch.arange(start, min(start + batch_size, len(dataset))))
+                out = self.model(*batch[:-1])
+                target = batch[-1]
                 n = len(target)
                 loss_sum += float(self.loss_fn(out, target)) * n
                 seen += n
@@ -210,8 +428,8 @@ class Trainer:
                 else:
                     classify = False
         self.model.train()
-        metrics = {"eval_loss": loss_sum / max(seen, 1)}
-        if classify and seen:
+        metrics = {"eval_loss": loss_sum / seen}
+        if classify:
             metrics["accuracy"] = correct / seen
         return metrics
 
