@@ -22,7 +22,7 @@ from pscore.bench import ctr
 from pscore.train import STRATEGIES
 
 
-def test_auc(model: torch.nn.Module, test: tuple, batch: int = 8192) -> float:
+def held_out_auc(model: torch.nn.Module, test: tuple, batch: int = 8192) -> float:
     *inputs, labels = test
     model.eval()
     with torch.no_grad():
@@ -54,7 +54,7 @@ def main() -> int:
         strategy=args.strategy,
     )
     history = trainer.fit(train, epochs=args.epochs, batch_size=args.batch)
-    auc = test_auc(model, test)
+    auc = held_out_auc(model, test)
     if trainer.run.is_chief:
         print(
             f"strategy {args.strategy}: {args.rows} rows, {len(history)} epochs, "

@@ -149,9 +149,11 @@ def local_servers(servers: int, workers: int, timeout: float = 60.0):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "pscore.ps.pserver", "--shard", str(s)]
-                + ["--num-shards", str(servers), "--num-workers", str(workers)]
-                + ["--store", url, "--store-timeout", str(timeout)],
+                [
+                    *(sys.executable, "-m", "pscore.ps.pserver", "--shard", str(s)),
+                    *("--num-shards", str(servers), "--num-workers", str(workers)),
+                    *("--store", url, "--store-timeout", str(timeout)),
+                ],
                 env=env,
                 stdout=subprocess.DEVNULL,
             )

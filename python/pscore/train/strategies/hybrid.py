@@ -25,6 +25,7 @@ from typing import Any
 from .. import servers
 from ..server_embeddings import ServerEmbedding, find_embeddings
 from .allreduce import AllReduce
+from .base import Strategy
 
 __all__ = ["Hybrid"]
 
@@ -54,6 +55,7 @@ class Hybrid(AllReduce):
         self.min_rows, self.row_init = min_rows, row_init
         self.tables: list[ServerEmbedding] = []
         self.client: Any = None
+        self.dense = True  # the model has parameters left to allreduce
 
     def setup(self, trainer: Any) -> None:
         found = find_embeddings(trainer.model, self.min_rows)
@@ -77,7 +79,11 @@ class Hybrid(AllReduce):
             )
             for name, module in found
         ]
-        super().setup(trainer)  # the dense half: what is left in model.parameters()
+        self.dense = any(p.requires_grad for p in trainer.model.parameters())
+        if self.dense:  # the dense half: what is left in model.parameters()
+            super().setup(trainer)
+        else:  # every parameter is on the servers
+            Strategy.setup(self, trainer)
 
     def _with_rows_pushed(self, dense_step: Any) -> None:
         """Starts every table's push, runs the dense step meanwhile, then waits for the pushes
@@ -88,10 +94,17 @@ class Hybrid(AllReduce):
             w.wait()
 
     def update(self) -> None:
-        self._with_rows_pushed(super().update)
+        self._with_rows_pushed(super().update if self.dense else _nothing)
 
     def join_step(self) -> None:
-        self._with_rows_pushed(super().join_step)
+        self._with_rows_pushed(super().join_step if self.dense else _nothing)
+
+    def state_tensors(self) -> dict:
+        return super().state_tensors() if self.dense else {}
+
+    def load_state_tensors(self, tensors: dict) -> None:
+        if self.dense:
+            super().load_state_tensors(tensors)
 
     def finish(self) -> None:
         super().finish()
@@ -102,3 +115,7 @@ class Hybrid(AllReduce):
 
     def load_servers(self, directory: str) -> None:
         self.client.load(directory)
+
+
+def _nothing() -> None:
+    pass
