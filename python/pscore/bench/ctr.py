@@ -1,7 +1,7 @@
 """A click-through workload with a 1 M-row embedding table, shared by examples/embeddings.py
 and the benchmark comparing the hybrid strategy with torch DDP on gloo:
 
-    python -m pscore.bench.ctr --compare ddp-gloo --json out.json
+    python -m pscore.bench.ctr --compare ddp-gloo,ddp-gloo-sparse --json out.json
 
 Data (make_data): each sample has one id per field of FIELD_ROWS (the first field has `rows`
 ids) and a bag of up to TAGS_PER_SAMPLE tags (0 pads), ids drawn with Zipf-like popularity so
@@ -11,10 +11,13 @@ Model (make_model): an nn.Embedding per field and an nn.EmbeddingBag (mean, padd
 the tags, concatenated into an MLP; BCE-with-logits loss.
 
 The benchmark runs 2 workers with the same model, batch and optimizer (Adam) under each system,
-alternating phases (hybrid, DDP, hybrid, DDP), and prints samples/s: `hybrid` with 1 parameter
-server (dense layers by allreduce, the tables' rows pulled and pushed per batch) and DDP on gloo
-(every step allreduces the tables' full dense gradients: DDP does not reduce sparse ones on
-gloo). Ratio = hybrid / DDP (above 1: hybrid is faster).
+alternating phases (hybrid, the peers, hybrid, the peers...) with fresh processes, and prints
+the p50 step time over all phases and samples/s (workers x batch / p50). Systems: `hybrid`
+with 1 parameter server (dense layers by allreduce, the tables' rows pulled and pushed per
+batch); `ddp-gloo`, the model as it is (every step allreduces the tables' full dense gradients
+and Adam updates every row); `ddp-gloo-sparse`, the tables built with sparse=True (gloo
+allreduces sparse gradients, SparseAdam updates the rows touched, as the servers do). Ratio =
+hybrid / peer (above 1: hybrid is faster).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from .report import print_table, write_json
+from .. import _config
+from .report import p50, print_table, write_json
 
 __all__ = [
     "BATCH",
@@ -89,9 +93,10 @@ def make_data(rows: int = FIELD_ROWS[0], samples: int = 400_000, seed: int = 0):
     return tuple(a[:cut] for a in arrays), tuple(a[cut:] for a in arrays)
 
 
-def make_model(rows: int = FIELD_ROWS[0], table_device: Any = None) -> Any:
+def make_model(rows: int = FIELD_ROWS[0], table_device: Any = None, sparse: bool = False) -> Any:
     """The CTR model, seeded. table_device="meta" builds the embedding tables without memory
-    (for the hybrid strategy, which keeps them on the parameter servers)."""
+    (for the hybrid strategy, which keeps them on the parameter servers); sparse: the tables
+    give sparse gradients (torch's sparse=True)."""
     import torch
 
     class CTRModel(torch.nn.Module):
@@ -99,10 +104,10 @@ def make_model(rows: int = FIELD_ROWS[0], table_device: Any = None) -> Any:
             super().__init__()
             sizes = (rows, *FIELD_ROWS[1:])
             self.fields = torch.nn.ModuleList(
-                torch.nn.Embedding(n, DIM, device=table_device) for n in sizes
+                torch.nn.Embedding(n, DIM, sparse=sparse, device=table_device) for n in sizes
             )
             self.tags = torch.nn.EmbeddingBag(
-                TAG_ROWS, DIM, mode="mean", padding_idx=0, device=table_device
+                TAG_ROWS, DIM, mode="mean", padding_idx=0, sparse=sparse, device=table_device
             )
             self.mlp = torch.nn.Sequential(
                 torch.nn.Linear(DIM * (len(sizes) + 1), HIDDEN),
@@ -160,7 +165,7 @@ def local_servers(servers: int, workers: int, timeout: float = 60.0):
             for s in range(servers)
         ]
         try:
-            yield {"PSCORE_STORE": url, "PSCORE_NUM_SERVERS": str(servers)}
+            yield {_config.STORE.name: url, _config.NUM_SERVERS.name: str(servers)}
         finally:
             for p in procs:
                 p.terminate()
@@ -173,7 +178,11 @@ def local_servers(servers: int, workers: int, timeout: float = 60.0):
 
 
 # ---- the benchmark -------------------------------------------------------------------------
-SYSTEMS = {"hybrid": "pscore hybrid (1 server)", "ddp-gloo": "torch DDP, gloo"}
+SYSTEMS = {
+    "hybrid": "pscore hybrid, 1 server",
+    "ddp-gloo": "DDP gloo, dense grads",
+    "ddp-gloo-sparse": "DDP gloo, sparse grads",
+}
 
 
 def _batches(args, rank: int, world: int):
@@ -185,15 +194,19 @@ def _batches(args, rank: int, world: int):
     return [tuple(t[s : s + args.batch] for t in shard) for s in starts]
 
 
-def _time_steps(step, batches, warmup: int, barrier) -> float:
+def _time_steps(step, batches, warmup: int, barrier) -> list[float]:
+    """Seconds of each step after the warmup (the steps are lockstep: each ends with the
+    job's collective or sync push, so one worker's times are the job's)."""
     for b in batches[:warmup]:
         step(b)
     barrier()
-    start = time.perf_counter()
+    times = []
     for b in batches[warmup:]:
+        start = time.perf_counter()
         step(b)
+        times.append(time.perf_counter() - start)
     barrier()
-    return time.perf_counter() - start
+    return times
 
 
 def _hybrid_worker(args) -> tuple[int, float]:
@@ -211,20 +224,34 @@ def _hybrid_worker(args) -> tuple[int, float]:
     return rank, seconds
 
 
+def _ddp_optimizers(model: Any, sparse: bool) -> list:
+    """Adam; with sparse tables, torch's SparseAdam (lazy Adam, as the servers run) for them."""
+    import torch
+
+    kinds = (torch.nn.Embedding, torch.nn.EmbeddingBag)
+    tables = [m.weight for m in model.modules() if isinstance(m, kinds)] if sparse else []
+    dense = [p for p in model.parameters() if all(p is not t for t in tables)]
+    optimizers = [torch.optim.Adam(dense, **OPTIMIZER_ARGS)]
+    return optimizers + ([torch.optim.SparseAdam(tables, **OPTIMIZER_ARGS)] if tables else [])
+
+
 def _ddp_worker(args) -> tuple[int, float]:
     import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
-    model = torch.nn.parallel.DistributedDataParallel(make_model(args.rows))
-    optimizer = torch.optim.Adam(model.parameters(), **OPTIMIZER_ARGS)
+    sparse = args.worker == "ddp-gloo-sparse"
+    model = torch.nn.parallel.DistributedDataParallel(make_model(args.rows, sparse=sparse))
+    optimizers = _ddp_optimizers(model.module, sparse)
 
     def step(batch):
         *inputs, labels = batch
         loss = loss_fn(model(*inputs), labels)
-        optimizer.zero_grad()
+        for o in optimizers:
+            o.zero_grad()
         loss.backward()
-        optimizer.step()
+        for o in optimizers:
+            o.step()
 
     batches = _batches(args, dist.get_rank(), dist.get_world_size())
     seconds = _time_steps(step, batches, args.warmup, dist.barrier)
@@ -237,12 +264,12 @@ def _worker(args) -> int:
     rank, seconds = (_hybrid_worker if args.worker == "hybrid" else _ddp_worker)(args)
     if rank == 0:
         with open(args.result, "w") as f:
-            json.dump({"seconds": seconds}, f)
+            json.dump({"step_seconds": seconds}, f)
     return 0
 
 
-def _phase(system: str, args) -> float:
-    """samples/s of one run of `system` with fresh processes."""
+def _phase(system: str, args) -> list[float]:
+    """The step times of one run of `system` with fresh processes."""
     with tempfile.TemporaryDirectory(prefix="pscore-ctr-") as tmp:
         result = os.path.join(tmp, "result.json")
         command = [sys.executable, "-m", "pscore.launch", "-n", str(args.workers), "-m"]
@@ -255,8 +282,7 @@ def _phase(system: str, args) -> float:
                 env.update(stack.enter_context(local_servers(args.servers, args.workers)))
             subprocess.run(command, env=env, check=True, timeout=args.timeout)
         with open(result) as f:
-            seconds = json.load(f)["seconds"]
-    return args.workers * args.batch * args.steps / seconds
+            return json.load(f)["step_seconds"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -264,15 +290,20 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m pscore.bench.ctr",
         description="CTR model with a 1M-row table: hybrid vs torch DDP on gloo, samples/s",
     )
-    p.add_argument("--compare", default="ddp-gloo", help="ddp-gloo, or none")
+    p.add_argument(
+        "--compare",
+        default="ddp-gloo,ddp-gloo-sparse",
+        help="peers, comma-separated: ddp-gloo (dense table gradients), ddp-gloo-sparse "
+        "(sparse=True tables, SparseAdam), or none (default: %(default)s)",
+    )
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--servers", type=int, default=1)
     p.add_argument("--rows", type=int, default=FIELD_ROWS[0], help="rows of the largest table")
     p.add_argument("--samples", type=int, default=100_000)
     p.add_argument("--batch", type=int, default=BATCH, help="per worker")
-    p.add_argument("--steps", type=int, default=30, help="timed steps per phase")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per phase")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--phases", type=int, default=2, help="runs per system, alternating")
+    p.add_argument("--phases", type=int, default=3, help="runs per system, alternating")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per phase")
     p.add_argument("--json", default=None, metavar="PATH")
     p.add_argument("--worker", choices=list(SYSTEMS), help=argparse.SUPPRESS)
@@ -284,26 +315,31 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.worker:
         return _worker(args)
-    if args.compare not in ("ddp-gloo", "none"):
-        raise SystemExit(f"--compare takes ddp-gloo or none, not {args.compare!r}")
-    systems = ["hybrid"] + (["ddp-gloo"] if args.compare == "ddp-gloo" else [])
-    rates: dict[str, list[float]] = {s: [] for s in systems}
+    peers = [] if args.compare == "none" else args.compare.split(",")
+    unknown = [p for p in peers if p not in SYSTEMS or p == "hybrid"]
+    if unknown:
+        raise SystemExit(
+            f"--compare: no peer {', '.join(unknown)}; the peers are ddp-gloo, "
+            "ddp-gloo-sparse (or none)"
+        )
+    systems = ["hybrid", *peers]
+    times: dict[str, list[float]] = {s: [] for s in systems}
     for _ in range(args.phases):
         for s in systems:
-            rates[s].append(_phase(s, args))
-    best = {s: max(r) for s, r in rates.items()}
-    rows = [[SYSTEMS[s], best[s], ", ".join(f"{r:.0f}" for r in rates[s])] for s in systems]
+            times[s] += _phase(s, args)
+    samples = args.workers * args.batch
+    rate = {s: samples / p50(t) for s, t in times.items()}
+    ratio = {p: rate["hybrid"] / rate[p] for p in peers}
+    rows = [[SYSTEMS[s], p50(times[s]) * 1e3, rate[s], ratio.get(s, 1.0)] for s in systems]
     print_table(
         f"CTR model, {args.rows} x {DIM} table, {args.workers} workers, batch {args.batch} "
-        "per worker, Adam",
-        ["system", "samples/s", "phases"],
+        f"per worker, Adam; p50 over {args.phases} x {args.steps} steps",
+        ["system", "step ms", "samples/s", "hybrid/it"],
         rows,
-        [28, 12, 24],
+        [26, 10, 12, 11],
     )
-    result = {"rows": args.rows, "workers": args.workers, "batch": args.batch, "rates": rates}
-    if "ddp-gloo" in best:
-        result["ratio"] = best["hybrid"] / best["ddp-gloo"]
-        print(f"# hybrid / ddp-gloo = {result['ratio']:.2f}x")
+    result = {"rows": args.rows, "workers": args.workers, "batch": args.batch}
+    result.update(samples_per_s=rate, ratio=ratio, step_seconds=times)
     write_json(args.json, {"benchmark": "ctr", **result})
     return 0
 
