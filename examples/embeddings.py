@@ -19,17 +19,29 @@ import torch
 
 import pscore
 from pscore.bench import ctr
-from pscore.train import STRATEGIES
+from pscore.train import STRATEGIES, Hook
 
 
-def held_out_auc(model: torch.nn.Module, test: tuple, batch: int = 8192) -> float:
-    *inputs, labels = test
-    model.eval()
-    with torch.no_grad():
-        scores = torch.cat(
-            [model(*(x[i : i + batch] for x in inputs)) for i in range(0, len(labels), batch)]
-        )
-    return ctr.auc(scores.numpy(), labels.numpy())
+class HeldOutAUC(Hook):
+    """The test AUC after each epoch, computed while fit() runs: under pscore-run --servers the
+    servers holding the tables stop once every worker's fit() is over."""
+
+    def __init__(self, test: tuple, batch: int = 8192):
+        self.test, self.batch, self.auc = test, batch, float("nan")
+
+    def after_epoch(self, trainer, epoch: int, metrics: dict) -> None:
+        *inputs, labels = self.test
+        model = trainer.model
+        model.eval()
+        with torch.no_grad():
+            scores = [
+                model(*(x[i : i + self.batch] for x in inputs))
+                for i in range(0, len(labels), self.batch)
+            ]
+        model.train()
+        self.auc = metrics["test_auc"] = ctr.auc(torch.cat(scores).numpy(), labels.numpy())
+        if trainer.run.is_chief:
+            print(f"epoch {epoch}: loss {metrics['loss']:.4f}, test AUC {self.auc:.4f}", flush=True)
 
 
 def main() -> int:
@@ -46,15 +58,17 @@ def main() -> int:
     train, test = ctr.make_data(args.rows, args.samples, seed=0)
     # Under hybrid the tables live on the servers: build them on the meta device (no memory).
     model = ctr.make_model(args.rows, table_device="meta" if args.strategy == "hybrid" else None)
+    test_auc = HeldOutAUC(test)
     trainer = pscore.Trainer(
         model,
         ctr.loss_fn,
         optimizer=ctr.OPTIMIZER,
         optimizer_args={"lr": args.lr},
         strategy=args.strategy,
+        hooks=[test_auc],
     )
     history = trainer.fit(train, epochs=args.epochs, batch_size=args.batch)
-    auc = held_out_auc(model, test)
+    auc = test_auc.auc
     if trainer.run.is_chief:
         print(
             f"strategy {args.strategy}: {args.rows} rows, {len(history)} epochs, "
