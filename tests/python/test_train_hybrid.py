@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -121,6 +122,46 @@ def test_hybrid_equals_one_process_sgd(tmp_path):
     torch.testing.assert_close(got["final"]["bag"], want.bag.weight.detach(), atol=1e-5, rtol=0)
     for name, value in want.out.state_dict().items():
         torch.testing.assert_close(got["dense"][f"out.{name}"], value, atol=1e-5, rtol=0)
+
+
+UNEVEN = """
+import sys
+import torch
+import pscore
+from model import small_data, small_model
+
+model = small_model()
+trainer = pscore.Trainer(model, torch.nn.functional.cross_entropy, strategy="hybrid",
+                         optimizer_args={"lr": 0.5})
+ids, tags, labels = small_data()
+history = trainer.fit((ids[:33], tags[:33], labels[:33]), epochs=2, batch_size=8)
+with torch.no_grad():
+    rows = model.emb(torch.arange(40)).sum().item()
+print(f"worker {trainer.run.rank}: steps {[h['steps'] for h in history]} "
+      f"dense {model.out.weight.sum().item():.6f} rows {rows:.6f}", flush=True)
+"""
+
+
+def test_uneven_shards_finish_with_the_same_weights(tmp_path):
+    """33 samples, batch 8: worker 0 has 3 batches an epoch, worker 1 two and a join step."""
+    (tmp_path / "model.py").write_text(textwrap.dedent(MODEL))
+    (tmp_path / "uneven.py").write_text(textwrap.dedent(UNEVEN))
+    with local_servers(1, 2) as env:
+        done = _launch(["uneven.py"], env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = sorted(re.findall(r"worker (\d): steps (\[.*?\]) dense (\S+) rows (\S+)", done.stdout))
+    assert [(w, steps) for w, steps, _, _ in found] == [("0", "[3, 3]"), ("1", "[2, 2]")]
+    assert found[0][2:] == found[1][2:]  # dense weights and rows agree on both workers
+
+
+def test_hybrid_needs_servers(monkeypatch):
+    import pscore
+
+    monkeypatch.delenv("PSCORE_NUM_SERVERS", raising=False)
+    monkeypatch.delenv("PSCORE_STORE", raising=False)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 2), torch.nn.Linear(2, 1))
+    with pytest.raises(ValueError, match=r"strategy 'hybrid' needs parameter servers"):
+        pscore.Trainer(model, torch.nn.functional.mse_loss, strategy="hybrid")
 
 
 @pytest.fixture
