@@ -49,6 +49,7 @@ __all__ = [
     "main",
     "make_data",
     "make_model",
+    "workload_fields",
 ]
 
 FIELD_ROWS = (1_000_000, 50_000, 1_000)  # ids per field; the first is make_data's `rows`
@@ -121,6 +122,21 @@ def make_model(rows: int = FIELD_ROWS[0], table_device: Any = None, sparse: bool
 
     torch.manual_seed(0)
     return CTRModel()
+
+
+def workload_fields(samples: int = 100_000) -> dict:
+    """This workload as the keyword arguments of pscore.bench.train_workloads.Workload."""
+    return {
+        "name": "ctr",
+        "make_model": make_model,
+        "make_data": lambda: make_data(samples=samples),
+        "loss_fn": loss_fn,
+        "optimizer": OPTIMIZER,
+        "optimizer_args": dict(OPTIMIZER_ARGS),
+        "batch_size": BATCH,
+        "target_accuracy": None,
+        "about": f"CTR model, {FIELD_ROWS[0]:,}-row table + 3 smaller, synthetic, samples/s",
+    }
 
 
 def loss_fn(logits: Any, labels: Any) -> Any:
