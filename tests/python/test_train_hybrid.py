@@ -269,6 +269,9 @@ def test_tied_weights_and_bad_options_are_refused(one_worker_job):
     model.head.weight = model.emb.weight
     with pytest.raises(ValueError, match=r"Embedding 'emb' shares its weight with head.weight"):
         find_embeddings(model)
+    shared = torch.nn.Module()
+    shared.a = shared.b = torch.nn.Embedding(10, 2)  # one table reached by two paths
+    assert [name for name, _ in find_embeddings(shared)] == ["a"]
     with pytest.raises(ValueError, match=r"min_rows must be an int >= 0, got -1"):
         Hybrid(min_rows=-1)
     with pytest.raises(ValueError, match=r"row_init takes .* not 'sd'"):

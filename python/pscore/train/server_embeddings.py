@@ -19,8 +19,9 @@ def _kinds() -> tuple:
     return (torch.nn.Embedding, torch.nn.EmbeddingBag)
 
 
-def _unsupported(name: str, module: Any, tied: dict) -> str | None:
-    """Why `module` cannot move to the servers, or None."""
+def _unsupported(name: str, module: Any, tied: list) -> str | None:
+    """Why `module` cannot move to the servers, or None. tied: the other modules' parameter
+    names its weight also goes by."""
     import torch
 
     kind = type(module).__name__
@@ -35,10 +36,9 @@ def _unsupported(name: str, module: Any, tied: dict) -> str | None:
         return f"{kind} {name!r} has {weight.dtype} weights; the parameter servers hold float32"
     if weight.device.type not in ("cpu", "meta"):
         return f"{kind} {name!r} is on {weight.device}; the parameter servers take CPU tensors"
-    others = [n for n in tied.get(id(weight), ()) if n != f"{name}.weight"]
-    if others:
+    if tied:
         return (
-            f"{kind} {name!r} shares its weight with {', '.join(others)} (tied weights); a "
+            f"{kind} {name!r} shares its weight with {', '.join(tied)} (tied weights); a "
             "table on the parameter servers cannot also be a dense parameter"
         )
     return None
@@ -48,9 +48,9 @@ def find_embeddings(model: Any, min_rows: int = 0) -> list[tuple[str, Any]]:
     """(name, module) of each trainable Embedding / EmbeddingBag of `model` with at least
     `min_rows` rows; ValueError naming the module when one of them cannot go to the servers.
     Frozen tables (requires_grad False) stay on the worker: there is nothing to push."""
-    tied: dict[int, list[str]] = {}
+    names: dict[int, list[str]] = {}  # a parameter's names, one per module holding it
     for n, p in model.named_parameters(remove_duplicate=False):
-        tied.setdefault(id(p), []).append(n)
+        names.setdefault(id(p), []).append(n)
     found = []
     for name, module in model.named_modules():
         if not isinstance(module, _kinds()):
@@ -62,6 +62,11 @@ def find_embeddings(model: Any, min_rows: int = 0) -> list[tuple[str, Any]]:
             )
         if not module.weight.requires_grad or module.num_embeddings < min_rows:
             continue
+        tied = [  # the same module reached by two paths is one table, not a tie
+            n
+            for n in names.get(id(module.weight), ())
+            if model.get_submodule(n.rpartition(".")[0]) is not module
+        ]
         why = _unsupported(name, module, tied)
         if why:
             raise ValueError(f"strategy 'hybrid': {why}")
