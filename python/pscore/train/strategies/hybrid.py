@@ -1,0 +1,121 @@
+"""hybrid: dense parameters by allreduce, embedding tables on the parameter servers (ElasticDL's
+big embeddings, PERSIA).
+
+At setup each trainable torch.nn.Embedding / EmbeddingBag with at least `min_rows` rows
+becomes a sparse table on the servers and its local weight is freed (see
+pscore.train.server_embeddings): a forward pulls only the rows of the batch's distinct ids, and
+update() pushes their gradients. The tables are `sync` (BSP): a shard applies the mean of the
+workers' row gradients once every worker has pushed, with the Trainer's optimizer run on the
+servers (pscore.ps.optim, torch.optim's arithmetic; an untouched row is not updated, as with
+torch's sparse optimizers). Everything else is trained exactly as the allreduce strategy trains
+it; the sparse push is in flight while the dense gradients are reduced.
+
+Rows are created on the servers the first time an id is touched, from `row_init` (default
+normal(0, 1), torch's initialisation of both modules; seeded per table by the Trainer's seed),
+not copied from the chief's weights: a sparse table has no bulk assignment, and a table of
+millions of rows is exactly what should never cross the wire whole. A padding_idx row reads as
+zeros and is never pushed, as torch keeps it. After fit() the model still looks its rows up on
+the servers, so `model(x)` works while they run."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from .. import servers
+from ..server_embeddings import ServerEmbedding, find_embeddings
+from .allreduce import AllReduce
+from .base import Strategy
+
+__all__ = ["Hybrid"]
+
+_ROW_INIT_KEYS = ("initializer", "mean", "std", "low", "high", "value")
+TABLE_PREFIX = "hybrid/"  # a module "emb.user" is the servers' table "hybrid/emb.user"
+
+
+class Hybrid(AllReduce):
+    """Options: min_rows (only tables with at least this many rows go to the servers; the
+    others are dense parameters; default 0 = all), row_init (create_sparse initializer
+    settings, default {"initializer": "normal", "mean": 0.0, "std": 1.0})."""
+
+    name = "hybrid"
+    needs_servers = True
+
+    def __init__(self, min_rows: int = 0, row_init: dict | None = None, **options: Any):
+        if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 0:
+            raise ValueError(f"strategy 'hybrid': min_rows must be an int >= 0, got {min_rows!r}")
+        row_init = dict(row_init or {"initializer": "normal", "mean": 0.0, "std": 1.0})
+        unknown = sorted(set(row_init) - set(_ROW_INIT_KEYS))
+        if unknown:
+            raise ValueError(
+                f"strategy 'hybrid': row_init takes {', '.join(_ROW_INIT_KEYS)}, not "
+                f"{', '.join(map(repr, unknown))}"
+            )
+        super().__init__(**options)
+        self.min_rows, self.row_init = min_rows, row_init
+        self.tables: list[ServerEmbedding] = []
+        self.client: Any = None
+        self.dense = True  # the model has parameters left to allreduce
+
+    def setup(self, trainer: Any) -> None:
+        found = find_embeddings(trainer.model, self.min_rows)
+        if not found:
+            raise ValueError(
+                f"strategy 'hybrid': the model has no trainable nn.Embedding or nn.EmbeddingBag "
+                f"with >= {self.min_rows} rows to put on the parameter servers (use allreduce)"
+            )
+        self.client = servers.connect(trainer.run)
+        optimizer = trainer.optimizer_choice.server()
+        self.tables = [
+            ServerEmbedding(
+                self.client,
+                TABLE_PREFIX + name,
+                name,
+                module,
+                optimizer=optimizer,
+                consistency="sync",
+                seed=(trainer.seed << 32) ^ zlib.crc32(name.encode()),
+                **self.row_init,
+            )
+            for name, module in found
+        ]
+        self.dense = any(p.requires_grad for p in trainer.model.parameters())
+        if self.dense:  # the dense half: what is left in model.parameters()
+            super().setup(trainer)
+        else:  # every parameter is on the servers
+            Strategy.setup(self, trainer)
+
+    def _with_rows_pushed(self, dense_step: Any) -> None:
+        """Starts every table's push, runs the dense step meanwhile, then waits for the pushes
+        (a sync table answers once every worker's push of the step has arrived)."""
+        works = [t.push_async() for t in self.tables]
+        dense_step()
+        for w in works:
+            w.wait()
+
+    def update(self) -> None:
+        self._with_rows_pushed(super().update if self.dense else _nothing)
+
+    def join_step(self) -> None:
+        self._with_rows_pushed(super().join_step if self.dense else _nothing)
+
+    def state_tensors(self) -> dict:
+        return super().state_tensors() if self.dense else {}
+
+    def load_state_tensors(self, tensors: dict) -> None:
+        if self.dense:
+            super().load_state_tensors(tensors)
+
+    def finish(self) -> None:
+        super().finish()
+        self.client.worker_done()
+
+    def save_servers(self, directory: str) -> None:
+        self.client.save(directory)
+
+    def load_servers(self, directory: str) -> None:
+        self.client.load(directory)
+
+
+def _nothing() -> None:
+    pass
