@@ -59,6 +59,7 @@ class Trainer:
         self.batch_in_epoch = 0  # batches of the current epoch already taken
         self._stop_reason: str | None = None
         self._ready = False
+        self._unfinished = False  # steps taken since the strategy's last finish()
         if self.run.is_server:
             self.strategy.serve(self)
             raise SystemExit(0)
@@ -110,11 +111,13 @@ class Trainer:
         self.strategy.backward(loss)
         self.strategy.update()
         self.global_step += 1
+        self._unfinished = True
         return float(loss.detach())
 
     def _join_step(self) -> None:
         self.strategy.join_step()
         self.global_step += 1
+        self._unfinished = True
 
     def _epoch_steps(self, data: ShardedData) -> int:
         """Steps every worker takes this epoch: lockstep strategies all take the most any
@@ -176,6 +179,7 @@ class Trainer:
             if self.batch_in_epoch >= steps:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         self.strategy.finish()
+        self._unfinished = False
         for h in self.hooks:
             h.end(self, history)
         return history
@@ -216,6 +220,11 @@ class Trainer:
         return metrics
 
     def close(self) -> None:
-        """Leaves the job's process group (fit() leaves it joined for further calls)."""
+        """Finishes the strategy after steps of a loop of the user's own (step(); fit() does it
+        itself: PS strategies tell the servers this worker is done), then leaves the job's
+        process group (fit() leaves it joined for further calls)."""
+        if self._unfinished:
+            self.strategy.finish()
+            self._unfinished = False
         if collectives.is_initialized():
             collectives.destroy_process_group()
