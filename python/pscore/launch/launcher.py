@@ -468,6 +468,13 @@ def _make_log_dir(path: str | None) -> None:
         raise ValueError(f"--log-dir {path}: cannot create it: {e.strerror or e}") from None
 
 
+def _abort(supervisor: Supervisor, console: Console, message: str) -> int:
+    console.message(f"pscore-run: {message}")
+    supervisor.stop_all()
+    supervisor.run()
+    return 1
+
+
 def main(argv: list | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -489,12 +496,12 @@ def main(argv: list | None = None) -> int:
     try:
         try:
             ranks = _start_ranks(command, node, supervisor, roles)
+        except OSError as e:
+            return _abort(supervisor, console, f"cannot start a rank: {e}")
+        try:
             store = job_roles.host_store(roles, node.job_id) if roles and roles.servers else None
         except (OSError, pscore_errors.Error) as e:
-            console.message(f"pscore-run: cannot start a rank or the job's store: {e}")
-            supervisor.stop_all()
-            supervisor.run()
-            return 1
+            return _abort(supervisor, console, f"cannot serve the job's store: {e}")
         try:
             return _watch(ranks, supervisor, console, args, node)
         finally:

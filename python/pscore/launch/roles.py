@@ -53,9 +53,10 @@ def resolve(args, nnodes: int, pick_port) -> Roles | None:
     if workers is None and (servers is not None or groups is not None):
         flag = "--servers" if servers is not None else "--worker-groups"
         raise ValueError(f"{flag} needs --workers N (the training workers; not -n)")
-    args.nproc = workers if workers is not None else (args.nproc or 1)
     if workers is None:
+        args.nproc = 1 if args.nproc is None else args.nproc
         return None
+    args.nproc = workers
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     if servers is not None and servers < 1:
