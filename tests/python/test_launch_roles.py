@@ -69,7 +69,9 @@ SERVER_STAYS = """
 
 def test_a_ps_task_left_running_after_the_workers_succeed_is_stopped(tmp_path):
     script = write(tmp_path, "stays.py", SERVER_STAYS)
-    result = launch(["--workers", "2", "--servers", "1", "--grace-period", "1", script, "0"], tmp_path)
+    result = launch(
+        ["--workers", "2", "--servers", "1", "--grace-period", "1", script, "0"], tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert "the workers finished 1 s ago and ps 0 still run(s); stopping them" in result.stderr
     assert "FAILED" not in result.stderr

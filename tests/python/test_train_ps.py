@@ -11,27 +11,23 @@ from train_ps_helpers import ROOT, launch, write
 
 torch = pytest.importorskip("torch")
 
-import pscore  # noqa: E402
+import pscore
 
 # Each worker trains a small net on its half of 16 samples (shuffle off: rank r gets r::2) and
-# saves its final weights; the chief also records the servers' global step before the end.
+# saves its final weights and the servers' global step at the end.
 EQUALITY = """
-    import json, sys, torch, pscore, pscore.train
-
-    class Steps(pscore.train.Hook):
-        def after_epoch(self, trainer, epoch, metrics):
-            self.server_step = trainer.strategy.global_step()
+    import json, sys, torch, pscore
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(16, 5, generator=g), torch.randn(16, 2, generator=g)
     optimizer, args = sys.argv[1], json.loads(sys.argv[2])
-    hook = Steps()
     trainer = pscore.Trainer(model, torch.nn.functional.mse_loss, optimizer=optimizer,
-                             optimizer_args=args, strategy="ps-sync", hooks=[hook])
+                             optimizer_args=args, strategy="ps-sync")
     history = trainer.fit((x, y), epochs=2, batch_size=4, shuffle=False)
-    torch.save({"state": model.state_dict(), "server_step": hook.server_step,
+    trainer.evaluate((x, y))  # after fit: the model's final weights, no servers needed
+    torch.save({"state": model.state_dict(), "server_step": trainer.strategy.global_step(),
                 "steps": trainer.global_step}, f"weights{trainer.run.rank}.pt")
 """
 
@@ -78,7 +74,8 @@ DIGITS = os.path.join(ROOT, "examples", "train_digits.py")
 
 # Asynchronous pushes (each worker its own group here) take 20 epochs to clear 95% with a margin.
 @pytest.mark.parametrize(
-    ("strategy", "groups", "epochs"), [("ps-sync", "1", "10"), ("ps-async", "2", "20"), ("ssp", "2", "20")]
+    ("strategy", "groups", "epochs"),
+    [("ps-sync", "1", "10"), ("ps-async", "2", "20"), ("ssp", "2", "20")],
 )
 def test_digits_reach_95_percent(tmp_path, strategy, groups, epochs):
     flags = ["--workers", "2", "--servers", "1", "--worker-groups", groups, DIGITS]
@@ -132,5 +129,3 @@ def test_bad_strategy_options_are_clear_errors():
         pscore.Trainer(model, loss, strategy="ssp", strategy_args={"staleness": -1})
     with pytest.raises(TypeError, match="takes no option 'staleness'"):
         pscore.Trainer(model, loss, strategy="ps-sync", strategy_args={"staleness": 1})
-
-

@@ -38,5 +38,3 @@ def write(tmp_path, name: str, body: str) -> str:
     path = tmp_path / name
     path.write_text(textwrap.dedent(body))
     return str(path)
-
-

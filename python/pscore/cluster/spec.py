@@ -181,4 +181,6 @@ class ClusterSpec:
         if self.topology is None:
             return f"ClusterSpec({self.as_dict()!r})"
         fields = dataclasses.asdict(self.topology)
-        return f"ClusterSpec({self.as_dict()!r}, {', '.join(f'{k}={v!r}' for k, v in fields.items())})"
+        return (
+            f"ClusterSpec({self.as_dict()!r}, {', '.join(f'{k}={v!r}' for k, v in fields.items())})"
+        )

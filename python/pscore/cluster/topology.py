@@ -48,7 +48,7 @@ class Topology:
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"ClusterSpec: {name} must be an int >= {least}, got {value!r}")
         if not isinstance(self.server_worker_separate, bool):
-            raise ValueError(
+            raise TypeError(
                 "ClusterSpec: server_worker_separate must be True or False, got "
                 f"{self.server_worker_separate!r}"
             )

@@ -98,6 +98,12 @@ class Supervisor:
             )
             self.stop_all()
 
+    def _workers_all_succeeded(self, reaped: Rank) -> bool:
+        """After reaping `reaped` (which exited 0): was it the last worker, with no failure?"""
+        if reaped.role == "ps" or self.failure is not None or self.signalled is not None:
+            return False
+        return not self._live_roles("worker")
+
     def _after_workers(self) -> None:
         """Every worker exited 0: the ps tasks get a grace period to exit on their own."""
         self.workers_succeeded = True
@@ -135,9 +141,8 @@ class Supervisor:
                     f"stopping the other {len(self.live)} rank(s){self.node_note}"
                 )
                 self.stop_all()
-            elif rank.role != "ps" and self.failure is None and self.signalled is None:
-                if not self._live_roles("worker"):
-                    self._after_workers()
+            elif self._workers_all_succeeded(rank):
+                self._after_workers()
         for timer in (self.killer, self.server_stopper):
             if timer is not None:
                 timer.cancel()

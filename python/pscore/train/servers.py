@@ -15,10 +15,9 @@ import time
 from typing import Any
 
 from .. import _config, errors
-from ..ps import PSClient
-from ..ps.server import PServer
+from ..ps import PSClient, environment
 from ..ps import discovery as ps_discovery
-from ..ps import environment
+from ..ps.server import PServer
 
 __all__ = ["JOB_END_TIMEOUT_S", "JobEnd", "connect", "serve"]
 

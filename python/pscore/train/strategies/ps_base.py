@@ -32,6 +32,7 @@ class PSStrategy(Strategy):
         self.client: Any = None
         self.tables: dict[str, Any] = {}
         self.ended = False
+        self.final_step = 0
 
     # ---- ps tasks ---------------------------------------------------------------------------
     def serve(self, trainer: Any) -> None:
@@ -94,11 +95,15 @@ class PSStrategy(Strategy):
             )
 
     def global_step(self) -> int:
-        """The job's global step as the servers count it (updates applied to the tables)."""
-        return self.client.global_step()
+        """The job's global step as the servers count it (updates applied to the tables); after
+        finish(), its value then."""
+        return self.final_step if self.ended else self.client.global_step()
 
     def sync_model(self) -> None:
-        self.pull_into_model()
+        """Pulls the servers' values; after finish() the model already holds the final ones
+        (and the ps tasks may be gone)."""
+        if not self.ended:
+            self.pull_into_model()
 
     def save_servers(self, directory: str) -> None:
         self.client.save(directory)
@@ -112,10 +117,11 @@ class PSStrategy(Strategy):
         every worker got there, the final weights into the model and the job's store told."""
         if self.ended:
             return
-        self.ended = True
         self.client.worker_done()
         collectives.barrier()
-        self.sync_model()
+        self.pull_into_model()
+        self.final_step = self.client.global_step()
+        self.ended = True
         run = self.trainer.run
         end = servers.JobEnd.open(run, self.connect_timeout)
         if end is not None:
