@@ -175,3 +175,40 @@ def test_pserver_by_hand_with_workers_from_pscore_run(tmp_path):
         for s in servers:
             s.communicate(timeout=30)
     assert all(s.returncode == 0 for s in servers)
+
+
+PS_TASK = """
+    import torch, pscore
+    pscore.Trainer(torch.nn.Linear(2, 2), torch.nn.functional.mse_loss, strategy="ps-sync")
+"""
+
+
+def test_a_ps_task_whose_store_vanishes_exits_non_zero(tmp_path):
+    port = free_port()
+    store = subprocess.Popen(
+        [sys.executable, "-m", "pscore.store.server", "--port", str(port)],
+        env=environment(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    roles = {"PSCORE_ROLE": "ps", "PSCORE_SHARD": "0", "PSCORE_NUM_SERVERS": "1"}
+    roles |= {"PSCORE_NUM_WORKERS": "2", "PSCORE_STORE": f"tcp://127.0.0.1:{port}"}
+    ps = subprocess.Popen(
+        [sys.executable, write(tmp_path, "ps.py", PS_TASK)],
+        env=environment(**roles),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "serving on 127.0.0.1:" in ps.stdout.readline()
+        store.terminate()
+        store.communicate(timeout=30)
+        _, err = ps.communicate(timeout=HANG_GUARD_S)
+    finally:
+        for p in (ps, store):
+            if p.poll() is None:
+                p.kill()
+    assert ps.returncode == 1
+    assert "ps task (shard 0): the job's store at tcp://127.0.0.1:" in err
+    assert "stopped answering after 0 of 2 workers finished" in err
