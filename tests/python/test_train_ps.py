@@ -12,6 +12,8 @@ from train_ps_helpers import ROOT, launch, write
 torch = pytest.importorskip("torch")
 
 import pscore
+from pscore.train.run import Run
+from pscore.train.strategies.ps_sync import PSSync
 
 # Each worker trains a small net on its half of 16 samples (shuffle off: rank r gets r::2) and
 # saves its final weights and the servers' global step at the end.
@@ -129,3 +131,7 @@ def test_bad_strategy_options_are_clear_errors():
         pscore.Trainer(model, loss, strategy="ssp", strategy_args={"staleness": -1})
     with pytest.raises(TypeError, match="takes no option 'staleness'"):
         pscore.Trainer(model, loss, strategy="ps-sync", strategy_args={"staleness": 1})
+    two_workers = Run("chief", 0, 2, num_servers=1)
+    with pytest.raises(ValueError, match="backup_workers=2 leaves no worker to close a round"):
+        PSSync(backup_workers=2).check(two_workers)
+    PSSync(backup_workers=1).check(two_workers)
