@@ -17,15 +17,18 @@ from ..store.native import TCPStore
 __all__ = ["Roles", "host_store", "resolve", "server_environment", "worker_environment"]
 
 # What a ps task must not inherit: it has no rank among the workers.
+_PSCORE_RANK_VARIABLES = (
+    _config.RANK,
+    _config.WORLD_SIZE,
+    _config.LOCAL_RANK,
+    _config.LOCAL_WORLD_SIZE,
+    _config.MASTER_ADDR,
+    _config.MASTER_PORT,
+)
 _RANK_VARIABLES = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
+    *("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
+    *("GROUP_RANK", "GROUP_WORLD_SIZE"),
+    *(v.name for v in _PSCORE_RANK_VARIABLES),
 )
 
 
@@ -96,7 +99,6 @@ def server_environment(env: dict, roles: Roles, shard: int) -> dict:
     env = dict(env)
     for name in _RANK_VARIABLES:
         env.pop(name, None)
-        env.pop("PSCORE_" + name, None)
     _job_variables(env, roles)
     env[_config.ROLE.name] = "ps"
     env[_config.SHARD.name] = str(shard)
