@@ -92,14 +92,21 @@ def test_digits_reach_95_percent(tmp_path, strategy, groups, epochs):
 # 65 samples, batches of 16: on 2 workers, worker 0 has 3 batches per epoch and worker 1 two; on
 # 4 workers, worker 0 has 2 and the others 1 (groups of 2 run the most any worker has: 2).
 UNEVEN = """
-    import sys, torch, pscore
+    import sys, torch, pscore, pscore.train
+
+    class Table(pscore.train.Hook):
+        def begin(self, trainer):
+            settings = dict(trainer.strategy.client.table("dense/weight").settings)
+            self.kind = settings["consistency"], settings.get("staleness")
+
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
     x, y = torch.randn(65, 4), torch.randint(0, 2, (65,))
+    table = Table()
     trainer = pscore.Trainer(model, torch.nn.functional.cross_entropy, strategy=sys.argv[1],
-                             optimizer_args={"lr": 0.1})
+                             optimizer_args={"lr": 0.1}, hooks=[table])
     history = trainer.fit((x, y), epochs=3, batch_size=16)
-    print(f"worker {trainer.run.rank} steps {trainer.global_step}", flush=True)
+    print(f"worker {trainer.run.rank} steps {trainer.global_step} table {table.kind}", flush=True)
 """
 
 
@@ -108,12 +115,13 @@ UNEVEN = """
     [("ps-sync", "1", (9, 6)), ("ssp", "2", (9, 6)), ("ps-async", "2", (6, 6, 6, 6))],
 )
 def test_uneven_shards_finish(tmp_path, strategy, groups, steps):
+    table = {"ps-sync": "('sync', '0')", "ssp": "('ssp', '3')", "ps-async": "('async', '0')"}
     script = write(tmp_path, "uneven.py", UNEVEN)
     flags = ["--workers", str(len(steps)), "--servers", "1", "--worker-groups", groups]
     result = launch([*flags, "--grace-period", "30", script, strategy], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     for rank, n in enumerate(steps):
-        assert f"[rank{rank}]: worker {rank} steps {n}" in result.stdout
+        assert f"[rank{rank}]: worker {rank} steps {n} table {table[strategy]}" in result.stdout
     # the ps task ended by itself: the launcher did not have to stop it
     assert "still run" not in result.stderr
 

@@ -42,23 +42,19 @@ class PSAsync(PSStrategy):
         size = run.world_size // run.worker_groups
         first = run.rank // size * size
         self.leader, self.is_leader = first, run.rank == first
-        # every rank creates every group, in the same order (new_group's rule)
-        groups = [
-            collectives.new_group(list(range(g, g + size))) for g in range(0, run.world_size, size)
-        ]
-        self.group = groups[run.rank // size] if size > 1 else None
+        self.group = None  # a worker alone in its group talks to the servers directly
+        if size > 1:  # every rank creates every group, in the same order (new_group's rule)
+            groups = [
+                collectives.new_group(list(range(g, g + size)))
+                for g in range(0, run.world_size, size)
+            ]
+            self.group = groups[run.rank // size]
         self.lockstep = size > 1
         super().setup(trainer)
         params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
         self.create_dense_tables(params)
         if not self.is_leader:
             self.client.worker_done()
-
-    def table_settings(self) -> dict:
-        return {**super().table_settings(), **self.consistency_settings()}
-
-    def consistency_settings(self) -> dict:
-        return {}
 
     def _push_pull(self, grads: dict) -> None:
         works = [self.client.push_pull_async(t, g, self.tables[t].data) for t, g in grads.items()]
@@ -118,5 +114,5 @@ class SSP(PSAsync):
             raise ValueError(f"strategy 'ssp': staleness must be an int >= 0, got {staleness!r}")
         self.staleness = staleness
 
-    def consistency_settings(self) -> dict:
-        return {"staleness": self.staleness}
+    def table_settings(self) -> dict:
+        return {**super().table_settings(), "staleness": self.staleness}
