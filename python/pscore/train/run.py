@@ -10,8 +10,8 @@ chief (rank 0) or worker. A ps task gets PSCORE_ROLE=ps, PSCORE_SHARD and PSCORE
 and no rank. Under TF_CONFIG the roles, ranks and shard count come from the cluster instead.
 
 A ClusterSpec with SINGA's topology (``cluster=ClusterSpec(nworker_groups=2, ...)``) gives the
-worker groups and, for PS frameworks, the shard count; it must agree with the job that runs
-(the workers started, PSCORE_NUM_SERVERS / PSCORE_WORKER_GROUPS when set), else ValueError."""
+worker groups; the job that runs must agree with it (its workers, its shard count for a PS
+framework, PSCORE_WORKER_GROUPS when set), else ValueError."""
 
 from __future__ import annotations
 
@@ -64,19 +64,19 @@ def _environment_run(cluster: Any) -> Run:
     spec = cluster if cluster is not None and cluster.jobs else env.cluster_spec
     servers = _config.NUM_SERVERS.get()
     if servers is None:
-        servers = spec.num_tasks("ps") if spec is not None and "ps" in spec.jobs else None
+        servers = spec.num_tasks("ps") if spec is not None and "ps" in spec.jobs else 0
     if not env.is_collective_member:
         if env.role == "ps":
-            return Run("ps", -1, _workers(spec), servers or 0, groups, env.task_index, env)
+            return Run("ps", -1, _workers(spec), servers, groups, env.task_index, env)
         raise ValueError(
             f"a {env.role!r} task does not train; the Trainer runs on chief, worker and ps tasks"
         )
     role = "chief" if env.rank == 0 else "worker"
-    return Run(role, env.rank, env.world_size, servers or 0, groups, env=env)
+    return Run(role, env.rank, env.world_size, servers, groups, env=env)
 
 
 def _with_topology(run: Run, t: Topology) -> Run:
-    """`run` with the topology's groups and shard count; ValueError where they disagree."""
+    """`run` with the topology's worker groups; ValueError where the job disagrees with it."""
     if run.world_size != t.workers:
         raise ValueError(
             f"the ClusterSpec has nworker_groups x nworkers_per_group = {t.nworker_groups} x "
