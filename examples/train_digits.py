@@ -2,6 +2,8 @@
 
     pscore-run -n 2 examples/train_digits.py                                  # allreduce
     pscore-run --workers 2 --servers 1 examples/train_digits.py --strategy ps-sync
+    pscore-run --workers 2 --servers 1 --worker-groups 2 examples/train_digits.py \
+        --strategy ps-async --epochs 20                       # every worker its own group
     torchrun --standalone --nproc-per-node 2 examples/train_digits.py
     pscore-run -n 2 examples/train_digits.py --checkpoint-dir ckpt --save-every-steps 50
                                               # run it again: it resumes from ckpt/latest

@@ -1,14 +1,18 @@
 """ClusterSpec: TensorFlow's map from job names ("chief", "worker", "ps", ...) to task
-addresses ("host:port"), built from a dict or read from ``TF_CONFIG``; and the two address
-helpers every server shares: ``split_address`` and ``advertised_host``."""
+addresses ("host:port"), built from a dict or read from ``TF_CONFIG``, optionally with SINGA's
+ClusterProto topology (cluster/topology.py); and the two address helpers every server shares:
+``split_address`` and ``advertised_host``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
 from collections.abc import Mapping
 from typing import Union
+
+from .topology import Topology
 
 __all__ = ["ClusterSpec", "advertised_host", "split_address"]
 
@@ -40,10 +44,40 @@ def advertised_host(host: str) -> str:
 
 class ClusterSpec:
     """Job name -> tasks. Tasks are a list (index = position) or a dict index -> address
-    (sparse, as TF allows). Every address is checked to be "host:port"."""
+    (sparse, as TF allows). Every address is checked to be "host:port".
 
-    def __init__(self, cluster: ClusterSpec | Mapping[str, JobTasks] | None = None):
+    SINGA's ClusterProto fields (``nworker_groups``, ``nserver_groups``, ``nworkers_per_group``,
+    ``nservers_per_group``, ``nworkers_per_procs``, ``nservers_per_procs``,
+    ``server_worker_separate``), given as keywords, make ``.topology`` (a
+    pscore.cluster.topology.Topology, else None): the job's worker and server groups and the
+    framework the Trainer's strategy="auto" picks from them."""
+
+    def __init__(
+        self,
+        cluster: ClusterSpec | Mapping[str, JobTasks] | None = None,
+        *,
+        nworker_groups: int | None = None,
+        nserver_groups: int | None = None,
+        nworkers_per_group: int | None = None,
+        nservers_per_group: int | None = None,
+        nworkers_per_procs: int | None = None,
+        nservers_per_procs: int | None = None,
+        server_worker_separate: bool | None = None,
+    ):
+        singa = {
+            "nworker_groups": nworker_groups,
+            "nserver_groups": nserver_groups,
+            "nworkers_per_group": nworkers_per_group,
+            "nservers_per_group": nservers_per_group,
+            "nworkers_per_procs": nworkers_per_procs,
+            "nservers_per_procs": nservers_per_procs,
+            "server_worker_separate": server_worker_separate,
+        }
+        given = {k: v for k, v in singa.items() if v is not None}
+        self.topology: Topology | None = Topology(**given) if given else None
         if isinstance(cluster, ClusterSpec):
+            if self.topology is None:
+                self.topology = cluster.topology
             cluster = cluster.as_dict()
         if cluster is None:
             cluster = {}
@@ -132,12 +166,21 @@ class ClusterSpec:
         }
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ClusterSpec) and self._jobs == other._jobs
+        return (
+            isinstance(other, ClusterSpec)
+            and self._jobs == other._jobs
+            and self.topology == other.topology
+        )
 
     __hash__ = None  # equal by value, and its jobs are dicts: unhashable, as Python makes it
 
     def __bool__(self) -> bool:
-        return bool(self._jobs)
+        return bool(self._jobs) or self.topology is not None
 
     def __repr__(self) -> str:
-        return f"ClusterSpec({self.as_dict()!r})"
+        if self.topology is None:
+            return f"ClusterSpec({self.as_dict()!r})"
+        fields = dataclasses.asdict(self.topology)
+        return (
+            f"ClusterSpec({self.as_dict()!r}, {', '.join(f'{k}={v!r}' for k, v in fields.items())})"
+        )

@@ -4,6 +4,7 @@
     pscore-run -n 2 -m mypackage.train
     pscore-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -n 4 train.py
     python -m pscore.launch -n 2 train.py
+    pscore-run --workers 2 --servers 1 train.py            # a Trainer job with a parameter server
 
 Node ``node_rank`` of ``nnodes`` starts ``nproc`` ranks: global rank node_rank * nproc +
 local rank, world nnodes * nproc. Each rank gets PSCORE_RANK / PSCORE_WORLD_SIZE /
@@ -14,7 +15,10 @@ unless already set. Each line a rank prints comes out prefixed with ``[rankN]: `
 (launch/output.py). Ranks run in their own process groups; SIGINT, SIGTERM and SIGHUP sent to
 the launcher are forwarded to them. When a rank fails, the launcher says which, sends SIGTERM to
 the others on this node (SIGKILL after the grace period), ends with a summary of the failure and
-exits with the failing rank's code (128 + N for a rank killed by signal N). See docs/launch.md.
+exits with the failing rank's code (128 + N for a rank killed by signal N). With ``--workers N
+--servers M [--worker-groups G]`` it also starts M parameter-server tasks (``[psI]: `` lines)
+with the environment of launch/roles.py; the run's status is then the workers'. See
+docs/launch.md.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ import time
 import uuid
 
 from .. import _config
+from .. import errors as pscore_errors
 from ..cluster.spec import split_address
+from . import roles as job_roles
 from .output import STDERR, STDOUT, Console, RankOutput, parse_std_streams, streams_for
 from .supervisor import Rank, Supervisor, failure_summary
 
@@ -65,8 +71,29 @@ def _parser() -> argparse.ArgumentParser:
         "--nproc_per_node",
         dest="nproc",
         type=int,
-        default=1,
+        default=None,
         help="ranks to start on this node (default 1)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="a Trainer job: the training workers to start (alone, the same as -n)",
+    )
+    p.add_argument(
+        "--servers",
+        type=int,
+        default=None,
+        help="with --workers: parameter-server tasks to start, running the same script with "
+        "PSCORE_ROLE=ps (one node only)",
+    )
+    p.add_argument(
+        "--worker-groups",
+        "--worker_groups",
+        type=int,
+        default=None,
+        help="with --workers: synchronous worker groups for ps-async / ssp (must divide "
+        "--workers; default 1)",
     )
     p.add_argument(
         "--nnodes",
@@ -289,6 +316,8 @@ def _check_flags(args) -> None:
 def node_config(args, environ) -> NodeConfig:
     """Checks the flags and resolves them into this node's config; ValueError says what is
     wrong."""
+    if args.nproc is None:
+        args.nproc = args.workers or 1
     _check_flags(args)
     nnodes = _node_count(args.nnodes)
     if args.standalone:
@@ -374,24 +403,37 @@ def _die_with_parent() -> None:
         pass  # not Linux: no such guard, the launcher's signal forwarding still applies
 
 
-def _start_ranks(command: list, node: NodeConfig, supervisor: Supervisor) -> list:
-    """Starts the local ranks (every fork before any thread of ours exists: preexec_fn is
-    not safe beside threads). Returns the Rank records; OSError when one cannot start."""
+def _spawn(command: list, env: dict):
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,  # noqa: PLW1509
+    )
+
+
+def _start_ranks(command: list, node: NodeConfig, supervisor: Supervisor, roles=None) -> list:
+    """Starts the ps tasks (with roles) and the local ranks (every fork before any thread of
+    ours exists: preexec_fn is not safe beside threads). Returns the Rank records; OSError when
+    one cannot start."""
     ranks = []
+    for shard in range(roles.servers if roles else 0):
+        if supervisor.signalled is not None:
+            return ranks
+        env = job_roles.server_environment(rank_environment(os.environ, node, 0), roles, shard)
+        ranks.append(Rank(shard, -1, _spawn(command, env), role="ps"))
+        supervisor.add(ranks[-1])
     for local_rank in range(node.nproc):
         if supervisor.signalled is not None:
             break
-        proc = subprocess.Popen(
-            command,
-            env=rank_environment(os.environ, node, local_rank),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
-        )
-        rank = Rank(node.global_rank(local_rank), local_rank, proc)
-        ranks.append(rank)
-        supervisor.add(rank)
+        rank = node.global_rank(local_rank)
+        env = rank_environment(os.environ, node, local_rank)
+        if roles is not None:
+            env = job_roles.worker_environment(env, roles, rank)
+        ranks.append(Rank(rank, local_rank, _spawn(command, env)))
+        supervisor.add(ranks[-1])
     return ranks
 
 
@@ -400,11 +442,11 @@ def _watch(ranks: list, supervisor: Supervisor, console: Console, args, node) ->
     to_console, to_files = _output_routes(args)
     outputs = {}
     for r in ranks:
-        lr = r.local_rank
-        outputs[r.rank] = RankOutput(
-            r.rank, r.proc, console, to_console(lr), to_files(lr), args.log_dir
+        lr, kind = r.local_rank, "ps" if r.role == "ps" else "rank"
+        outputs[r.label] = RankOutput(
+            r.rank, r.proc, console, to_console(lr), to_files(lr), args.log_dir, kind
         )
-        outputs[r.rank].start()
+        outputs[r.label].start()
     code = supervisor.run()
     deadline = time.monotonic() + _OUTPUT_DRAIN_S
     for out in outputs.values():
@@ -412,7 +454,7 @@ def _watch(ranks: list, supervisor: Supervisor, console: Console, args, node) ->
     failed = supervisor.failure
     if failed is not None and supervisor.signalled is None:
         others = [r for r in ranks if r is not failed]
-        tail = list(outputs[failed.rank].tail)
+        tail = list(outputs[failed.label].tail)
         console.message(failure_summary(args.target, failed, others, node.node_rank, tail))
     return code
 
@@ -426,9 +468,17 @@ def _make_log_dir(path: str | None) -> None:
         raise ValueError(f"--log-dir {path}: cannot create it: {e.strerror or e}") from None
 
 
+def _abort(supervisor: Supervisor, console: Console, message: str) -> int:
+    console.message(f"pscore-run: {message}")
+    supervisor.stop_all()
+    supervisor.run()
+    return 1
+
+
 def main(argv: list | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        roles = job_roles.resolve(args, _node_count(args.nnodes), free_port)
         node = node_config(args, os.environ)
         _output_routes(args)  # checks --tee / --redirects before anything starts
         _make_log_dir(args.log_dir)
@@ -445,13 +495,17 @@ def main(argv: list | None = None) -> int:
     previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in _FORWARDED}
     try:
         try:
-            ranks = _start_ranks(command, node, supervisor)
+            ranks = _start_ranks(command, node, supervisor, roles)
         except OSError as e:
-            console.message(f"pscore-run: cannot start a rank: {e}")
-            supervisor.stop_all()
-            supervisor.run()
-            return 1
-        return _watch(ranks, supervisor, console, args, node)
+            return _abort(supervisor, console, f"cannot start a rank: {e}")
+        try:
+            store = job_roles.host_store(roles, node.job_id) if roles and roles.servers else None
+        except (OSError, pscore_errors.Error) as e:
+            return _abort(supervisor, console, f"cannot serve the job's store: {e}")
+        try:
+            return _watch(ranks, supervisor, console, args, node)
+        finally:
+            del store  # served until every task has ended
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -1,5 +1,6 @@
 """The ranks' output under ``pscore-run``: each rank's stdout and stderr are read through pipes a
-line at a time and copied to the launcher's own streams with a ``[rankN]: `` prefix (so the
+line at a time and copied to the launcher's own streams with a ``[rankN]: `` prefix (``[psN]: ``
+for parameter-server tasks; so the
 lines of several ranks never interleave mid-line), to per-rank log files (``--log-dir``), and
 the last lines of each stderr are kept for the failure summary."""
 
@@ -99,19 +100,30 @@ class _Copier(threading.Thread):
 
 
 class RankOutput:
-    """One rank's two pipes and where they go. ``to_console`` and ``to_files`` are Std bits."""
+    """One rank's two pipes and where they go. ``to_console`` and ``to_files`` are Std bits;
+    ``kind`` names it in prefixes and log directories: "rank" (``[rank3]: ``, rank_3/) or "ps"
+    (``[ps0]: ``, ps_0/)."""
 
-    def __init__(self, rank: int, proc, console: Console, to_console: int, to_files: int, log_dir):
+    def __init__(
+        self,
+        rank: int,
+        proc,
+        console: Console,
+        to_console: int,
+        to_files: int,
+        log_dir,
+        kind: str = "rank",
+    ):
         self.tail: collections.deque = collections.deque(maxlen=TAIL_LINES)  # of stderr
         self.log_paths: list[str] = []
         self.copiers = []
-        prefix = f"[rank{rank}]: ".encode()
+        prefix = f"[{kind}{rank}]: ".encode()
         for which, pipe in ((STDOUT, proc.stdout), (STDERR, proc.stderr)):
             log = None
             if to_files & which:
-                os.makedirs(os.path.join(log_dir, f"rank_{rank}"), exist_ok=True)
+                os.makedirs(os.path.join(log_dir, f"{kind}_{rank}"), exist_ok=True)
                 name = "stdout.log" if which == STDOUT else "stderr.log"
-                path = os.path.join(log_dir, f"rank_{rank}", name)
+                path = os.path.join(log_dir, f"{kind}_{rank}", name)
                 log = open(path, "wb")  # noqa: SIM115 - closed by the copier at EOF
                 self.log_paths.append(path)
             out = console if to_console & which else None

@@ -1,6 +1,8 @@
 """``pscore-run``'s watch over the ranks of one node: waits for them, stops the rest when one
 fails or a signal arrives (SIGTERM, then SIGKILL after a grace period), and describes the first
-failure at the end of the run."""
+failure at the end of the run. With parameter-server tasks (``--servers``) the run's status is
+the workers': once every worker exited 0 the ps tasks should exit on their own, and those still
+running a grace period later are stopped."""
 
 from __future__ import annotations
 
@@ -39,6 +41,12 @@ class Rank:
     proc: object  # subprocess.Popen
     returncode: int | None = None
     ended_at: float = 0.0  # time.time() when reaped
+    role: str = "worker"  # "ps": a parameter-server task; `rank` is then its shard
+
+    @property
+    def label(self) -> str:
+        """How messages name it: "rank 3", "ps 0"."""
+        return f"{'ps' if self.role == 'ps' else 'rank'} {self.rank}"
 
 
 class Supervisor:
@@ -54,6 +62,8 @@ class Supervisor:
         self.killer: threading.Timer | None = None
         self.signalled: int | None = None
         self.failure: Rank | None = None
+        self.workers_succeeded = False  # every worker exited 0: ps tasks may now end as they do
+        self.server_stopper: threading.Timer | None = None
 
     def add(self, rank: Rank) -> None:
         with self.lock:
@@ -73,6 +83,34 @@ class Supervisor:
             self.killer = threading.Timer(self.grace_s, self._signal_live, args=(signal.SIGKILL,))
             self.killer.daemon = True
             self.killer.start()
+
+    def _live_roles(self, role: str) -> list[Rank]:
+        with self.lock:
+            return [self.ranks[pid] for pid in self.live if self.ranks[pid].role == role]
+
+    def _stop_late_servers(self) -> None:
+        late = self._live_roles("ps")
+        if late:
+            names = ", ".join(r.label for r in late)
+            self.announce(
+                f"pscore-run: the workers finished {self.grace_s:g} s ago and {names} still "
+                "run(s); stopping them"
+            )
+            self.stop_all()
+
+    def _workers_all_succeeded(self, reaped: Rank) -> bool:
+        """After reaping `reaped` (which exited 0): was it the last worker, with no failure?"""
+        if reaped.role == "ps" or self.failure is not None or self.signalled is not None:
+            return False
+        return not self._live_roles("worker")
+
+    def _after_workers(self) -> None:
+        """Every worker exited 0: the ps tasks get a grace period to exit on their own."""
+        self.workers_succeeded = True
+        if self._live_roles("ps"):
+            self.server_stopper = threading.Timer(self.grace_s, self._stop_late_servers)
+            self.server_stopper.daemon = True
+            self.server_stopper.start()
 
     def on_signal(self, signum: int, _frame) -> None:
         if self.signalled is None:
@@ -94,15 +132,20 @@ class Supervisor:
             rank.proc.returncode = rank.returncode
             with self.lock:
                 self.live.discard(pid)
+            if self.workers_succeeded:
+                continue  # a ps task ending after the workers' success: the run succeeded
             if rank.returncode != 0 and self.failure is None and self.signalled is None:
                 self.failure = rank
                 self.announce(
-                    f"pscore-run: rank {rank.rank} (pid {pid}) {describe(rank.returncode)}; "
+                    f"pscore-run: {rank.label} (pid {pid}) {describe(rank.returncode)}; "
                     f"stopping the other {len(self.live)} rank(s){self.node_note}"
                 )
                 self.stop_all()
-        if self.killer is not None:
-            self.killer.cancel()
+            elif self._workers_all_succeeded(rank):
+                self._after_workers()
+        for timer in (self.killer, self.server_stopper):
+            if timer is not None:
+                timer.cancel()
         if self.signalled is not None:
             return 128 + self.signalled
         return exit_code(self.failure.returncode) if self.failure else 0
@@ -111,13 +154,15 @@ class Supervisor:
 def failure_summary(target: str, failure: Rank, others: list, node_rank: int, tail: list) -> str:
     """A few lines on the first failure: which rank, where, when, how, and its last stderr."""
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(failure.ended_at))
-    where = f"local rank {failure.local_rank}, node {node_rank}, host {socket.gethostname()}"
+    where = f"node {node_rank}, host {socket.gethostname()}"
+    if failure.role != "ps":
+        where = f"local rank {failure.local_rank}, {where}"
     lines = [
         f"pscore-run: {target} FAILED",
-        f"  first failure: rank {failure.rank} ({where}, pid {failure.proc.pid})",
+        f"  first failure: {failure.label} ({where}, pid {failure.proc.pid})",
         f"  {describe(failure.returncode)} at {when}",
     ]
-    ends = [f"rank {r.rank} {describe(r.returncode)}" for r in others if r.returncode]
+    ends = [f"{r.label} {describe(r.returncode)}" for r in others if r.returncode]
     if ends:
         lines.append("  other ranks: " + ", ".join(ends))
     if tail:

@@ -7,7 +7,11 @@ what a user sets by hand): every task gets PSCORE_NUM_SERVERS=M, PSCORE_WORKER_G
 PSCORE_STORE (the store where the shards publish their addresses). Workers get the usual
 PSCORE_RANK / PSCORE_WORLD_SIZE / master variables over the N workers only, and PSCORE_ROLE
 chief (rank 0) or worker. A ps task gets PSCORE_ROLE=ps, PSCORE_SHARD and PSCORE_NUM_WORKERS=N
-and no rank. Under TF_CONFIG the roles, ranks and shard count come from the cluster instead."""
+and no rank. Under TF_CONFIG the roles, ranks and shard count come from the cluster instead.
+
+A ClusterSpec with SINGA's topology (``cluster=ClusterSpec(nworker_groups=2, ...)``) gives the
+worker groups; the job that runs must agree with it (its workers, its shard count for a PS
+framework, PSCORE_WORKER_GROUPS when set), else ValueError."""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from typing import Any
 
 from .. import _config
 from ..cluster.discovery import ClusterEnv, discover
+from ..cluster.spec import ClusterSpec
+from ..cluster.topology import Topology
 
 __all__ = ["Run", "current_run"]
 
@@ -29,6 +35,7 @@ class Run:
     worker_groups: int = 1  # ps-async / ssp: workers split into this many synchronous groups
     shard: int = -1  # ps tasks: the shard this task serves
     env: ClusterEnv | None = None
+    topology: Topology | None = None  # SINGA's, from the ClusterSpec: "auto" follows it
 
     @property
     def is_chief(self) -> bool:
@@ -40,12 +47,21 @@ class Run:
 
 
 def current_run(cluster: Any = None) -> Run:
-    """This process's Run from the environment (and `cluster`, a pscore.ClusterSpec)."""
+    """This process's Run from the environment (and `cluster`, a pscore.ClusterSpec or the
+    dict one is made from)."""
+    if cluster is not None and not isinstance(cluster, ClusterSpec):
+        cluster = ClusterSpec(cluster)
+    run = _environment_run(cluster)
+    topology = getattr(cluster, "topology", None)
+    return run if topology is None else _with_topology(run, topology)
+
+
+def _environment_run(cluster: Any) -> Run:
     groups = _config.WORKER_GROUPS.get()
     if _config.ROLE.get() == "ps":
         return _server_run(groups)
     env = discover()
-    spec = cluster if cluster is not None else env.cluster_spec
+    spec = cluster if cluster is not None and cluster.jobs else env.cluster_spec
     servers = _config.NUM_SERVERS.get()
     if servers is None:
         servers = spec.num_tasks("ps") if spec is not None and "ps" in spec.jobs else 0
@@ -57,6 +73,28 @@ def current_run(cluster: Any = None) -> Run:
         )
     role = "chief" if env.rank == 0 else "worker"
     return Run(role, env.rank, env.world_size, servers, groups, env=env)
+
+
+def _with_topology(run: Run, t: Topology) -> Run:
+    """`run` with the topology's worker groups; ValueError where the job disagrees with it."""
+    if run.world_size != t.workers:
+        raise ValueError(
+            f"the ClusterSpec has nworker_groups x nworkers_per_group = {t.nworker_groups} x "
+            f"{t.nworkers_per_group} = {t.workers} workers, but this job runs {run.world_size}"
+        )
+    given_groups = _config.WORKER_GROUPS.raw()
+    if given_groups is not None and run.worker_groups != t.nworker_groups:
+        raise ValueError(
+            f"the ClusterSpec has nworker_groups={t.nworker_groups}, but "
+            f"{_config.WORKER_GROUPS.name}={run.worker_groups}"
+        )
+    if t.servers and run.num_servers != t.servers:
+        raise ValueError(
+            f"the ClusterSpec's {t.strategy} framework has nserver_groups x nservers_per_group "
+            f"= {t.servers} parameter-server shards, but the job has {run.num_servers} (start "
+            f"them with pscore-run --servers {t.servers}, or list them as TF_CONFIG's ps tasks)"
+        )
+    return dataclasses.replace(run, worker_groups=t.nworker_groups, topology=t)
 
 
 def _server_run(groups: int) -> Run:

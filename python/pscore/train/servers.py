@@ -1,12 +1,29 @@
-"""The Trainer's parameter servers: workers connect to every shard; ps tasks serve theirs."""
+"""The Trainer's parameter servers: workers connect to every shard; a ps task serves its shard
+until the job ends.
+
+The end of the job is told through a store, so that no task must start first: every worker,
+when its fit() is over (weights pulled, worker_done sent), adds 1 to a counter in the job's
+store; a ps task serves until that counter reaches the job's worker count, adds 1 to a second
+counter and returns. The store is PSCORE_STORE's (pscore-run hosts one for its run), else, under
+TF_CONFIG, the job's rendezvous store that the chief serves; in that case the chief leaves only
+after every ps task has seen the end, since its store goes with it. A ps task whose store stops
+answering exits non-zero."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from ..ps import PSClient
+from .. import _config, errors
+from ..ps import PSClient, environment
+from ..ps import discovery as ps_discovery
+from ..ps.server import PServer
 
-__all__ = ["connect"]
+__all__ = ["JOB_END_TIMEOUT_S", "JobEnd", "connect", "serve"]
+
+JOB_END_TIMEOUT_S = 300.0  # the chief's wait for the ps tasks to see the end (TF_CONFIG)
+STORE_WAIT_S = 600.0  # how long a task waits for the job's store to come up
+_POLL_S = 0.2
 
 
 def connect(run: Any, timeout: float = 60.0) -> Any:
@@ -14,3 +31,103 @@ def connect(run: Any, timeout: float = 60.0) -> Any:
     TF_CONFIG's ps tasks); connecting retries until `timeout`, so workers may start before the
     servers."""
     return PSClient(worker_id=run.rank, connect_timeout=timeout)
+
+
+class JobEnd:
+    """The job-end counters in the job's store (see the module doc)."""
+
+    def __init__(self, store: Any, url: str, chief_hosts: bool):
+        self.store, self.url, self.chief_hosts = store, url, chief_hosts
+        prefix = f"pscore/train/{environment.job_id() or 'default'}"
+        self.finished_key = f"{prefix}/workers_finished"
+        self.released_key = f"{prefix}/servers_released"
+
+    @classmethod
+    def open(cls, run: Any, timeout: float = STORE_WAIT_S) -> JobEnd | None:
+        """The job's store: PSCORE_STORE's, else TF_CONFIG's chief's; None when the job has
+        neither (no ps task of a Trainer can be waiting then)."""
+        url = _config.STORE.get()
+        chief_hosts = False
+        if url is None:
+            env = run.env
+            if env is None or env.source != "tf_config":
+                return None
+            url, chief_hosts = f"tcp://{env.master_addr}:{env.master_port}", True
+        return cls(ps_discovery.open_store(url, timeout), url, chief_hosts)
+
+    def count(self, key: str) -> int:
+        return self.store.add(key, 0)
+
+    def reset(self) -> None:
+        """Clears counts an earlier job under the same job id left in a long-lived store (a ps
+        task does it before serving: no worker can have finished while a shard was down)."""
+        for key in (self.finished_key, self.released_key):
+            self.store.delete_key(key)
+
+    def worker_finished(self) -> int:
+        return self.store.add(self.finished_key, 1)
+
+    def wait_released(self, run: Any, timeout: float = JOB_END_TIMEOUT_S) -> None:
+        """The chief, when it hosts the store: waits until every worker finished and every ps
+        task saw it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            finished, released = self.count(self.finished_key), self.count(self.released_key)
+            if finished >= run.world_size and released >= run.num_servers:
+                return
+            if time.monotonic() >= deadline:
+                raise errors.TimeoutError(
+                    f"the chief serves the job's store and waited {timeout:g} s for the job to "
+                    f"end: {finished} of {run.world_size} workers finished, {released} of "
+                    f"{run.num_servers} ps tasks saw it"
+                )
+            time.sleep(_POLL_S)
+
+
+def _start_shard(run: Any, store: Any) -> PServer:
+    """This ps task's shard: where TF_CONFIG puts it, else on loopback at a free port published
+    in the store."""
+    placement = environment.shard_from_tf_config() if run.env is not None else None
+    if placement is not None:
+        return PServer(
+            placement.shard,
+            placement.num_shards,
+            placement.num_workers,
+            host=placement.bind_host,
+            port=placement.port,
+            store=store if _config.STORE.get() else None,
+        )
+    return PServer(run.shard, run.num_servers, run.world_size, store=store)
+
+
+def serve(run: Any, timeout: float = STORE_WAIT_S) -> None:
+    """Serves this ps task's shard until every worker of the job has finished, then stops it
+    and returns. SystemExit (non-zero, with a message) when the job's store cannot be reached
+    or stops answering: the job is gone."""
+    who = f"ps task (shard {run.shard})"
+    try:
+        end = JobEnd.open(run, timeout)
+    except (errors.Error, OSError) as e:
+        raise SystemExit(f"{who}: cannot reach the job's store: {e}") from None
+    if end is None:
+        raise SystemExit(
+            f"{who}: the job has no store to tell its end; set {_config.STORE.name} (pscore-run "
+            "--servers does) or run under TF_CONFIG"
+        )
+    end.reset()
+    server = _start_shard(run, end.store)
+    print(f"pscore: {who} serving on {server.address}", flush=True)
+    try:
+        finished = 0
+        while finished < run.world_size:
+            time.sleep(_POLL_S)
+            try:
+                finished = end.count(end.finished_key)
+            except (errors.Error, OSError) as e:
+                raise SystemExit(
+                    f"{who}: the job's store at {end.url} stopped answering after {finished} of "
+                    f"{run.world_size} workers finished ({e}); the job is gone"
+                ) from None
+        end.store.add(end.released_key, 1)
+    finally:
+        server.stop(drain_timeout=5.0)

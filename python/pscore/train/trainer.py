@@ -86,6 +86,7 @@ class Trainer:
         self._stop_reason: str | None = None
         self._checkpoint_at_stop = True
         self._ready = False
+        self._unfinished = False  # steps taken since the strategy's last finish()
         if self.run.is_server:
             self.strategy.serve(self)
             raise SystemExit(0)
@@ -263,11 +264,13 @@ class Trainer:
         self.strategy.backward(loss)
         self.strategy.update()
         self.global_step += 1
+        self._unfinished = True
         return float(loss.detach()), len(batch[-1])
 
     def _join_step(self) -> tuple[None, int]:
         self.strategy.join_step()
         self.global_step += 1
+        self._unfinished = True
         return None, 0
 
     def _after_step(self, loss: float | None, samples: int) -> None:
@@ -392,6 +395,7 @@ class Trainer:
         if saver is not None and self._checkpoint_at_stop and saver.last_step != self.global_step:
             self.save_checkpoint()  # the chief writes; the others return at once
         self.strategy.finish()
+        self._unfinished = False
         if self.should_stop and self.run.is_chief:
             self.log(f"pscore.train: stopped at global step {self.global_step}: {self.stop_reason}")
 
@@ -434,6 +438,11 @@ class Trainer:
         return metrics
 
     def close(self) -> None:
-        """Leaves the job's process group (fit() leaves it joined for further calls)."""
+        """Finishes the strategy after steps of a loop of the user's own (step(); fit() does it
+        itself: PS strategies tell the servers this worker is done), then leaves the job's
+        process group (fit() leaves it joined for further calls)."""
+        if self._unfinished:
+            self.strategy.finish()
+            self._unfinished = False
         if collectives.is_initialized():
             collectives.destroy_process_group()

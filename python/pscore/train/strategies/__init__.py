@@ -38,8 +38,12 @@ def _embedding_rows(model: Any) -> int:
 
 
 def auto(run: Any, model: Any) -> str:
-    """hybrid for a model whose embedding tables hold >= AUTO_EMBEDDING_ROWS rows and a job with
+    """The framework of the cluster's SINGA topology when it has one (Sandblaster: ps-sync,
+    AllReduce: allreduce, Downpour: ps-async, Distributed Hogwild: distributed-hogwild); else
+    hybrid for a model whose embedding tables hold >= AUTO_EMBEDDING_ROWS rows and a job with
     servers; else ps-sync when the job has servers; else allreduce."""
+    if run.topology is not None:
+        return run.topology.strategy
     if run.num_servers > 0:
         return "hybrid" if _embedding_rows(model) >= AUTO_EMBEDDING_ROWS else "ps-sync"
     return "allreduce"
