@@ -1,6 +1,7 @@
 """Trains an MLP on scikit-learn's digits with pscore.Trainer under any strategy.
 
     pscore-run -n 2 examples/train_digits.py                                  # allreduce
+    pscore-run -n 2 examples/train_digits.py --strategy hogwild
     pscore-run --workers 2 --servers 1 examples/train_digits.py --strategy ps-sync
     torchrun --standalone --nproc-per-node 2 examples/train_digits.py
 
@@ -12,6 +13,7 @@ process exits non-zero when it is under --min-accuracy.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 
 import numpy as np
@@ -51,6 +53,9 @@ def main() -> int:
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--min-accuracy", type=float, default=0.0)
+    p.add_argument(
+        "--digest", action="store_true", help="every worker prints a digest of its final weights"
+    )
     args = p.parse_args()
 
     train, test = digits()
@@ -73,6 +78,11 @@ def main() -> int:
             f"strategy {args.strategy}: {len(history)} epochs, loss {history[-1]['loss']:.4f}, "
             f"test accuracy {accuracy:.4f}",
             flush=True,
+        )
+    if args.digest:
+        weights = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+        print(
+            f"worker {trainer.run.rank} weights {hashlib.sha256(weights).hexdigest()}", flush=True
         )
     return 0 if accuracy >= args.min_accuracy else 1
 
