@@ -133,7 +133,7 @@ class Hogwild(Strategy):
         counter, which is not saved: it starts again from 0 on resume."""
         if self.shared is None:
             return {}
-        return {key: view.clone().view(p.shape) for key, p, view in self._state_arrays()}
+        return {key: view.clone().reshape(p.shape) for key, p, view in self._state_arrays()}
 
     def load_state_tensors(self, tensors: dict) -> None:
         arrays = list(self._state_arrays())
@@ -143,5 +143,10 @@ class Hogwild(Strategy):
                 f"strategy {self.name!r}: the checkpoint lacks the optimizer state "
                 f"{', '.join(missing[:5])}"
             )
-        for key, _, view in arrays:
-            view.copy_(tensors[key].reshape(-1))
+        for key, p, view in arrays:
+            if tensors[key].numel() != view.numel():
+                raise ValueError(
+                    f"strategy {self.name!r}: the checkpoint's {key} has "
+                    f"{tuple(tensors[key].shape)}, the parameter {tuple(p.shape)}"
+                )
+            view.copy_(tensors[key].reshape(view.shape))
