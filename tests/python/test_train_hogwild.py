@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 from conftest import free_port
+from test_multihost import ADDR, NS, two_hosts  # noqa: F401 - two_hosts is a fixture
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
@@ -42,10 +43,11 @@ def _env(job: str) -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), PSCORE_JOB_ID=job)
 
 
-def _launch(job: str, *args: str, cwd=None) -> subprocess.Popen:
+def _launch(job: str, *args: str, cwd=None, netns=None, **env) -> subprocess.Popen:
+    prefix = ["ip", "netns", "exec", netns] if netns else []
     return subprocess.Popen(
-        [sys.executable, "-m", "pscore.launch", *args],
-        env=_env(job),
+        [*prefix, sys.executable, "-m", "pscore.launch", *args],
+        env={**_env(job), **env},
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -83,11 +85,15 @@ def test_hogwild_trains_digits_on_two_workers_and_leaves_no_segment():
     assert _segments(job) == []
 
 
-def test_distributed_hogwild_on_two_machines_ends_with_equal_weights():
+def _two_machines(host_addr: str, netns: list, **env) -> None:
+    """distributed-hogwild on two machines of 2 workers: both reach 0.95, all 4 end equal."""
     job, port = _job(), free_port()
-    common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "-n", "2"]
+    common = ["--nnodes", "2", "--master-addr", host_addr, "--master-port", str(port), "-n", "2"]
     script = [str(EXAMPLE), "--strategy", "distributed-hogwild", *EPOCHS, "--min-accuracy", "0.95"]
-    nodes = [_launch(job, *common, "--node-rank", str(n), *script, "--digest") for n in range(2)]
+    nodes = [
+        _launch(job, *common, "--node-rank", str(n), *script, "--digest", netns=netns[n], **env)
+        for n in range(2)
+    ]
     results = [_finish(node) for node in nodes]
     for n, (code, _, err) in enumerate(results):
         assert code == 0, (n, err[-3000:])
@@ -97,6 +103,19 @@ def test_distributed_hogwild_on_two_machines_ends_with_equal_weights():
     assert sorted(digests) == [0, 1, 2, 3], out
     assert len(set(digests.values())) == 1, out  # all 4 workers, both machines
     assert _segments(job) == []
+
+
+def test_distributed_hogwild_on_two_machines_ends_with_equal_weights():
+    _two_machines("127.0.0.1", [None, None])
+
+
+@pytest.mark.usefixtures("two_hosts")
+def test_distributed_hogwild_on_two_hosts_over_a_link():
+    """The machines in two network namespaces joined by a veth pair: the averaging crosses it."""
+    for ns in NS:  # an earlier test may have cut the link
+        link = ["ip", "netns", "exec", ns, "ip", "link", "set", "veth" + ns[-7:], "up"]
+        subprocess.run(link, check=True, capture_output=True)
+    _two_machines(ADDR[0], NS, PSCORE_TRANSPORT="tcp", PSCORE_AUTH_TOKEN="train-hogwild-secret")
 
 
 def test_an_optimizer_the_hogwild_kernels_lack_is_named():
