@@ -26,8 +26,8 @@ from pscore.train.strategies.machines import _machines
 
 EXAMPLE = pathlib.Path(__file__).parents[2] / "examples" / "train_digits.py"
 TIMEOUT_S = 240  # a hang guard only
-# Measured (docs/train.md): 2 hogwild workers reach 0.956-0.978 test accuracy in 20 epochs, 2
-# machines of 2 distributed-hogwild workers 0.971-0.976 (10 epochs: 0.960-0.973, 0.964-0.976).
+# Measured (docs/train.md): test accuracy 0.976-0.978 for 2 hogwild workers at 20 epochs and
+# 0.971-0.976 for 2 machines of 2 distributed-hogwild workers (10 epochs: 0.960-0.973, 0.964-0.976).
 EPOCHS = ["--epochs", "20"]
 
 
