@@ -21,7 +21,11 @@ from test_multihost import ADDR, NS, two_hosts  # noqa: F401 - two_hosts is a fi
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
+from pscore.cluster.discovery import ClusterEnv
 from pscore.hogwild import SharedParameters
+from pscore.train.run import Run
+from pscore.train.strategies.distributed_hogwild import DistributedHogwild
+from pscore.train.strategies.hogwild import Hogwild
 from pscore.train.strategies.machines import _machines
 
 EXAMPLE = pathlib.Path(__file__).parents[2] / "examples" / "train_digits.py"
@@ -126,6 +130,15 @@ def test_an_optimizer_the_hogwild_kernels_lack_is_named():
     assert code != 0
     assert "strategy 'hogwild' updates the shared tables with pscore's Hogwild kernels" in err
     assert "which run sgd, adagrad, adam, adamw; optimizer 'rmsprop' is not one of them" in err
+
+
+def test_hogwild_across_machines_is_refused_for_distributed_hogwild():
+    env = ClusterEnv(0, 2, 0, 1, "10.0.0.1", 29500, "test")  # 2 workers, 1 on this machine
+    with pytest.raises(ValueError, match="this job has 2 workers, 1 on this machine: use 'distr"):
+        Hogwild().check(Run("chief", 0, 2, env=env))
+    DistributedHogwild().check(Run("chief", 0, 2, env=env))
+    with pytest.raises(ValueError, match="sync_every must be an int >= 1"):
+        DistributedHogwild(sync_every=0)
 
 
 DYING_JOB = """
