@@ -1,6 +1,7 @@
 """Trains an MLP on scikit-learn's digits with pscore.Trainer under any strategy.
 
     pscore-run -n 2 examples/train_digits.py                                  # allreduce
+    pscore-run -n 2 examples/train_digits.py --strategy hogwild
     pscore-run --workers 2 --servers 1 examples/train_digits.py --strategy ps-sync
     pscore-run --workers 2 --servers 1 --worker-groups 2 examples/train_digits.py \
         --strategy ps-async --epochs 20                       # every worker its own group
@@ -16,6 +17,7 @@ process exits non-zero when it is under --min-accuracy.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import sys
 
@@ -74,6 +76,9 @@ def main() -> int:
         help="the chief's progress bar (default: when stderr is a terminal)",
     )
     p.add_argument("--min-accuracy", type=float, default=0.0)
+    p.add_argument(
+        "--digest", action="store_true", help="every worker prints a digest of its final weights"
+    )
     args = p.parse_args()
 
     train, test = digits()
@@ -100,6 +105,11 @@ def main() -> int:
             f"{trainer.global_step}, loss {history[-1]['loss'] if history else math.nan:.4f}, "
             f"test accuracy {accuracy:.4f}",
             flush=True,
+        )
+    if args.digest:
+        weights = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+        print(
+            f"worker {trainer.run.rank} weights {hashlib.sha256(weights).hexdigest()}", flush=True
         )
     return 0 if accuracy >= args.min_accuracy else 1
 

@@ -105,7 +105,14 @@ class _NonMember:
 
 NON_GROUP_MEMBER = _NonMember()
 
-_world: dict = {"group": None, "store": None, "rank": None, "groups": 0, "store_host": None}
+_world: dict = {
+    "group": None,
+    "store": None,
+    "rank": None,
+    "groups": 0,
+    "store_host": None,
+    "master_addr": None,  # sub-groups advertise the address the default group did
+}
 
 
 def timeout_seconds(timeout) -> float:
@@ -203,7 +210,14 @@ def init_process_group(
         master_addr,
         store_host,
     )
-    _world.update(group=group, store=store, rank=rank, groups=0, store_host=store_host)
+    _world.update(
+        group=group,
+        store=store,
+        rank=rank,
+        groups=0,
+        store_host=store_host,
+        master_addr=master_addr,
+    )
     return group
 
 
@@ -246,13 +260,16 @@ def new_group(ranks=None, timeout=None) -> ProcessGroup | _NonMember:
         timeout_s,
         name,
         ranks,
+        _world["master_addr"],
         store_host=_world["store_host"],
     )
 
 
 def destroy_process_group(group=None) -> None:
     if group is None:
-        _world.update(group=None, store=None, rank=None, groups=0, store_host=None)
+        _world.update(
+            group=None, store=None, rank=None, groups=0, store_host=None, master_addr=None
+        )
     # The native group closes its connections when the last reference goes.
 
 

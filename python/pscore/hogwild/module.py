@@ -97,6 +97,53 @@ class SharedParameters:
         self.tables = {n: torch_pickling.attached(*spec) for n, spec in tables.items()}
         return self
 
+    @classmethod
+    def attach(
+        cls,
+        module: Any,
+        prefix: str,
+        *,
+        optimizer: str = "sgd",
+        timeout: float = 30.0,
+        **options: Any,
+    ) -> SharedParameters:
+        """The tables another process made with SharedParameters(module, prefix=prefix,
+        optimizer=optimizer, **options), bound to `module` (the same architecture): waits up
+        to `timeout` seconds for each; ValueError when a table's shape, dtype or optimizer
+        state is not what `module` and the options need."""
+        defaults = optim_options.resolve(optimizer, options)
+        state = optim_options.table_state(optimizer, defaults) or "none"
+        self = cls.__new__(cls)
+        self.optimizer_name, self.defaults, self.tables = optimizer, defaults, {}
+        try:
+            for name, p in module.named_parameters():
+                _check_parameter(name, p)
+                t = self.tables[name] = SharedTable.attach(
+                    f"{prefix}.{name}",
+                    shape=_table_shape(tuple(p.shape)),
+                    dtype=str(p.dtype).replace("torch.", ""),
+                    timeout=timeout,
+                )
+                if t.optimizer != state:
+                    raise ValueError(
+                        f"shared table '{t.name}' holds optimizer state {t.optimizer!r}; "
+                        f"optimizer {optimizer!r} with these options needs {state!r}"
+                    )
+            self.bind(module)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def unbind(self, module: Any) -> Any:
+        """Makes `module`'s parameters ordinary tensors holding their tables' current values
+        (copies), so the module outlives the tables; returns the module."""
+        self.check_bound(module)
+        for _, p in module.named_parameters():
+            p.data = p.data.clone()
+        del module.__dict__[_ATTRIBUTE]
+        return module
+
     def __reduce__(self):
         # The tables pickle by name: a spawned worker attaches to the same memory.
         tables = {n: (t.name, t.shape, t.dtype.name) for n, t in self.tables.items()}
