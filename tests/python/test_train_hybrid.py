@@ -70,7 +70,7 @@ with torch.no_grad():
     final = {"emb": model.emb(torch.arange(40)), "bag": model.bag(torch.arange(30)[:, None])}
 if trainer.run.is_chief:
     torch.save({"initial": initial, "final": final, "dense": model.state_dict(),
-                "weights": [model.emb.weight, model.bag.weight]}, sys.argv[1])
+                "weights": [model.emb.weight.detach(), model.bag.weight.detach()]}, sys.argv[1])
 """
 
 
@@ -115,8 +115,12 @@ def test_hybrid_equals_one_process_sgd(tmp_path):
         done = _launch(["worker.py", str(out)], env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     got, want = torch.load(out), _reference(out)
-    assert got["weights"] == [None, None]  # the tables left the workers
-    assert set(got["dense"]) == {"out.weight", "out.bias"}
+    # fit() pulled the trained tables back into the modules
+    torch.testing.assert_close(got["weights"][0], want.emb.weight.detach(), atol=1e-5, rtol=0)
+    bag_rows = want.bag.weight.detach().clone()
+    bag_rows[0] = 0.0  # the padding row
+    torch.testing.assert_close(got["weights"][1], bag_rows, atol=1e-5, rtol=0)
+    assert set(got["dense"]) == {"emb.weight", "bag.weight", "out.weight", "out.bias"}
     assert not torch.equal(got["final"]["emb"], got["initial"]["emb"])  # it trained
     torch.testing.assert_close(got["final"]["emb"], want.emb.weight.detach(), atol=1e-5, rtol=0)
     torch.testing.assert_close(got["final"]["bag"], want.bag.weight.detach(), atol=1e-5, rtol=0)

@@ -163,6 +163,20 @@ class ServerEmbedding:
             ids, grads = ids[keep], grads[keep]
         return ids.contiguous(), grads.contiguous()
 
+    def restore(self, chunk_rows: int = 1 << 16) -> None:
+        """Pulls every row back into a local weight (the padding row zero) and gives the module
+        its own forward again: after training, the model stands alone."""
+        import torch
+
+        weight = torch.empty((self.rows, self.dim), dtype=torch.float32)
+        for start in range(0, self.rows, chunk_rows):
+            stop = min(start + chunk_rows, self.rows)
+            self.client.pull_sparse(self.table, torch.arange(start, stop), weight[start:stop])
+        if self.padding_idx is not None:
+            weight[self.padding_idx] = 0.0
+        self.module.weight = torch.nn.Parameter(weight)
+        del self.module.forward  # the instance attribute set above; the class's forward again
+
     def push_async(self) -> Any:
         """Pushes gradient() to the table (an empty push when this worker has none, which a
         sync table's round still counts); returns the PSWork."""

@@ -19,7 +19,7 @@ from ..ps import PSClient, environment
 from ..ps import discovery as ps_discovery
 from ..ps.server import PServer
 
-__all__ = ["JOB_END_TIMEOUT_S", "JobEnd", "connect", "serve"]
+__all__ = ["JOB_END_TIMEOUT_S", "JobEnd", "connect", "finish_job", "serve"]
 
 JOB_END_TIMEOUT_S = 300.0  # the chief's wait for the ps tasks to see the end (TF_CONFIG)
 STORE_WAIT_S = 600.0  # how long a task waits for the job's store to come up
@@ -82,6 +82,17 @@ class JobEnd:
                     f"{run.num_servers} ps tasks saw it"
                 )
             time.sleep(_POLL_S)
+
+
+def finish_job(run: Any, timeout: float = STORE_WAIT_S) -> None:
+    """A worker's last act in a job with parameter servers: count itself finished in the job's
+    store (the ps tasks return once every worker has); the chief, when it hosts that store,
+    stays until every ps task saw the end."""
+    end = JobEnd.open(run, timeout)
+    if end is not None:
+        end.worker_finished()
+        if end.chief_hosts and run.is_chief:
+            end.wait_released(run)
 
 
 def _start_shard(run: Any, store: Any) -> PServer:

@@ -13,15 +13,18 @@ it; the sparse push is in flight while the dense gradients are reduced.
 Rows are created on the servers the first time an id is touched, from `row_init` (default
 normal(0, 1), torch's initialisation of both modules; seeded per table by the Trainer's seed),
 not copied from the chief's weights: a sparse table has no bulk assignment, and a table of
-millions of rows is exactly what should never cross the wire whole. A padding_idx row reads as
-zeros and is never pushed, as torch keeps it. After fit() the model still looks its rows up on
-the servers, so `model(x)` works while they run."""
+millions of rows should not cross the wire at every start. A padding_idx row reads as zeros
+and is never pushed, as torch keeps it. Forwards look rows up on the servers until fit() ends;
+then (restore_at_end, the default) every worker pulls the tables back into the modules'
+weights, so the model stands alone once the ps tasks are gone (rows never touched come back
+with their initial values)."""
 
 from __future__ import annotations
 
 import zlib
 from typing import Any
 
+from ... import collectives
 from .. import servers
 from ..server_embeddings import ServerEmbedding, find_embeddings
 from .allreduce import AllReduce
@@ -36,12 +39,19 @@ TABLE_PREFIX = "hybrid/"  # a module "emb.user" is the servers' table "hybrid/em
 class Hybrid(AllReduce):
     """Options: min_rows (only tables with at least this many rows go to the servers; the
     others are dense parameters; default 0 = all), row_init (create_sparse initializer
-    settings, default {"initializer": "normal", "mean": 0.0, "std": 1.0})."""
+    settings, default {"initializer": "normal", "mean": 0.0, "std": 1.0}), restore_at_end
+    (pull the trained tables into the modules when fit() ends; default True)."""
 
     name = "hybrid"
     needs_servers = True
 
-    def __init__(self, min_rows: int = 0, row_init: dict | None = None, **options: Any):
+    def __init__(
+        self,
+        min_rows: int = 0,
+        row_init: dict | None = None,
+        restore_at_end: bool = True,
+        **options: Any,
+    ):
         if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 0:
             raise ValueError(f"strategy 'hybrid': min_rows must be an int >= 0, got {min_rows!r}")
         row_init = dict(row_init or {"initializer": "normal", "mean": 0.0, "std": 1.0})
@@ -53,6 +63,8 @@ class Hybrid(AllReduce):
             )
         super().__init__(**options)
         self.min_rows, self.row_init = min_rows, row_init
+        self.restore_at_end = bool(restore_at_end)
+        self.ended = False
         self.tables: list[ServerEmbedding] = []
         self.client: Any = None
         self.dense = True  # the model has parameters left to allreduce
@@ -106,9 +118,22 @@ class Hybrid(AllReduce):
         if self.dense:
             super().load_state_tensors(tensors)
 
+    def serve(self, trainer: Any) -> None:
+        servers.serve(trainer.run)
+
     def finish(self) -> None:
+        """worker_done, then once every worker's last push is in, the tables back into the
+        modules (restore_at_end) and the job's store told this worker finished."""
+        if self.ended:
+            return
         super().finish()
         self.client.worker_done()
+        collectives.barrier()
+        if self.restore_at_end:
+            for t in self.tables:
+                t.restore()
+        self.ended = True
+        servers.finish_job(self.trainer.run)
 
     def save_servers(self, directory: str) -> None:
         self.client.save(directory)

@@ -122,9 +122,4 @@ class PSStrategy(Strategy):
         self.pull_into_model()
         self.final_step = self.client.global_step()
         self.ended = True
-        run = self.trainer.run
-        end = servers.JobEnd.open(run, self.connect_timeout)
-        if end is not None:
-            end.worker_finished()
-            if end.chief_hosts and run.is_chief:
-                end.wait_released(run)
+        servers.finish_job(self.trainer.run, self.connect_timeout)
