@@ -1,21 +1,25 @@
 """allreduce: data parallelism as DDP does it. Parameters and buffers start from the chief's.
-The gradients live in flat buckets (each parameter's .grad is a view into its bucket, so autograd
-accumulates straight into them); the parameters are bucketed in reverse order, so the last
-layers' bucket fills first, and a bucket is all-reduced asynchronously from the autograd hooks
-as soon as its last gradient lands, while backward still runs on the earlier layers. update()
-waits for the buckets, divides by the number of contributing workers and steps the same
-torch.optim optimizer everywhere, so all workers keep identical weights. (SINGA AllReduce,
-Caffe2 data_parallel_model, TF (MultiWorker)MirroredStrategy, ElasticDL's overlap.)
+The gradients are reduced in flat buckets: the parameters are bucketed in reverse order, so the
+last layers' bucket fills first, and as each gradient lands (an autograd hook) it is copied into
+its bucket, divided by the number of workers on the way (DDP's pre-division: no pass over the
+bucket afterwards); a bucket is all-reduced asynchronously as soon as it is full, while backward
+still runs on the earlier layers. Each parameter's .grad then becomes its view into the bucket,
+so update() waits for the buckets and steps the same torch.optim optimizer everywhere with no
+copy back; all workers keep identical weights. (SINGA AllReduce, Caffe2 data_parallel_model,
+TF (MultiWorker)MirroredStrategy, ElasticDL's overlap.)
 
 Uneven shards (torch's Join idea): a worker out of batches calls join_step(), which reduces
 zero buckets with a contributor count of 0; it receives the contributors' mean and steps too.
-Each bucket carries the count in one extra slot. Buckets are reduced in the same order on every
-worker: a bucket starts only after every bucket before it started, and update() starts the ones
-whose parameters got no gradient this step (unused parameters reduce as zeros)."""
+Each bucket carries the count in one extra slot; a step with fewer contributors than workers
+rescales by workers / contributors. Buckets are reduced in the same order on every worker: a
+bucket starts only after every bucket before it started, and update() starts the ones whose
+parameters got no gradient this step (unused parameters reduce as zeros)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import torch
 
 from ... import collectives
 from ..state import load_optimizer_tensors, optimizer_tensors
@@ -30,8 +34,6 @@ class _Bucket:
     """One flat buffer: the gradients of `params` back to back, then the contributor count."""
 
     def __init__(self, params: list, dtype: Any):
-        import torch
-
         self.params = params
         numel = sum(p.numel() for p in params)
         self.flat = torch.zeros(numel + 1, dtype=dtype)
@@ -39,15 +41,22 @@ class _Bucket:
         for p in params:
             self.grads.append(self.flat[at : at + p.numel()].view_as(p))
             at += p.numel()
-        self.pending = len(params)  # gradients still to land this step
+        self.landed = [False] * len(params)  # which gradients this step has copied in
+        self.pending = len(params)
         self.work = None  # the running all_reduce
 
     def reset(self, count: float) -> None:
-        """Zero gradients (autograd adds into them) and this worker's contribution `count`."""
-        self.flat.zero_()
+        """A new step: no gradient landed yet; this worker contributes `count` (1 or 0)."""
         self.flat[-1] = count
+        self.landed = [False] * len(self.params)
         self.pending = len(self.params)
         self.work = None
+
+    def fill_missing(self) -> None:
+        """Zeros for the parameters that got no gradient (unused this step, or a join step)."""
+        for i, landed in enumerate(self.landed):
+            if not landed:
+                self.grads[i].zero_()
 
 
 def _buckets(params: list, cap_bytes: int, first_cap_bytes: int) -> list:
@@ -89,23 +98,28 @@ class AllReduce(Strategy):
         for t in [*model.parameters(), *model.buffers()]:
             collectives.broadcast(t.data, src=0)
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.world = collectives.get_world_size()
         self.buckets = _buckets(self.params, self.cap_bytes, self.first_cap_bytes)
         self.next_bucket = 0  # buckets start in this order on every worker
         for index, bucket in enumerate(self.buckets):
             bucket.reset(1.0)
-            for p, grad in zip(bucket.params, bucket.grads):
-                p.grad = grad
-                p.register_post_accumulate_grad_hook(self._ready_hook(index))
+            for position, p in enumerate(bucket.params):
+                p.grad = None
+                p.register_post_accumulate_grad_hook(self._landed_hook(index, position))
         self.optimizer = trainer.optimizer_choice.torch(self.params)
 
-    def _ready_hook(self, index: int):
-        def hook(param: Any) -> None:  # noqa: ARG001 - torch passes the parameter
+    def _landed_hook(self, index: int, position: int):
+        def hook(param: Any) -> None:
             bucket = self.buckets[index]
-            if bucket.work is not None:
+            if bucket.work is not None or bucket.landed[position]:
                 raise RuntimeError(
-                    "strategy 'allreduce': a gradient landed after its bucket's all_reduce "
-                    "started (backward ran twice in one step?); call trainer.step once per batch"
+                    "strategy 'allreduce': a gradient landed twice in one step (backward ran "
+                    "twice?); call trainer.step once per batch"
                 )
+            view = bucket.grads[position]
+            torch.mul(param.grad, 1.0 / self.world, out=view)
+            param.grad = view
+            bucket.landed[position] = True
             bucket.pending -= 1
             self._start_ready()
 
@@ -122,37 +136,37 @@ class AllReduce(Strategy):
         self.next_bucket += 1
 
     def backward(self, loss: Any) -> None:
-        for bucket in self.buckets:  # a user's zero_grad(set_to_none) drops the views
-            for p, grad in zip(bucket.params, bucket.grads):
-                if p.grad is not grad:
-                    p.grad = grad
+        for p in self.params:  # autograd hands over a fresh gradient, the hook copies it
+            p.grad = None
         loss.backward()
 
     def _reduce_and_step(self) -> None:
-        while self.next_bucket < len(self.buckets):  # buckets with unused parameters
-            self._start(self.buckets[self.next_bucket])
+        for bucket in self.buckets[self.next_bucket :]:  # not full: unused parameters
+            bucket.fill_missing()
+            self._start(bucket)
         counts = []
         for bucket in self.buckets:
             bucket.work.wait()
             count = float(bucket.flat[-1])
             counts.append(count)
-            if count > 1:
-                bucket.flat.div_(count)
+            if 0 < count < self.world:  # the sum was pre-divided by every worker
+                bucket.flat.mul_(self.world / count)
+        for bucket in self.buckets:
+            for p, view in zip(bucket.params, bucket.grads):
+                p.grad = view
         if counts and counts[0] > 0:  # every bucket has the same count; 0: no worker had a batch
             self.optimizer.step()
         self.next_bucket = 0
+        for bucket in self.buckets:
+            bucket.reset(1.0)
 
     def update(self) -> None:
         self._reduce_and_step()
-        for bucket in self.buckets:
-            bucket.reset(1.0)
 
     def join_step(self) -> None:
         for bucket in self.buckets:
             bucket.reset(0.0)
         self._reduce_and_step()
-        for bucket in self.buckets:
-            bucket.reset(1.0)
 
     def state_tensors(self) -> dict:
         return optimizer_tensors(self.optimizer)
