@@ -85,11 +85,14 @@ def _wait(procs: list, log, timeout: float) -> None:
         raise RuntimeError(f"exit status {failed[0]}: {lines[-1] if lines else 'no output'}")
 
 
-def run_system(system: str, workload: str, workers: int, timeout: float) -> dict:
+def run_system(system: str, workload: str, args) -> dict:
     """One run of `system` (a strategy or a peer) on `workload`: the chief's result."""
+    workers = args.workers
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile("w+") as log:
         out = os.path.join(tmp, "result.json")
         common = ["--workload", workload, "--out", out]
+        if args.max_epochs is not None:
+            common += ["--max-epochs", str(args.max_epochs)]
         if system in PEERS:
             port = str(_free_port())
             command = [sys.executable, "-m", "pscore.bench.train_ddp", "--backend", PEERS[system]]
@@ -112,7 +115,7 @@ def run_system(system: str, workload: str, workers: int, timeout: float) -> dict
         else:
             command = _strategy_command(system, workers) + common
             procs = [subprocess.Popen(command, env=_env(), stdout=log, stderr=subprocess.STDOUT)]
-        _wait(procs, log, timeout)
+        _wait(procs, log, args.timeout)
         with open(out) as f:
             return json.load(f)
 
@@ -173,7 +176,7 @@ def run(args) -> dict:
         for workload in args.workloads:
             for system in systems:
                 try:
-                    r = run_system(system, workload, args.workers, args.timeout)
+                    r = run_system(system, workload, args)
                 except Exception as e:  # noqa: BLE001 - any failure is this system's error row
                     r = {"error": f"{type(e).__name__}: {e}"[:300]}
                 results[workload][system].append(r)
@@ -210,6 +213,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--workers", type=int, default=2, help="worker processes (default %(default)s)")
     p.add_argument(
         "--repeats", type=int, default=3, help="runs per system, medians (default %(default)s)"
+    )
+    p.add_argument(
+        "--max-epochs",
+        type=int,
+        default=None,
+        help="cap on a time-to-accuracy run's epochs (default: the workload's)",
     )
     p.add_argument(
         "--timeout", type=float, default=300, help="seconds per run (default %(default)s)"

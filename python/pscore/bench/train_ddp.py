@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from pscore.bench.train_clock import Clock
-from pscore.bench.train_workloads import WORKLOADS
+from pscore.bench.train_workloads import WORKLOADS, workload
 from pscore.train.optimizers import resolve
 
 __all__ = ["main"]
@@ -39,6 +39,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workload", choices=WORKLOADS, required=True)
     p.add_argument("--backend", choices=["gloo", "pscore"], required=True)
+    p.add_argument("--max-epochs", type=int, default=None, help="cap on the epochs")
     p.add_argument("--out", required=True, help="rank 0 writes its result here (JSON)")
     args = p.parse_args()
 
@@ -47,7 +48,7 @@ def main() -> int:
         import pscore.torch_backend  # noqa: F401 - registers the backend
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    w = WORKLOADS[args.workload]
+    w = workload(args.workload, args.max_epochs)
     train, test = w.make_data()
     x, y = (torch.as_tensor(a) for a in train)
     model = DistributedDataParallel(w.make_model())

@@ -11,7 +11,7 @@ import torch
 
 import pscore
 from pscore.bench.train_clock import Clock
-from pscore.bench.train_workloads import WORKLOADS
+from pscore.bench.train_workloads import WORKLOADS, workload
 from pscore.train import Hook
 
 __all__ = ["main"]
@@ -48,11 +48,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workload", choices=WORKLOADS, required=True)
     p.add_argument("--strategy", required=True)
+    p.add_argument("--max-epochs", type=int, default=None, help="cap on the epochs")
     p.add_argument("--out", required=True, help="the chief writes its result here (JSON)")
     args = p.parse_args()
 
     torch.set_num_threads(1)
-    w = WORKLOADS[args.workload]
+    w = workload(args.workload, args.max_epochs)
     train, test = w.make_data()
     timing = _Timing(w, len(train[0]), test)
     trainer = pscore.Trainer(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-__all__ = ["WORKLOADS", "Workload"]
+__all__ = ["WORKLOADS", "Workload", "workload"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,3 +94,9 @@ WORKLOADS = {
         ),
     )
 }
+
+
+def workload(name: str, max_epochs: int | None = None) -> Workload:
+    """WORKLOADS[name], with its epoch cap replaced by `max_epochs` when given."""
+    w = WORKLOADS[name]
+    return w if max_epochs is None else dataclasses.replace(w, max_epochs=max_epochs)
