@@ -126,7 +126,7 @@ def _summary(runs: list[dict]) -> dict:
     if not ok:
         return {"error": runs[-1]["error"], "runs": runs}
     out: dict = {"runs": runs}
-    for key in ("time_to_target_s", "samples_per_s", "accuracy", "epochs"):
+    for key in ("time_to_target_s", "samples_per_s", "chief_cpu_s", "accuracy", "epochs"):
         values = [r[key] for r in ok if r.get(key) is not None]
         if key in ok[0]:
             out[key] = p50(values) if len(values) == len(ok) else None
@@ -141,10 +141,10 @@ def _table(workload, rows: dict) -> list[dict]:
     w = WORKLOADS[workload]
     gloo = rows.get("ddp-gloo", {})
     timed = w.target_accuracy is not None
-    columns = ["system", "samples/s", "sps/gloo"]
+    columns = ["system", "samples/s", "sps/gloo", "chief_cpu_s"]
     if timed:
         columns[1:1] = ["time_s", "accuracy", "epochs"]
-        columns.append("time/gloo")
+        columns.insert(-1, "time/gloo")
     lines, entries, errors = [], [], []
     for system, r in rows.items():
         entry = {"system": system, **{k: v for k, v in r.items() if k != "runs"}}
@@ -155,12 +155,13 @@ def _table(workload, rows: dict) -> list[dict]:
             entries.append(entry)
             continue
         entry["samples_per_s_vs_ddp_gloo"] = _ratio(r["samples_per_s"], gloo.get("samples_per_s"))
-        line = [system, r["samples_per_s"], entry["samples_per_s_vs_ddp_gloo"]]
+        cpu = r["chief_cpu_s"] if r["chief_cpu_s"] is not None else "-"
+        line = [system, r["samples_per_s"], entry["samples_per_s_vs_ddp_gloo"], cpu]
         if timed:
             t = r["time_to_target_s"]
             entry["time_vs_ddp_gloo"] = _ratio(t, gloo.get("time_to_target_s"))
             line[1:1] = [t if t is not None else "not reached", r["accuracy"], r["epochs"]]
-            line.append(entry["time_vs_ddp_gloo"])
+            line.insert(-1, entry["time_vs_ddp_gloo"])
         lines.append(line)
         entries.append(entry)
     print_table(f"{workload}: {w.about}", columns, lines, [22] + [13] * (len(columns) - 1))

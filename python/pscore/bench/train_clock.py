@@ -2,7 +2,9 @@
 the first step (after start-up, imports, data loading and the initial broadcast) to the epoch
 whose test accuracy reaches the workload's target (evaluation included), and the samples/s of
 training alone; or, for a workload without a target, samples/s over fixed steps after a warm-up.
-The chief writes the result as JSON for the bench to read."""
+The chief also reports its own CPU seconds over the same span (process_time, every thread),
+a figure less at the mercy of other jobs' load than wall time. The chief writes the result as
+JSON for the bench to read."""
 
 from __future__ import annotations
 
@@ -31,9 +33,11 @@ class Clock:
         self.accuracy: float | None = None
         self.time_to_target: float | None = None
         self.warm_at = self.end_at = None
+        self.cpu_s: float | None = None  # the chief's CPU seconds (all threads) while timed
 
     def start(self) -> None:
         self.started = self.last = time.perf_counter()
+        self.cpu_started = time.process_time()
 
     def after_step(self) -> bool:
         w = self.workload
@@ -41,9 +45,9 @@ class Clock:
         if w.target_accuracy is not None:
             return False
         if self.steps == w.warmup:
-            self.warm_at = time.perf_counter()
+            self.warm_at, self.cpu_started = time.perf_counter(), time.process_time()
         if self.steps == w.warmup + w.steps:
-            self.end_at = time.perf_counter()
+            self.end_at, self.cpu_s = time.perf_counter(), time.process_time() - self.cpu_started
             return True
         return False
 
@@ -59,6 +63,7 @@ class Clock:
         reached = self.accuracy >= w.target_accuracy
         if reached and self.time_to_target is None:
             self.time_to_target = time.perf_counter() - self.started
+            self.cpu_s = time.process_time() - self.cpu_started
         stop = self.agree(reached or self.epochs >= w.max_epochs)
         self.last = time.perf_counter()
         return stop
@@ -72,9 +77,14 @@ class Clock:
                     f"{w.warmup} warm-up + {w.steps} timed steps (too little data?)"
                 )
             samples = w.steps * w.batch_size * self.world
-            return {"samples_per_s": samples / (self.end_at - self.warm_at), "steps": w.steps}
+            return {
+                "samples_per_s": samples / (self.end_at - self.warm_at),
+                "chief_cpu_s": self.cpu_s,
+                "steps": w.steps,
+            }
         return {
             "time_to_target_s": self.time_to_target,
+            "chief_cpu_s": self.cpu_s if self.time_to_target is not None else None,
             "samples_per_s": self.epochs * self.train_samples / self.train_s,
             "accuracy": self.accuracy,
             "epochs": self.epochs,
