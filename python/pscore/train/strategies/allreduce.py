@@ -3,7 +3,8 @@ The gradients are reduced in flat buckets: the parameters are bucketed in revers
 last layers' bucket fills first, and as each gradient lands (an autograd hook) it is copied into
 its bucket, divided by the number of workers on the way (DDP's pre-division: no pass over the
 bucket afterwards); a bucket is all-reduced asynchronously as soon as it is full, while backward
-still runs on the earlier layers. Each parameter's .grad then becomes its view into the bucket,
+still runs on the earlier layers (the last bucket, with nothing left to overlap, runs on the
+calling thread: on digits' one-bucket model that took time to 97% from 0.9-1.1 s to 0.3-0.8 s). Each parameter's .grad then becomes its view into the bucket,
 so update() waits for the buckets and steps the same torch.optim optimizer everywhere with no
 copy back; all workers keep identical weights. (SINGA AllReduce, Caffe2 data_parallel_model,
 TF (MultiWorker)MirroredStrategy, ElasticDL's overlap.)
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 
 from ... import collectives
+from ...collectives.work import CompletedWork
 from ..state import load_optimizer_tensors, optimizer_tensors
 from .base import Strategy
 
@@ -132,8 +134,14 @@ class AllReduce(Strategy):
             self._start(buckets[self.next_bucket])
 
     def _start(self, bucket: _Bucket) -> None:
-        bucket.work = collectives.all_reduce(bucket.flat, op="sum", async_op=True)
+        """The last bucket has nothing left to overlap with: it runs on this thread, sparing
+        the hand-over to the group's background thread (what small models' steps are made of)."""
         self.next_bucket += 1
+        if self.next_bucket < len(self.buckets):
+            bucket.work = collectives.all_reduce(bucket.flat, op="sum", async_op=True)
+        else:
+            collectives.all_reduce(bucket.flat, op="sum")
+            bucket.work = CompletedWork()
 
     def backward(self, loss: Any) -> None:
         for p in self.params:  # autograd hands over a fresh gradient, the hook copies it
