@@ -3,11 +3,12 @@ The gradients are reduced in flat buckets: the parameters are bucketed in revers
 last layers' bucket fills first, and as each gradient lands (an autograd hook) it is copied into
 its bucket, divided by the number of workers on the way (DDP's pre-division: no pass over the
 bucket afterwards); a bucket is all-reduced asynchronously as soon as it is full, while backward
-still runs on the earlier layers (the last bucket, with nothing left to overlap, runs on the
-calling thread: on digits' one-bucket model that took time to 97% from 0.9-1.1 s to 0.3-0.8 s). Each parameter's .grad then becomes its view into the bucket,
-so update() waits for the buckets and steps the same torch.optim optimizer everywhere with no
-copy back; all workers keep identical weights. (SINGA AllReduce, Caffe2 data_parallel_model,
-TF (MultiWorker)MirroredStrategy, ElasticDL's overlap.)
+still runs on the earlier layers. The last bucket, with nothing left to overlap, is reduced on
+the calling thread (no hand-over to the group's background thread and back). Each parameter's
+.grad then becomes its view into the bucket, so update() waits for the buckets and steps the
+same torch.optim optimizer everywhere with no copy back; all workers keep identical weights.
+(SINGA AllReduce, Caffe2 data_parallel_model, TF (MultiWorker)MirroredStrategy, ElasticDL's
+overlap.)
 
 Uneven shards (torch's Join idea): a worker out of batches calls join_step(), which reduces
 zero buckets with a contributor count of 0; it receives the contributors' mean and steps too.
