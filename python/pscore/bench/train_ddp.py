@@ -72,6 +72,7 @@ def main() -> int:
         epoch += 1
     if rank == 0:
         clock.write(args.out)
+    dist.barrier()  # no rank tears its group down while another still uses it
     dist.destroy_process_group()
     return 0
 
