@@ -122,6 +122,46 @@ def test_a_worker_a_whole_batch_short_joins_and_unused_parameters_do_not_hang():
     assert results[0][1] == [5, 5] and results[1][1] == [4, 4]
 
 
+class _Bag(torch.nn.Module):
+    """A sparse-gradient embedding and a dense head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(20, 4, sparse=True)
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, ids):
+        return self.head(self.emb(ids))
+
+
+def _sparse(rank, world):
+    import pscore
+
+    _worker_env(rank, world)
+    g = torch.Generator().manual_seed(2)
+    ids, y = torch.randint(0, 20, (32,), generator=g), torch.randint(0, 3, (32,), generator=g)
+    trainer = pscore.Trainer(_Bag(), torch.nn.functional.cross_entropy, optimizer_args={"lr": 0.1})
+    for step in range(3):
+        rows = slice(step * 8 + rank * 4, step * 8 + rank * 4 + 4)
+        trainer.step((ids[rows], y[rows]))
+    distributed = _flat(trainer.model)
+    single = _Bag()
+    opt = torch.optim.SGD(single.parameters(), lr=0.1)
+    for step in range(3):
+        opt.zero_grad()
+        rows = slice(step * 8, step * 8 + 8)
+        torch.nn.functional.cross_entropy(single(ids[rows]), y[rows]).backward()
+        opt.step()
+    return distributed, _flat(single)
+
+
+def test_sparse_embedding_gradients_are_reduced_dense():
+    results = run_ranks(_sparse, 2, timeout=60)
+    assert results[0][0] == results[1][0]
+    assert max(abs(a - b) for a, b in zip(*results[0])) < 1e-5
+
+
 def _mismatched(rank, world):
     import pscore
 

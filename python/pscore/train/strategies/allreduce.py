@@ -119,8 +119,10 @@ class AllReduce(Strategy):
                     "strategy 'allreduce': a gradient landed twice in one step (backward ran "
                     "twice?); call trainer.step once per batch"
                 )
-            view = bucket.grads[position]
-            torch.mul(param.grad, 1.0 / self.world, out=view)
+            view, grad = bucket.grads[position], param.grad
+            if grad.is_sparse:  # nn.Embedding(sparse=True): reduced dense, as the bucket is
+                grad = grad.to_dense()
+            torch.mul(grad, 1.0 / self.world, out=view)
             param.grad = view
             bucket.landed[position] = True
             bucket.pending -= 1
