@@ -22,6 +22,7 @@ BENCHMARKS = {
     "store": ("store", "TCPStore op latency and add throughput against torch's TCPStore"),
     "ps": ("ps", "parameter server dense and sparse push/pull against a torch RPC server"),
     "hogwild": ("hogwild", "shared-table update rows/s against torch.multiprocessing workers"),
+    "train": ("train", "Trainer strategies' time to accuracy and samples/s vs torch DDP, same run"),
     "hogwild-cuda": ("hogwild_cuda", "GPU sparse updates against torch CUDA ops (needs CUDA)"),
 }
 

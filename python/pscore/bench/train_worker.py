@@ -1,0 +1,75 @@
+"""One worker of the training benchmark's pscore runs: trains a workload with pscore.Trainer
+under a strategy (started by `python -m pscore.bench train` through pscore-run); a ps task
+serves its shard inside Trainer(...)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+import pscore
+from pscore.bench.train_clock import Clock
+from pscore.bench.train_workloads import WORKLOADS, workload
+from pscore.train import Hook
+
+__all__ = ["main"]
+
+
+class _Timing(Hook):
+    """Drives the Clock from the Trainer's hooks."""
+
+    def __init__(self, workload, train_samples: int, test: tuple):
+        self.workload, self.train_samples, self.test = workload, train_samples, test
+        self.clock: Clock | None = None
+
+    def begin(self, trainer) -> None:
+        world = trainer.run.world_size
+        self.clock = Clock(self.workload, world, self.train_samples, _agree)
+        self.clock.start()
+
+    def after_step(self, trainer, loss) -> None:  # noqa: ARG002 - the Hook signature
+        if self.clock.after_step():
+            trainer.request_stop("timed steps done")
+
+    def after_epoch(self, trainer, epoch, metrics) -> None:  # noqa: ARG002
+        if self.clock.after_epoch(lambda: trainer.evaluate(self.test)["accuracy"]):
+            trainer.request_stop("target reached or epoch cap")
+
+
+def _agree(flag: bool) -> bool:
+    t = torch.tensor([int(flag)], dtype=torch.int64)
+    pscore.broadcast(t, src=0)
+    return bool(t.item())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workload", choices=WORKLOADS, required=True)
+    p.add_argument("--strategy", required=True)
+    p.add_argument("--max-epochs", type=int, default=None, help="cap on the epochs")
+    p.add_argument("--out", required=True, help="the chief writes its result here (JSON)")
+    args = p.parse_args()
+
+    torch.set_num_threads(1)
+    w = workload(args.workload, args.max_epochs)
+    train, test = w.make_data()
+    timing = _Timing(w, len(train[0]), test)
+    trainer = pscore.Trainer(
+        w.make_model(),
+        w.loss_fn,
+        optimizer=w.optimizer,
+        optimizer_args=w.optimizer_args,
+        strategy=args.strategy,
+        hooks=[timing],
+    )
+    epochs = w.max_epochs if w.target_accuracy is not None else 1 << 20
+    trainer.fit(train, epochs=epochs, batch_size=w.batch_size)
+    if trainer.run.is_chief:
+        timing.clock.write(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
