@@ -15,6 +15,12 @@ import time
 
 import pytest
 
+# Many tests fork their ranks (dist_helpers uses the fork context). A child forked after the
+# pytest process ran a multi-threaded torch op hangs in its first parallel region (libgomp's
+# pool is not fork-safe), so the test process keeps torch single-threaded, as pscore-run and
+# torchrun do for their ranks. Set before any test module imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def free_port() -> int:
     with socket.socket() as s:
