@@ -63,7 +63,8 @@ REPORT = """
 """
 
 
-def test_ranks_get_the_environment(tmp_path):
+def test_ranks_get_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # conftest sets it; the launcher must
     script = write_script(tmp_path, "report.py", REPORT)
     result = run_launcher(["-n", "3", script, "--lr", "0.1"], tmp_path)
     assert result.returncode == 0, result.stderr
