@@ -170,12 +170,17 @@ def _table(workload, rows: dict) -> list[dict]:
     return entries
 
 
+def _systems(workload: str, args) -> list[str]:
+    """The strategies asked for that run this workload, then the peers."""
+    only = WORKLOADS[workload].strategies
+    return [s for s in args.strategies if only is None or s in only] + args.compare
+
+
 def run(args) -> dict:
-    systems = args.strategies + args.compare
-    results: dict = {w: {s: [] for s in systems} for w in args.workloads}
+    results: dict = {w: {s: [] for s in _systems(w, args)} for w in args.workloads}
     for _ in range(args.repeats):
         for workload in args.workloads:
-            for system in systems:
+            for system in _systems(workload, args):
                 try:
                     r = run_system(system, workload, args)
                 except Exception as e:  # noqa: BLE001 - any failure is this system's error row

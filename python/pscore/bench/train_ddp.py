@@ -27,10 +27,10 @@ def _agree(flag: bool) -> bool:
 
 
 def _accuracy(model, test: tuple) -> float:
-    x, y = (torch.as_tensor(a) for a in test)
+    *inputs, y = (torch.as_tensor(a) for a in test)
     model.eval()
     with torch.no_grad():
-        correct = int((model(x).argmax(1) == y).sum())
+        correct = int((model(*inputs).argmax(1) == y).sum())
     model.train()
     return correct / len(y)
 
@@ -50,11 +50,11 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     w = workload(args.workload, args.max_epochs)
     train, test = w.make_data()
-    x, y = (torch.as_tensor(a) for a in train)
+    *inputs, y = (torch.as_tensor(a) for a in train)
     model = DistributedDataParallel(w.make_model())
     optimizer = resolve(w.optimizer, w.optimizer_args).torch(model.parameters())
-    sampler = DistributedSampler(range(len(x)), world, rank, shuffle=True, seed=0)
-    clock = Clock(w, world, len(x), _agree)
+    sampler = DistributedSampler(range(len(y)), world, rank, shuffle=True, seed=0)
+    clock = Clock(w, world, len(y), _agree)
     clock.start()
     epoch, stop = 0, False
     while not stop:
@@ -63,7 +63,7 @@ def main() -> int:
         for start in range(0, len(shard), w.batch_size):
             batch = shard[start : start + w.batch_size]
             optimizer.zero_grad()
-            w.loss_fn(model(x[batch]), y[batch]).backward()
+            w.loss_fn(model(*(x[batch] for x in inputs)), y[batch]).backward()
             optimizer.step()
             stop = clock.after_step()
             if stop:

@@ -25,6 +25,7 @@ class Workload:
     steps: int = 20  # samples/s runs: timed steps per worker (after `warmup`)
     warmup: int = 3
     about: str = ""
+    strategies: tuple[str, ...] | None = None  # the pscore strategies that run it (None: all)
 
 
 def _cross_entropy(output: Any, target: Any) -> Any:
@@ -67,6 +68,25 @@ def _synthetic(n: int = 4096) -> tuple:
     return (x, y), (x[:256], y[:256])
 
 
+# hybrid needs embedding tables (it refuses a model without one): it runs the ctr workload.
+_DENSE_STRATEGIES = (
+    "allreduce",
+    "ps-sync",
+    "ps-async",
+    "ssp",
+    "hogwild",
+    "distributed-hogwild",
+)
+
+
+def _ctr() -> Workload:
+    """The click-through model of pscore.bench.ctr (a 1M-row embedding table): what hybrid is
+    for, against allreduce and DDP with the same dense embedding gradients."""
+    from . import ctr
+
+    return Workload(**ctr.workload_fields(), strategies=("hybrid", "allreduce"))
+
+
 WORKLOADS = {
     w.name: w
     for w in (
@@ -80,6 +100,7 @@ WORKLOADS = {
             batch_size=32,
             target_accuracy=0.97,
             about="MLP 64-256-256-10 on scikit-learn digits, time to 97% test accuracy",
+            strategies=_DENSE_STRATEGIES,
         ),
         Workload(
             "mlp",
@@ -91,7 +112,9 @@ WORKLOADS = {
             batch_size=64,
             target_accuracy=None,
             about="MLP 1024-2048-2048-2048-10 (10.5 M parameters), synthetic data, samples/s",
+            strategies=_DENSE_STRATEGIES,
         ),
+        _ctr(),
     )
 }
 
