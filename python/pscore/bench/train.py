@@ -171,9 +171,11 @@ def _table(workload, rows: dict) -> list[dict]:
 
 
 def _systems(workload: str, args) -> list[str]:
-    """The strategies asked for that run this workload, then the peers."""
-    only = WORKLOADS[workload].strategies
-    return [s for s in args.strategies if only is None or s in only] + args.compare
+    """The strategies asked for, less those the workload leaves out, then the peers (a name
+    that is no strategy stays in: its run fails into an error row)."""
+    only, known = WORKLOADS[workload].strategies, _default_strategies()
+    chosen = [s for s in args.strategies if only is None or s in only or s not in known]
+    return chosen + args.compare
 
 
 def run(args) -> dict:
