@@ -258,7 +258,8 @@ class Trainer:
     def _train_step(self, batch: Any) -> tuple[float, int]:
         """Forward, backward and update on `batch`; (loss, samples)."""
         self.setup()
-        self.model.train()
+        if not self.model.training:  # train() walks every module: only when needed
+            self.model.train()
         batch = tuple(batch)
         loss = self._forward_loss(batch)
         self.strategy.backward(loss)
