@@ -148,3 +148,27 @@ def test_bad_strategy_options_are_clear_errors():
     with pytest.raises(ValueError, match="backup_workers=2 leaves no worker to close a round"):
         PSSync(backup_workers=2).check(two_workers)
     PSSync(backup_workers=1).check(two_workers)
+
+
+@pytest.mark.parametrize("strategy", ["ps-sync", "ssp"])
+def test_a_stopped_job_resumes_to_the_uninterrupted_weights(tmp_path, strategy):
+    """A job stopped at step 30 and started again over its checkpoint ends with the weights of a
+    job that ran through: the servers' tables, optimizer state and rounds come back, the workers'
+    pushes are not dropped as late, and no worker counts as done from the checkpoint."""
+
+    def run(directory: str, *extra: str) -> dict:
+        args = ["--workers", "2", "--servers", "1", DIGITS, "--strategy", strategy]
+        args += ["--epochs", "2", "--digest", "--checkpoint-dir", directory, *extra]
+        result = launch(args, tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        lines = [line for line in result.stdout.splitlines() if " weights " in line]
+        assert len(lines) == 2, result.stdout
+        return {line.split()[2]: line.split()[-1] for line in lines}, result.stdout
+
+    whole, _ = run(str(tmp_path / "whole"))
+    stopped = str(tmp_path / "stopped")
+    run(stopped, "--stop-at-step", "30")
+    resumed, out = run(stopped)
+    assert "resumed from" in out and "at global step 30" in out, out
+    assert len(set(whole.values())) == 1  # both workers hold the same weights
+    assert resumed == whole

@@ -150,7 +150,7 @@ CheckpointImage ShardCheckpoint::capture(ShardState& shard, uint64_t wal_index) 
   return image;
 }
 
-void ShardCheckpoint::read(ShardState& shard, const std::string& path) {
+void ShardCheckpoint::read(ShardState& shard, const std::string& path, DoneWorkers done_workers) {
   SafetensorsReader f(path);
   const CheckpointMetadata meta(f);
   const ShardOptions& o = shard.opts_;
@@ -178,6 +178,10 @@ void ShardCheckpoint::read(ShardState& shard, const std::string& path) {
   }
   Json done_root;
   auto done = int_vector<uint8_t>(meta.parsed("done", done_root));
+  if (done_workers == DoneWorkers::kFromLiveShard) {
+    std::lock_guard<std::mutex> lk(shard.mu_);
+    done = shard.done_;
+  }
   done.resize(o.num_workers, 0);
   const int64_t global_step = meta.integer("global_step");
   const uint64_t wal_index = static_cast<uint64_t>(meta.integer("wal_index"));

@@ -33,7 +33,11 @@ class ShardCheckpoint {
   // Copies the shard; the caller holds the apply gate exclusively.
   static CheckpointImage capture(ShardState& shard, uint64_t wal_index);
   // Replaces the shard's tables, catalog and counters; the caller holds the gate exclusively.
-  static void read(ShardState& shard, const std::string& path);
+  // Which workers count as done after a read: those the checkpoint recorded (recovering this
+  // shard's own snapshot: the same job goes on) or those the live shard has now (a job loading
+  // a checkpoint: done is about its running workers, not about the tables).
+  enum class DoneWorkers { kFromCheckpoint, kFromLiveShard };
+  static void read(ShardState& shard, const std::string& path, DoneWorkers done_workers);
 };
 
 }  // namespace pscore::ps

@@ -78,7 +78,7 @@ uint64_t ShardState::recover() {
   std::string wal = snap.substr(0, snap.size() - std::string(".safetensors").size()) + ".wal";
   if (file_exists(snap)) {
     ReplyOutbox none;  // recovery runs before any worker connects
-    load_locked(snap, none);
+    load_locked(snap, none, ShardCheckpoint::DoneWorkers::kFromCheckpoint);
     snapshot_bytes_ = file_bytes(snap);
   }
   uint64_t replayed = 0, intact = 0;
@@ -356,7 +356,7 @@ void ShardState::write_snapshot(const CheckpointImage& image, const std::string&
 void ShardState::load(const std::string& dir, ReplyOutbox& parked) {
   std::lock_guard<std::mutex> one(save_mu_);
   std::unique_lock<std::shared_mutex> gate(gate_);
-  load_locked(snapshot_path(dir), parked);
+  load_locked(snapshot_path(dir), parked, ShardCheckpoint::DoneWorkers::kFromLiveShard);
   if (!log_) return;
   // The loaded state must be on disk before the log records anything relative to it.
   make_directories(opts_.recover_dir);
@@ -364,9 +364,10 @@ void ShardState::load(const std::string& dir, ReplyOutbox& parked) {
   write_snapshot(ShardCheckpoint::capture(*this, mark.index), opts_.recover_dir, mark);
 }
 
-void ShardState::load_locked(const std::string& path, ReplyOutbox& parked) {
+void ShardState::load_locked(const std::string& path, ReplyOutbox& parked,
+                             ShardCheckpoint::DoneWorkers done_workers) {
   for (auto& t : tables()) t->abandon_waiters(parked);
-  ShardCheckpoint::read(*this, path);
+  ShardCheckpoint::read(*this, path, done_workers);
 }
 
 }  // namespace pscore::ps

@@ -86,7 +86,8 @@ class ShardState {
   void catalog_add_locked(const TableLayout& layout);
   void write_snapshot(const CheckpointImage& image, const std::string& dir,
                       const UpdateLog::Mark& mark);
-  void load_locked(const std::string& path, ReplyOutbox& parked);
+  void load_locked(const std::string& path, ReplyOutbox& parked,
+                   ShardCheckpoint::DoneWorkers done_workers);
 
   ShardOptions opts_;
   std::mutex save_mu_;  // one save or load at a time (a save writes after releasing the gate)

@@ -168,6 +168,7 @@ class Trainer:
             self.strategy.load_servers(path)
         if collectives.get_world_size() > 1:
             collectives.barrier()  # no worker steps before the servers hold the checkpoint
+        self.strategy.after_resume()
         self.global_step = int(metadata["global_step"])
         self.epoch = int(metadata["epoch"])
         self.batch_in_epoch = int(metadata["batch_in_epoch"])

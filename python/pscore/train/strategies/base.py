@@ -23,6 +23,8 @@ class Strategy:
     load_state_tensors(t) the inverse, on resume
     save_servers(dir)     PS strategies, chief only: the servers' tables and optimizer state
     load_servers(dir)     the inverse, on resume
+    after_resume()        every worker, once the chief loaded the servers: refresh what the
+                          worker knows of them (a sync table's open round)
     finish()              end of fit: final weights in trainer.model, servers told (worker_done)
     serve(trainer)        on ps tasks: serve this task's shard until the job ends
     """
@@ -71,6 +73,9 @@ class Strategy:
         pass
 
     def load_servers(self, directory: str) -> None:
+        pass
+
+    def after_resume(self) -> None:
         pass
 
     def finish(self) -> None:

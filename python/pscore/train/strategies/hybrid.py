@@ -141,6 +141,12 @@ class Hybrid(AllReduce):
     def load_servers(self, directory: str) -> None:
         self.client.load(directory)
 
+    def after_resume(self) -> None:
+        """Looks the sync tables up again: their rounds went on from the checkpoint's (see
+        PSStrategy.after_resume)."""
+        for t in self.tables:
+            self.client.lookup_table(t.table)
+
 
 def _nothing() -> None:
     pass

@@ -110,6 +110,13 @@ class PSStrategy(Strategy):
 
     def load_servers(self, directory: str) -> None:
         self.client.load(directory)
+
+    def after_resume(self) -> None:
+        """Looks every table up again: the loaded tables' sync rounds (ssp clocks) went on from
+        the checkpoint's, and a push still carrying the round this client learnt before the
+        load would be dropped as late. Then the servers' values into the model."""
+        for table in self.tables:
+            self.client.lookup_table(table)
         self.sync_model()
 
     def finish(self) -> None:
