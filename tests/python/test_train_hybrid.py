@@ -286,8 +286,9 @@ def test_tied_weights_and_bad_options_are_refused(one_worker_job):
         strategy="hybrid",
         strategy_args={"min_rows": 11},
     )
-    with pytest.raises(ValueError, match=r"no trainable nn.Embedding .* with >= 11 rows"):
-        trainer.step((torch.tensor([1]), torch.zeros(1, 1)))
+    trainer.step((torch.tensor([1]), torch.zeros(1, 1)))  # no table that big: all allreduce
+    assert trainer.strategy.tables == []
+    assert trainer.model[0].weight.shape == (10, 2)
     trainer.close()
 
 
@@ -296,3 +297,23 @@ def test_embeddings_example_reaches_its_auc():
         done = _launch([str(REPO / "examples" / "embeddings.py"), "--min-auc", "0.75"], env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "strategy hybrid: 1000000 rows" in done.stdout
+
+
+def test_digits_without_embeddings_train_by_allreduce_under_hybrid():
+    """train_digits' MLP has no embedding table: hybrid trains it all by allreduce (and says
+    so), with the ps task started by pscore-run serving nothing and ending with the job."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PSCORE_")}
+    env["PYTHONPATH"] = str(REPO / "python")
+    launch = [sys.executable, "-m", "pscore.launch", "--workers", "2", "--servers", "1"]
+    script = [str(REPO / "examples" / "train_digits.py"), "--strategy", "hybrid"]
+    done = subprocess.run(
+        [*launch, *script, "--min-accuracy", "0.95"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every parameter trains by allreduce" in done.stdout
+    assert "strategy hybrid:" in done.stdout and "test accuracy" in done.stdout

@@ -68,17 +68,6 @@ def _synthetic(n: int = 4096) -> tuple:
     return (x, y), (x[:256], y[:256])
 
 
-# hybrid needs embedding tables (it refuses a model without one): it runs the ctr workload.
-_DENSE_STRATEGIES = (
-    "allreduce",
-    "ps-sync",
-    "ps-async",
-    "ssp",
-    "hogwild",
-    "distributed-hogwild",
-)
-
-
 def _ctr() -> Workload:
     """The click-through model of pscore.bench.ctr (a 1M-row embedding table): what hybrid is
     for, against allreduce and DDP with the same dense embedding gradients."""
@@ -100,7 +89,6 @@ WORKLOADS = {
             batch_size=32,
             target_accuracy=0.97,
             about="MLP 64-256-256-10 on scikit-learn digits, time to 97% test accuracy",
-            strategies=_DENSE_STRATEGIES,
         ),
         Workload(
             "mlp",
@@ -112,7 +100,6 @@ WORKLOADS = {
             batch_size=64,
             target_accuracy=None,
             about="MLP 1024-2048-2048-2048-10 (10.5 M parameters), synthetic data, samples/s",
-            strategies=_DENSE_STRATEGIES,
         ),
         _ctr(),
     )

@@ -71,10 +71,11 @@ class Hybrid(AllReduce):
 
     def setup(self, trainer: Any) -> None:
         found = find_embeddings(trainer.model, self.min_rows)
-        if not found:
-            raise ValueError(
-                f"strategy 'hybrid': the model has no trainable nn.Embedding or nn.EmbeddingBag "
-                f"with >= {self.min_rows} rows to put on the parameter servers (use allreduce)"
+        if not found and trainer.run.is_chief:
+            trainer.log(
+                f"pscore.train: strategy 'hybrid': the model has no trainable nn.Embedding or "
+                f"nn.EmbeddingBag with >= {self.min_rows} rows; every parameter trains by "
+                "allreduce"
             )
         self.client = servers.connect(trainer.run)
         optimizer = trainer.optimizer_choice.server()
