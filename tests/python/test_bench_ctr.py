@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-PYTHON = str(Path(__file__).resolve().parents[2] / "python")
+import pscore
+
+# The package under test (the installed one in CI, the source tree with a dev build).
+PYTHON = str(Path(pscore.__file__).resolve().parents[1])
 
 
 def run_ctr(*args: str) -> subprocess.CompletedProcess:

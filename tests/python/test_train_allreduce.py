@@ -198,7 +198,9 @@ def test_bad_bucket_sizes_are_named():
 
 
 def _env() -> dict:
-    python = os.path.join(ROOT, "python")
+    import pscore
+
+    python = os.path.dirname(os.path.dirname(os.path.abspath(pscore.__file__)))
     return dict(os.environ, PYTHONPATH=os.pathsep.join([python, os.environ.get("PYTHONPATH", "")]))
 
 

@@ -18,11 +18,15 @@ from typing import Any
 
 import pytest
 
+import pscore as pscore_package
+
 torch = pytest.importorskip("torch")
 
 from pscore.bench.ctr import local_servers
 
 REPO = Path(__file__).resolve().parents[2]
+# The package under test (the installed one in CI, the source tree with a dev build).
+PACKAGE_ROOT = str(Path(pscore_package.__file__).resolve().parents[1])
 HANG_GUARD_S = 240
 
 # A small model with every kind of table the strategy handles: an Embedding with a padding
@@ -75,7 +79,7 @@ if trainer.run.is_chief:
 
 
 def _launch(args: list[str], env_extra: dict, cwd: Path | None = None) -> Any:
-    env = dict(os.environ, PYTHONPATH=f"{cwd or ''}{os.pathsep}{REPO / 'python'}", **env_extra)
+    env = dict(os.environ, PYTHONPATH=f"{cwd or ''}{os.pathsep}{PACKAGE_ROOT}", **env_extra)
     return subprocess.run(
         [sys.executable, "-m", "pscore.launch", "-n", "2", *args],
         check=False,
@@ -303,7 +307,7 @@ def test_digits_without_embeddings_train_by_allreduce_under_hybrid():
     """train_digits' MLP has no embedding table: hybrid trains it all by allreduce (and says
     so), with the ps task started by pscore-run serving nothing and ending with the job."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PSCORE_")}
-    env["PYTHONPATH"] = str(REPO / "python")
+    env["PYTHONPATH"] = PACKAGE_ROOT
     launch = [sys.executable, "-m", "pscore.launch", "--workers", "2", "--servers", "1"]
     script = [str(REPO / "examples" / "train_digits.py"), "--strategy", "hybrid"]
     done = subprocess.run(

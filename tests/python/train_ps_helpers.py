@@ -8,8 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import pscore
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYTHON_PATH = os.path.join(ROOT, "python")
+# The package under test (the installed one in CI, the source tree with a dev build).
+PYTHON_PATH = os.path.dirname(os.path.dirname(os.path.abspath(pscore.__file__)))
 HANG_GUARD_S = 120
 
 
