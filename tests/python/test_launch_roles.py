@@ -122,3 +122,13 @@ def test_a_failed_ps_task_fails_the_job(tmp_path):
 def test_bad_role_flags(args, message, capsys):
     assert launcher.main(args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_scripts_flag_is_not_taken_for_a_prefix_of_pscore_runs(tmp_path):
+    """`--worker` and `--master` are the script's: pscore-run takes no abbreviation of its own
+    --workers / --worker-groups / --master-addr."""
+    script = tmp_path / "flags.py"
+    script.write_text("import sys\nprint('argv', sys.argv[1:], flush=True)\n")
+    result = launch(["-n", "1", str(script), "--worker", "a", "--master", "b"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "argv ['--worker', 'a', '--master', 'b']" in result.stdout

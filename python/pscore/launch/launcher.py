@@ -58,8 +58,11 @@ _OUTPUT_DRAIN_S = 5.0  # after the ranks end, how long their pipes may still be 
 
 
 def _parser() -> argparse.ArgumentParser:
+    # No abbreviations: a script's own flag (--worker, --master) must reach the script, not be
+    # taken for a prefix of one of pscore-run's (--workers, --master-addr).
     p = argparse.ArgumentParser(
         prog="pscore-run",
+        allow_abbrev=False,
         description="Start the ranks of a training script on this node with the rendezvous "
         "environment set. Takes torchrun's flags (dashes or underscores): one node by default, "
         "several with --nnodes / --node-rank and node 0's --master-addr / --master-port (or "
