@@ -18,7 +18,10 @@ __all__ = ["main"]
 
 
 class _Timing(Hook):
-    """Drives the Clock from the Trainer's hooks."""
+    """Drives the Clock from the Trainer's hooks. Its stops are the same on every worker (a
+    step count, or the chief's decision broadcast), so the Trainer need not agree on them."""
+
+    local_stop = False
 
     def __init__(self, workload, train_samples: int, test: tuple):
         self.workload, self.train_samples, self.test = workload, train_samples, test
