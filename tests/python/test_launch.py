@@ -13,7 +13,7 @@ import time
 import pytest
 
 import pscore.errors
-from pscore.launch import launcher
+from pscore.launch import cli, launcher
 from pscore.launch.launcher import free_port
 
 PYTHON_PATH = os.path.dirname(os.path.dirname(os.path.abspath(pscore.errors.__file__)))
@@ -288,7 +288,7 @@ def test_torchrun_spellings_and_the_node_layout(tmp_path):
 )
 def test_a_made_up_job_id_is_marked_for_the_parameter_servers(args, environ, job_id, made_up):
     """PSClient() (pscore.ps.environment.job_id) ignores a job id pscore-run made up."""
-    node = launcher.node_config(launcher._parser().parse_args([*args, "x.py"]), environ)
+    node = launcher.node_config(cli.parser().parse_args([*args, "x.py"]), environ)
     env = launcher.rank_environment(environ, node, 0)
     assert job_id is None or env["PSCORE_JOB_ID"] == job_id
     assert (env.get("PSCORE_JOB_ID_ORIGIN") == "pscore-run") == made_up
