@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ import time
 
 from pscore.bench.report import p50, print_table, write_json
 from pscore.bench.train_workloads import WORKLOADS
+from pscore.launch import free_port
 
 __all__ = ["PEERS", "main", "run_system"]
 
@@ -37,12 +37,6 @@ def _default_strategies() -> list[str]:
     from pscore.train import STRATEGIES
 
     return [s for s in STRATEGIES if s != "auto"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env() -> dict:
@@ -94,7 +88,7 @@ def run_system(system: str, workload: str, args) -> dict:
         if args.max_epochs is not None:
             common += ["--max-epochs", str(args.max_epochs)]
         if system in PEERS:
-            port = str(_free_port())
+            port = str(free_port())
             command = [sys.executable, "-m", "pscore.bench.train_ddp", "--backend", PEERS[system]]
             procs = [
                 subprocess.Popen(
