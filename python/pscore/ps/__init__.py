@@ -1,7 +1,7 @@
 """pscore.ps: a sharded parameter server with server-side optimizers.
 
 Servers (``pscore.PServer`` in-process, or the ``pserver`` command) each hold one shard; workers
-use :class:`PSClient` to create dense and sparse tables, push gradients and pull parameters.
+use [pscore.ps.PSClient][] to create dense and sparse tables, push gradients and pull parameters.
 """
 
 from .checkpoint import read_checkpoint

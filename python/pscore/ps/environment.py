@@ -5,7 +5,7 @@
   its address in and every worker reads them from;
 - ``TF_CONFIG`` (Kubeflow's TFJob, tf.distribute): the ``ps`` job's tasks are the shards in
   index order; a ``ps`` task's own address is where its shard listens; the chief and worker
-  tasks are the workers (ids as :func:`pscore.cluster.discover` ranks them).
+  tasks are the workers (ids as [pscore.cluster.discover][] ranks them).
 """
 
 from __future__ import annotations

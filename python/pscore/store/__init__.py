@@ -2,9 +2,9 @@
 
 ``TCPStore`` and ``HashStore`` are the C++ stores of ``pscore._store`` (store/native.py);
 ``FileStore`` and ``RedisStore`` are Python; ``PrefixStore`` wraps any of them. All share the
-API of :class:`pscore.store.base.Store`: set, get, add, compare_set, wait, check, delete_key,
+API of [pscore.store.base.Store][]: set, get, add, compare_set, wait, check, delete_key,
 num_keys, timeout / set_timeout. Blocking calls release the GIL and raise
-:class:`pscore.errors.TimeoutError` naming the keys still missing. ``pscore-store``
+[pscore.errors.TimeoutError][] naming the keys still missing. ``pscore-store``
 (store/server.py) serves a TCPStore from the shell.
 """
 

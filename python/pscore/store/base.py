@@ -2,7 +2,7 @@
 
 Keys are ``str``; values are ``bytes`` (``str`` values are stored UTF-8 encoded); ``add`` keeps
 integers as decimal text, so ``get`` after ``add`` returns e.g. ``b"5"``. ``get`` and ``wait``
-block until their keys exist, at most the timeout, then raise :class:`pscore.errors.TimeoutError`
+block until their keys exist, at most the timeout, then raise [pscore.errors.TimeoutError][]
 naming the keys still missing. Timeouts are seconds (``float``) or ``datetime.timedelta``.
 """
 

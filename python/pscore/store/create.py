@@ -65,7 +65,7 @@ def create_store(
 
     - ``tcp://host:port``: rank 0 serves a TCPStore on host:port, the others connect;
     - ``env://``: the same, with host, port (and rank / world_size when not given) from
-      :func:`pscore.cluster.discover` (PSCORE_*, torchrun, TF_CONFIG, Slurm, Open MPI); under
+      [pscore.cluster.discover][] (PSCORE_*, torchrun, TF_CONFIG, Slurm, Open MPI); under
       torchrun every rank is a client of the store torchrun's agent serves;
     - ``file:///abs/path``: a FileStore in that file (deleted once world_size ranks closed it);
     - ``redis://[:password@]host[:port][/db][?prefix=name]``: a RedisStore; keys live under

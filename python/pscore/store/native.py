@@ -1,6 +1,6 @@
 """The C++ stores of ``pscore._store``: ``TCPStore`` (a server in rank 0, clients elsewhere) and
 ``HashStore`` (in-process). Blocking calls release the GIL and raise
-:class:`pscore.errors.TimeoutError` naming the keys still missing.
+[pscore.errors.TimeoutError][] naming the keys still missing.
 """
 
 from __future__ import annotations
