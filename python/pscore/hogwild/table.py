@@ -238,7 +238,7 @@ class SharedTable:
 
     @staticmethod
     def shm_path(name: str) -> str:
-        """Where table `name` lives: /dev/shm/pscore_hw_<name>."""
+        """Where table `name` lives: ``/dev/shm/pscore_hw_<name>``."""
         return "/dev/shm" + _hogwild.Table.shm_path(name)
 
     def __reduce__(self):

@@ -21,7 +21,7 @@ __all__ = ["WorkerError", "train"]
 class WorkerError(RuntimeError):
     """A Hogwild worker failed. `rank`, `exitcode` (None if it raised and exited cleanly, else
     its exit status; negative: killed by that signal) and `remote_traceback` say how; the
-    worker's own exception, when it could be pickled, is the __cause__."""
+    worker's own exception, when it could be pickled, is the ``__cause__``."""
 
     def __init__(self, message: str, rank: int, exitcode: int | None, remote_traceback: str):
         super().__init__(message)

@@ -51,7 +51,7 @@ def read_safetensors(path: str) -> tuple[dict, dict]:
 
 def read_checkpoint(path: str, with_state: bool = False) -> dict:
     """Tables saved by PSClient.save(path): a dense table as one array of its full shape, a
-    sparse table as (ids, rows) sorted by id. with_state adds "<name>:state" entries (the
+    sparse table as (ids, rows) sorted by id. with_state adds ``"<name>:state"`` entries (the
     optimizer's slots, dense: (slots, *shape); sparse: (rows, slots, dim))."""
     files = sorted(glob.glob(os.path.join(path, "shard-*-of-*.safetensors")))
     if not files:
