@@ -1,5 +1,7 @@
 """Collectives and point-to-point calls with torch.distributed's names and semantics, on numpy
-arrays and contiguous CPU torch tensors, in place and without copies."""
+arrays and contiguous CPU torch tensors, in place and without copies. `src` and `dst` are global
+ranks; `group` defaults to the world. With `async_op=True` a call returns a Work at once,
+otherwise None when it has finished."""
 
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """Reduces `tensor` across the group in place: every rank ends with the result of `op`."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -100,6 +103,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
 
 
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
+    """Copies rank `src`'s `tensor` into every other rank's `tensor`."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -113,6 +117,7 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
 
 
 def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """Reduces `tensor` across the group into rank `dst`'s `tensor`."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -127,6 +132,7 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
 
 
 def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
+    """Fills `tensor_list[i]` on every rank with rank i's `tensor` (one entry per group rank)."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -154,6 +160,8 @@ def _split(buf: BufferView, parts: int, what: str) -> list[BufferView]:
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):
+    """As all_gather into one `output_tensor` of `group size x input_tensor` elements, in rank
+    order."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -173,6 +181,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
 
 
 def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """Reduces `input_list[i]` across the group into rank i's `output`."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -193,6 +202,8 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """As reduce_scatter with `input` one tensor of `group size x output` elements, split in rank
+    order."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -216,6 +227,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
 def gather(
     tensor, gather_list: list | None = None, dst: int = 0, group=None, async_op: bool = False
 ):
+    """Collects every rank's `tensor` into `gather_list` on rank `dst` (only `dst` passes one)."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -240,6 +252,7 @@ def gather(
 def scatter(
     tensor, scatter_list: list | None = None, src: int = 0, group=None, async_op: bool = False
 ):
+    """Sends `scatter_list[i]` from rank `src` (only `src` passes one) into rank i's `tensor`."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -266,6 +279,7 @@ def scatter(
 def all_to_all(
     output_tensor_list: list, input_tensor_list: list, group=None, async_op: bool = False
 ):
+    """Sends `input_tensor_list[i]` to rank i and receives rank i's into `output_tensor_list[i]`."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -312,6 +326,8 @@ def all_to_all_single(
     group=None,
     async_op: bool = False,
 ):
+    """all_to_all on single tensors split along their first dimension: evenly, or into
+    `input_split_sizes` / `output_split_sizes` rows per rank."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -330,6 +346,7 @@ def all_to_all_single(
 
 
 def barrier(group=None, async_op: bool = False):
+    """Returns once every rank of the group has called it."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
@@ -337,6 +354,7 @@ def barrier(group=None, async_op: bool = False):
 
 
 def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
+    """Starts sending `tensor` to rank `dst`, matched by `tag` on the receiver; returns its Work."""
     g = resolve(group)
     if g is None:
         raise ValueError("isend: this rank is not in the group")
@@ -361,6 +379,7 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
 
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
+    """Sends `tensor` to rank `dst` and waits for the send to complete (isend(...).wait())."""
     isend(tensor, dst, group, tag).wait()
 
 
@@ -372,14 +391,17 @@ def recv(tensor, src: int | None = None, group=None, tag: int = 0) -> int:
 
 
 def get_rank(group=None) -> int:
+    """This process's rank in `group` (default: the world); -1 when it is not a member."""
     g = resolve(group)
     return -1 if g is None else g.rank
 
 
 def get_world_size(group=None) -> int:
+    """The number of ranks in `group` (default: the world); -1 when this rank is not a member."""
     g = resolve(group)
     return -1 if g is None else g.size
 
 
 def get_backend(group=None) -> str:
+    """The group's transport, as "pscore/tcp" or "pscore/shm"."""
     return "pscore/" + (resolve(group) or default_group()).transport

@@ -104,6 +104,8 @@ class _NonMember:
 
 
 NON_GROUP_MEMBER = _NonMember()
+"""What new_group returns on ranks outside the group: collectives given it return at once,
+point-to-point calls refuse it."""
 
 _world: dict = {
     "group": None,
@@ -266,12 +268,15 @@ def new_group(ranks=None, timeout=None) -> ProcessGroup | _NonMember:
 
 
 def destroy_process_group(group=None) -> None:
+    """Forgets the default group and its store, so init_process_group may run again (a
+    sub-group given here is left alone); a group's connections close when its last reference
+    goes."""
     if group is None:
         _world.update(
             group=None, store=None, rank=None, groups=0, store_host=None, master_addr=None
         )
-    # The native group closes its connections when the last reference goes.
 
 
 def is_initialized() -> bool:
+    """True between init_process_group and destroy_process_group."""
     return _world["group"] is not None

@@ -26,6 +26,7 @@ from .tensors import Staging
 __all__ = ["BACKEND_NAME", "PscoreProcessGroup", "register"]
 
 BACKEND_NAME = "pscore"
+"""The name torch.distributed knows the backend by: init_process_group("pscore")."""
 STOP_WAIT_S = 5.0  # at exit, how long the completer may take to finish resolving a future
 
 

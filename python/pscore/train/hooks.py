@@ -20,6 +20,8 @@ __all__ = ["EvaluationHook", "Hook", "LoggingHook", "NanLossHook", "StopAtStepHo
 
 
 class Hook:
+    """Base of the Trainer's callbacks: each method does nothing until overridden."""
+
     local_stop = True  # its request_stop may come on some workers only (see the module doc)
 
     def begin(self, trainer: Any) -> None:

@@ -20,6 +20,7 @@ _CLASSES = {
     "hybrid": "hybrid:Hybrid",
 }
 NAMES = (*_CLASSES, "auto")
+"""Every name Trainer(strategy=...) takes (pscore.train.STRATEGIES)."""
 
 # "auto" puts a model's embedding tables on the servers from this many rows (summed) on.
 AUTO_EMBEDDING_ROWS = 100_000
