@@ -111,8 +111,10 @@ def _single_host(job_args: list[str]) -> Task:
 
 def _wrong_token_attempts(worker_host, job_env: dict, shard: str, job_args: list) -> None:
     """A worker (the example under pscore-run) and a bare PSClient on a worker host, both with
-    a wrong token: each fails at once, naming authentication and the server it tried."""
-    env = dict(job_env, PSCORE_AUTH_TOKEN="not-the-job-token", PSCORE_WORKER_GROUPS="1")
+    a wrong token: each fails at once (not after the Trainer's connect timeout), naming the
+    server it tried and the token (the worker: "authentication with store at ... failed")."""
+    wrong = {"PSCORE_AUTH_TOKEN": "not-the-job-token", "PSCORE_WORKER_GROUPS": "1"}  # 1 worker
+    env = dict(job_env, **wrong)
     launcher = [sys.executable, "-m", "pscore.launch", "-n", "1"]
     started = time.monotonic()
     worker = Task("wrong-token worker", worker_host.command(*launcher, EXAMPLE, *job_args), env)
