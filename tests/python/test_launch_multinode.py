@@ -1,6 +1,6 @@
-"""pscore-run across two 'nodes': one launcher per network namespace (test_multihost's veth
-pair; skipped where namespaces are not permitted), --nnodes 2 --node-rank i, node 0's address
-as the master. A job that reduces and checks its result, and one whose rank fails."""
+"""pscore-run across two 'nodes': one launcher per network namespace (netns_helpers; skipped
+where namespaces are not permitted), --nnodes 2 --node-rank i, node 0's address as the master.
+A job that reduces and checks its result, and one whose rank fails."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-from test_multihost import ADDR, NS, sh, two_hosts  # noqa: F401 - two_hosts is a fixture
+import netns_helpers
+
+two_hosts = netns_helpers.hosts_fixture(2)
 
 JOB = """
     import os, sys
@@ -30,9 +31,7 @@ JOB = """
 """
 
 
-def _run_nodes(tmp_path, port: int, fail_rank: int, nproc: int = 2) -> list:
-    for ns in NS:  # an earlier test may have cut the link
-        sh("ip", "netns", "exec", ns, "ip", "link", "set", "veth" + ns[-7:], "up")
+def _run_nodes(hosts: list, tmp_path, port: int, fail_rank: int, nproc: int = 2) -> list:
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(JOB))
     env = dict(
@@ -41,18 +40,19 @@ def _run_nodes(tmp_path, port: int, fail_rank: int, nproc: int = 2) -> list:
         PSCORE_TRANSPORT="tcp",  # the namespaces share /dev/shm; make the ranks use the link
         PSCORE_AUTH_TOKEN="launch-netns-secret",  # binding a non-loopback address needs one
     )
-    launcher = [sys.executable, "-m", "pscore.launch", "--nnodes", "2", "--master-addr", ADDR[0]]
+    launcher = [sys.executable, "-m", "pscore.launch", "--nnodes", "2"]
+    launcher += ["--master-addr", hosts[0].addr]
     job = ["--master-port", str(port), "-n", str(nproc), str(script), str(fail_rank)]
     nodes = [
         subprocess.Popen(
-            ["ip", "netns", "exec", ns, *launcher, "--node-rank", str(i), *job],
+            host.command(*launcher, "--node-rank", str(i), *job),
             env=env,
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for i, ns in enumerate(NS)
+        for i, host in enumerate(hosts)
     ]
     results = []
     for node in nodes:
@@ -65,10 +65,9 @@ def _run_nodes(tmp_path, port: int, fail_rank: int, nproc: int = 2) -> list:
     return results
 
 
-@pytest.mark.usefixtures("two_hosts")
-def test_two_nodes_reduce_across_the_link(tmp_path):
+def test_two_nodes_reduce_across_the_link(two_hosts, tmp_path):
     for attempt, nproc in enumerate((2, 2, 1)):
-        results = _run_nodes(tmp_path, 29611 + attempt, fail_rank=-1, nproc=nproc)
+        results = _run_nodes(two_hosts, tmp_path, 29611 + attempt, fail_rank=-1, nproc=nproc)
         world = 2 * nproc
         total = world * (world + 1) / 2
         for node, (code, out, err) in enumerate(results):
@@ -80,9 +79,8 @@ def test_two_nodes_reduce_across_the_link(tmp_path):
             assert sorted(out.splitlines()) == expected, (attempt, node, out, err[-3000:])
 
 
-@pytest.mark.usefixtures("two_hosts")
-def test_a_failed_rank_on_node_1_is_summarised_there(tmp_path):
-    (code0, _, err0), (code1, out1, err1) = _run_nodes(tmp_path, 29621, fail_rank=3)
+def test_a_failed_rank_on_node_1_is_summarised_there(two_hosts, tmp_path):
+    (code0, _, err0), (code1, out1, err1) = _run_nodes(two_hosts, tmp_path, 29621, fail_rank=3)
     assert code1 == 1, err1[-3000:]
     assert "[rank3]: rank 3 of 4 sum 10.0 over pscore/tcp" in out1
     summary = err1[err1.index(" FAILED\n") :].splitlines()

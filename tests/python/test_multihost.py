@@ -1,18 +1,16 @@
-"""Ranks on two 'hosts': real network namespaces joined by a veth pair (needs root and
-iproute2; skipped otherwise). Checks the non-loopback address path and a link that goes down."""
+"""Ranks on two 'hosts': real network namespaces on one link (netns_helpers; needs root and
+iproute2, skipped otherwise). Checks the non-loopback address path and a link that goes down."""
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
 
-import pytest
+import netns_helpers
 
-NS = [f"psc{uuid.uuid4().hex[:6]}a", f"psc{uuid.uuid4().hex[:6]}b"]
-ADDR = ["10.77.0.1", "10.77.0.2"]
+two_hosts = netns_helpers.hosts_fixture(2)
 
 WORKER = r"""
 import json, os, sys, time
@@ -39,47 +37,9 @@ os._exit(0)
 """
 
 
-def sh(*args):
-    subprocess.run(args, check=True, capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def two_hosts():
-    if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("needs root and iproute2 for network namespaces")
-    try:
-        for ns in NS:
-            sh("ip", "netns", "add", ns)
-        sh(
-            "ip",
-            "link",
-            "add",
-            "veth" + NS[0][-7:],
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "veth" + NS[1][-7:],
-        )
-        for i, ns in enumerate(NS):
-            dev = "veth" + ns[-7:]
-            sh("ip", "link", "set", dev, "netns", ns)
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{ADDR[i]}/24", "dev", dev)
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", dev, "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-    except (subprocess.CalledProcessError, OSError) as e:
-        for ns in NS:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-        pytest.skip(f"network namespaces unavailable here: {e}")
-    yield
-    for ns in NS:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-
-
-@pytest.mark.usefixtures("two_hosts")
-def test_ranks_on_two_hosts_and_a_cut_link(tmp_path):
+def test_ranks_on_two_hosts_and_a_cut_link(two_hosts, tmp_path):
     flag = tmp_path / "go"
-    url = f"tcp://{ADDR[0]}:29591"
+    url = f"tcp://{two_hosts[0].addr}:29591"
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(sys.path),
@@ -89,19 +49,9 @@ def test_ranks_on_two_hosts_and_a_cut_link(tmp_path):
     placement = [0, 0, 1]  # ranks 0 and 1 on host A, rank 2 on host B
     procs = [
         subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                NS[h],
-                sys.executable,
-                "-c",
-                WORKER,
-                str(r),
-                str(len(placement)),
-                url,
-                str(flag),
-            ],
+            two_hosts[h].command(
+                sys.executable, "-c", WORKER, str(r), str(len(placement)), url, str(flag)
+            ),
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -117,7 +67,7 @@ def test_ranks_on_two_hosts_and_a_cut_link(tmp_path):
         assert {f["backend"] for f in first} == {"pscore/tcp"}
         assert [f["max"] for f in first] == [2, 2, 2]
         # Cut host B off, then let every rank start the next allreduce.
-        sh("ip", "netns", "exec", NS[1], "ip", "link", "set", "veth" + NS[1][-7:], "down")
+        two_hosts[1].set_link(up=False)
         flag.write_text("go")
         second = [json.loads(p.stdout.readline() or "{}") for p in procs]
     finally:
@@ -159,23 +109,19 @@ os._exit(0)
 """
 
 
-def _hogwild_machines(mode: str, steps: int, port: int) -> list:
-    for ns in NS:  # an earlier test may have cut the link
-        sh("ip", "netns", "exec", ns, "ip", "link", "set", "veth" + ns[-7:], "up")
+def _hogwild_machines(hosts: list, mode: str, steps: int, port: int) -> list:
+    for host in hosts:  # an earlier test may have cut the link
+        host.set_link(up=True)
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(sys.path),
         PSCORE_TRANSPORT="tcp",
         PSCORE_AUTH_TOKEN="netns-test-secret",
     )
-    url = f"tcp://{ADDR[0]}:{port}"
+    url = f"tcp://{hosts[0].addr}:{port}"
     procs = [
         subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                NS[r],
+            hosts[r].command(
                 sys.executable,
                 "-c",
                 HOGWILD_MACHINE,
@@ -184,7 +130,7 @@ def _hogwild_machines(mode: str, steps: int, port: int) -> list:
                 str(steps),
                 f"pmh-{r}-{uuid.uuid4().hex[:8]}",
                 mode,
-            ],
+            ),
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -204,23 +150,21 @@ def _hogwild_machines(mode: str, steps: int, port: int) -> list:
     return outs
 
 
-@pytest.mark.usefixtures("two_hosts")
-def test_distributed_hogwild_between_two_hosts():
+def test_distributed_hogwild_between_two_hosts(two_hosts):
     """A Hogwild group of 2 worker processes per host, tables averaged across the veth link
     every 25 local steps; integer updates, so the final tables are checked exactly."""
     steps = 200
-    (a, err_a), (b, err_b) = _hogwild_machines("train", steps, 29592)
+    (a, err_a), (b, err_b) = _hogwild_machines(two_hosts, "train", steps, 29592)
     assert "col0" in a and "col0" in b, (a, err_a, b, err_b)
     assert a["col0"] == b["col0"] == [steps] * 4
     assert a["sum"] == b["sum"] == steps * 4 * 8
     assert a["rounds"] == b["rounds"] >= 2
 
 
-@pytest.mark.usefixtures("two_hosts")
-def test_distributed_hogwild_reports_a_host_that_goes_away():
+def test_distributed_hogwild_reports_a_host_that_goes_away(two_hosts):
     """Host B leaves after joining: host A's averaging round fails fast, naming rank 1, its
     workers are stopped and its train() raises instead of hanging."""
-    (a, err_a), (b, _) = _hogwild_machines("machine-1-leaves", 200, 29593)
+    (a, err_a), (b, _) = _hogwild_machines(two_hosts, "machine-1-leaves", 200, 29593)
     assert a.get("error") in ("NetworkError", "TimeoutError"), (a, err_a)
     assert "rank 1" in a["msg"], a
     assert b == {}, (a, b)

@@ -14,9 +14,9 @@ import sys
 import textwrap
 import uuid
 
+import netns_helpers
 import pytest
 from conftest import free_port
-from test_multihost import ADDR, NS, two_hosts  # noqa: F401 - two_hosts is a fixture
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
@@ -33,6 +33,7 @@ TIMEOUT_S = 240  # a hang guard only
 # Measured (docs/train.md): test accuracy 0.976-0.978 for 2 hogwild workers at 20 epochs and
 # 0.971-0.976 for 2 machines of 2 distributed-hogwild workers (10 epochs: 0.960-0.973, 0.964-0.976).
 EPOCHS = ["--epochs", "20"]
+two_hosts = netns_helpers.hosts_fixture(2)
 
 
 def _job() -> str:
@@ -47,10 +48,10 @@ def _env(job: str) -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), PSCORE_JOB_ID=job)
 
 
-def _launch(job: str, *args: str, cwd=None, netns=None, **env) -> subprocess.Popen:
-    prefix = ["ip", "netns", "exec", netns] if netns else []
+def _launch(job: str, *args: str, cwd=None, host=None, **env) -> subprocess.Popen:
+    command = [sys.executable, "-m", "pscore.launch", *args]
     return subprocess.Popen(
-        [*prefix, sys.executable, "-m", "pscore.launch", *args],
+        host.command(*command) if host else command,
         env={**_env(job), **env},
         cwd=cwd,
         stdout=subprocess.PIPE,
@@ -89,13 +90,13 @@ def test_hogwild_trains_digits_on_two_workers_and_leaves_no_segment():
     assert _segments(job) == []
 
 
-def _two_machines(host_addr: str, netns: list, **env) -> None:
+def _two_machines(host_addr: str, hosts: list, **env) -> None:
     """distributed-hogwild on two machines of 2 workers: both reach 0.95, all 4 end equal."""
     job, port = _job(), free_port()
     common = ["--nnodes", "2", "--master-addr", host_addr, "--master-port", str(port), "-n", "2"]
     script = [str(EXAMPLE), "--strategy", "distributed-hogwild", *EPOCHS, "--min-accuracy", "0.95"]
     nodes = [
-        _launch(job, *common, "--node-rank", str(n), *script, "--digest", netns=netns[n], **env)
+        _launch(job, *common, "--node-rank", str(n), *script, "--digest", host=hosts[n], **env)
         for n in range(2)
     ]
     results = [_finish(node) for node in nodes]
@@ -113,13 +114,14 @@ def test_distributed_hogwild_on_two_machines_ends_with_equal_weights():
     _two_machines("127.0.0.1", [None, None])
 
 
-@pytest.mark.usefixtures("two_hosts")
-def test_distributed_hogwild_on_two_hosts_over_a_link():
-    """The machines in two network namespaces joined by a veth pair: the averaging crosses it."""
-    for ns in NS:  # an earlier test may have cut the link
-        link = ["ip", "netns", "exec", ns, "ip", "link", "set", "veth" + ns[-7:], "up"]
-        subprocess.run(link, check=True, capture_output=True)
-    _two_machines(ADDR[0], NS, PSCORE_TRANSPORT="tcp", PSCORE_AUTH_TOKEN="train-hogwild-secret")
+def test_distributed_hogwild_on_two_hosts_over_a_link(two_hosts):
+    """The machines in two network namespaces on one link: the averaging crosses it."""
+    _two_machines(
+        two_hosts[0].addr,
+        two_hosts,
+        PSCORE_TRANSPORT="tcp",
+        PSCORE_AUTH_TOKEN="train-hogwild-secret",
+    )
 
 
 def test_an_optimizer_the_hogwild_kernels_lack_is_named():

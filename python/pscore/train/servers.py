@@ -12,9 +12,11 @@ answering exits non-zero."""
 from __future__ import annotations
 
 import time
+import urllib.parse
 from typing import Any
 
 from .. import _config, errors
+from ..collectives.rendezvous import advertised_host
 from ..ps import PSClient, environment
 from ..ps import discovery as ps_discovery
 from ..ps.server import PServer
@@ -95,9 +97,11 @@ def finish_job(run: Any, timeout: float = STORE_WAIT_S) -> None:
             end.wait_released(run)
 
 
-def _start_shard(run: Any, store: Any) -> PServer:
-    """This ps task's shard: where TF_CONFIG puts it, else on loopback at a free port published
-    in the store."""
+def _start_shard(run: Any, store: Any, store_url: str) -> PServer:
+    """This ps task's shard: where TF_CONFIG puts it, else at a free port published in the
+    store, on the address a rank would advertise towards the store's host (PSCORE_HOST when
+    set; loopback for a store on loopback, as under pscore-run; else this host's address on
+    the route to the store, so that workers on other hosts reach the shard)."""
     placement = environment.shard_from_tf_config() if run.env is not None else None
     if placement is not None:
         return PServer(
@@ -108,7 +112,8 @@ def _start_shard(run: Any, store: Any) -> PServer:
             port=placement.port,
             store=store if _config.STORE.get() else None,
         )
-    return PServer(run.shard, run.num_servers, run.world_size, store=store)
+    host = advertised_host(urllib.parse.urlsplit(store_url).hostname)
+    return PServer(run.shard, run.num_servers, run.world_size, host=host, store=store)
 
 
 def serve(run: Any, timeout: float = STORE_WAIT_S) -> None:
@@ -126,7 +131,7 @@ def serve(run: Any, timeout: float = STORE_WAIT_S) -> None:
             "--servers does) or run under TF_CONFIG"
         )
     end.reset()
-    server = _start_shard(run, end.store)
+    server = _start_shard(run, end.store, end.url)
     print(f"pscore: {who} serving on {server.address}", flush=True)
     try:
         finished = 0
