@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -141,6 +142,25 @@ def test_table_shows_each_shard_and_a_down_one(job):
     assert [row["STATE"] for row in rows] == ["up", "DOWN"]
     assert rows[1]["ROWS"] == "-"
     assert "shard 1 DOWN: " in r.stdout
+
+
+def test_watch_refreshes_until_interrupted(job):
+    url, _, _ = job
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "pscore.status", "--store", url, "--json", "--watch", "0.2"],
+        env=dict(os.environ, PYTHONPATH=CHILD_PYTHONPATH),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first, second = (json.loads(watch.stdout.readline()) for _ in range(2))
+    finally:
+        watch.send_signal(signal.SIGINT)
+        _, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0, err
+    assert second["time"] > first["time"]
+    assert [s["state"] for s in second["shards"]] == ["up", "up"]
 
 
 def test_store_that_is_not_there_is_named():
