@@ -25,6 +25,8 @@ from .. import _config, errors
 
 __all__ = ["describe", "mark_connected", "rank_key", "read_ranks", "register", "world_key"]
 
+# How long init waits for PSCORE_STORE (pscore-run serves it a moment after the ranks start).
+_JOB_STORE_PATIENCE_S = 10.0
 _STORE_ERRORS = (errors.Error, ConnectionError, OSError, ValueError)
 _described: dict = {}  # fields this process adds to its record (describe)
 _registered: dict = {}  # where this process's record lives: store, key, record, separate
@@ -45,13 +47,14 @@ def rank_key(job_id: str, rank: int) -> str:
 
 
 def _job_store(rendezvous_store, timeout: float):
-    """(store, separate): PSCORE_STORE's store when set and reachable, else the rendezvous's."""
+    """(store, separate): PSCORE_STORE's store when set and reachable within a few seconds,
+    else the rendezvous's."""
     url = _config.STORE.get()
     if url:
         from ..ps.discovery import open_store
 
         with contextlib.suppress(*_STORE_ERRORS):  # status is not worth failing a job for
-            return open_store(url, timeout), True
+            return open_store(url, min(timeout, _JOB_STORE_PATIENCE_S)), True
     return rendezvous_store, False
 
 

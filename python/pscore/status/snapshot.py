@@ -39,10 +39,11 @@ def _client(job_id: str, num_shards: int, timeout: float) -> _ps.Client:
 
 def _connect(client, store, job_id: str, shard: int, timeout: float) -> dict:
     """The shard's row: address and state "up", or "DOWN" / "unregistered" with the error."""
+    row = {"shard": shard, "address": None, "state": "unregistered", "error": None, "stats": None}
     if not store.check([discovery.shard_key(job_id, shard)]):
-        return {"shard": shard, "address": None, "state": "unregistered", "error": None}
+        return row
     host, port, _ = discovery.read_address(store, job_id, shard, timeout)
-    row = {"shard": shard, "address": f"{host}:{port}", "state": "up", "error": None}
+    row.update(address=f"{host}:{port}", state="up")
     try:
         client.connect(shard, host, port, int(timeout * 1000))
     except _NETWORK_ERRORS as e:
