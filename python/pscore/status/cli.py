@@ -87,6 +87,8 @@ def _check_args(p: argparse.ArgumentParser, args) -> None:
 def _open(url: str, job_id: str, timeout: float):
     try:
         store = discovery.open_store(url, timeout)
+    except ValueError as e:
+        raise StatusError(f"--store {url}: {e}") from e
     except Exception as e:  # any store's failure to answer (tcp, file, redis), in one line
         raise StatusError(f"cannot reach the store at {url} (timeout {timeout:g} s): {e}") from e
     store.set_timeout(timeout)
