@@ -19,6 +19,7 @@ from conftest import free_port
 from test_ps_support import CHILD_PYTHONPATH, pserver_process
 
 import pscore
+from pscore import _ps
 from pscore.commands import main as pscore_main
 from pscore.store import TCPStore
 
@@ -177,6 +178,12 @@ def test_a_job_the_store_does_not_hold(job):
     r = run_status("--store", url, "--job", "other")
     assert r.returncode == 1
     assert r.stderr.startswith(f"pscore status: no job 'other' in the store at {url}")
+
+
+def test_stats_of_a_shard_that_does_not_exist():
+    client = _ps.Client(_ps.ClientOptions(), 2)
+    with pytest.raises(IndexError, match=r"stats: shard 2 is not in 0\.\.1"):
+        client.stats(2)
 
 
 def test_the_pscore_command(capsys):
