@@ -92,7 +92,11 @@ def _open(url: str, job_id: str, timeout: float):
     except Exception as e:  # any store's failure to answer (tcp, file, redis), in one line
         raise StatusError(f"cannot reach the store at {url} (timeout {timeout:g} s): {e}") from e
     store.set_timeout(timeout)
-    if not job_exists(store, job_id):
+    try:
+        found = job_exists(store, job_id)
+    except (errors.Error, ConnectionError) as e:
+        raise StatusError(f"the store at {url} did not answer: {e}") from e
+    if not found:
         raise StatusError(
             f"no job {job_id!r} in the store at {url}: no parameter-server shard and no rank "
             f"registered under it (give --job or {_config.JOB_ID.name})"
