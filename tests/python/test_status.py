@@ -4,6 +4,7 @@ shows as DOWN; a store that is not there, or a job it does not hold, is a clear 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -178,6 +179,14 @@ def test_a_job_the_store_does_not_hold(job):
     r = run_status("--store", url, "--job", "other")
     assert r.returncode == 1
     assert r.stderr.startswith(f"pscore status: no job 'other' in the store at {url}")
+
+
+def test_the_rank_record_does_not_keep_rank_zeros_store_serving():
+    port = free_port()
+    for _ in range(2):  # the second init serves the store on the same port again
+        pscore.init_process_group(init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+        pscore.destroy_process_group()
+        gc.collect()
 
 
 def test_stats_of_a_shard_that_does_not_exist():

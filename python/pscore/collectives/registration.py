@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import time
+import weakref
 
 from .. import _config, errors
 
@@ -29,7 +30,10 @@ __all__ = ["describe", "mark_connected", "rank_key", "read_ranks", "register", "
 _JOB_STORE_PATIENCE_S = 10.0
 _STORE_ERRORS = (errors.Error, ConnectionError, OSError, ValueError)
 _described: dict = {}  # fields this process adds to its record (describe)
-_registered: dict = {}  # where this process's record lives: store, key, record, separate
+# Where this process's record lives: store (a callable returning it), key, record, separate.
+# The rendezvous store is held weakly: rank 0 serves it, and must stop serving it once the group
+# is destroyed.
+_registered: dict = {}
 
 
 def _job_id() -> str:
@@ -58,8 +62,17 @@ def _job_store(rendezvous_store, timeout: float):
     return rendezvous_store, False
 
 
+def _weakly(store):
+    try:
+        return weakref.ref(store)
+    except TypeError:  # a store type that takes no weak references: not rank 0's own server
+        return lambda: store
+
+
 def _write() -> None:
-    _registered["store"].set(_registered["key"], json.dumps(_registered["record"]))
+    store = _registered["store"]()
+    if store is not None:
+        store.set(_registered["key"], json.dumps(_registered["record"]))
 
 
 def register(store, rank: int, world_size: int, backend: str, group: str, timeout: float) -> None:
@@ -76,7 +89,8 @@ def register(store, rank: int, world_size: int, backend: str, group: str, timeou
         "connected": False,
         **_described,
     }
-    _registered.update(store=target, key=rank_key(job, rank), record=record, separate=separate)
+    held = (lambda: target) if separate else _weakly(target)
+    _registered.update(store=held, key=rank_key(job, rank), record=record, separate=separate)
     target.set(world_key(job), str(world_size))
     _write()
 
