@@ -274,6 +274,19 @@ std::shared_ptr<Work> PsClient::stats() {
   return broadcast(uint8_t(MsgType::kStats), "stats", ByteBuffer(), true);
 }
 
+std::shared_ptr<Work> PsClient::stats(int shard) {
+  if (shard < 0 || shard >= num_shards_) {
+    throw std::out_of_range("stats: shard " + std::to_string(shard) + " is not in 0.." +
+                            std::to_string(num_shards_ - 1));
+  }
+  auto w = std::make_shared<Work>("stats");
+  auto s = make_sub(shard, uint8_t(MsgType::kStats), 0, "stats");
+  s->variable_reply = true;
+  w->subs = {s};
+  submit(w, w->subs);
+  return w;
+}
+
 std::shared_ptr<Work> PsClient::ping(int shard) {
   auto w = std::make_shared<Work>("ping");
   w->subs = {make_sub(shard, uint8_t(MsgType::kPing), 0, "ping")};

@@ -78,7 +78,8 @@ class PsClient {
   std::shared_ptr<Work> global_step(int64_t delta);  // reply: the counter after adding delta
   std::shared_ptr<Work> save(const std::string& dir);
   std::shared_ptr<Work> load(const std::string& dir);
-  std::shared_ptr<Work> stats();  // replies: one JSON object per shard
+  std::shared_ptr<Work> stats();           // replies: one JSON object per shard
+  std::shared_ptr<Work> stats(int shard);  // one shard's JSON (the others may be down)
   std::shared_ptr<Work> ping(int shard);
   // A work that completes when all of `works` have (many tables in one round trip).
   static std::shared_ptr<Work> combine(const std::vector<std::shared_ptr<Work>>& works);

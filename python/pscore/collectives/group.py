@@ -10,7 +10,7 @@ from .. import _C, _config
 from ..store.create import create_store, env_store
 from ..store.native import TCPStore
 from ..store.prefix import PrefixStore
-from . import failure_report, rendezvous
+from . import failure_report, registration, rendezvous
 
 __all__ = [
     "NON_GROUP_MEMBER",
@@ -202,6 +202,7 @@ def init_process_group(
         raise ValueError("init_process_group(store=...) needs rank and world_size")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is out of range for world_size {world_size}")
+    registration.register(store, rank, world_size, str(backend).lower(), group_name, timeout_s)
     group = build_group(
         store,
         rank,
@@ -212,6 +213,7 @@ def init_process_group(
         master_addr,
         store_host,
     )
+    registration.mark_connected()
     _world.update(
         group=group,
         store=store,

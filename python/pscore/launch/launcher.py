@@ -359,6 +359,8 @@ def main(argv: list | None = None) -> int:
             store = job_roles.host_store(roles, node.job_id) if roles and roles.servers else None
         except (OSError, pscore_errors.Error) as e:
             return _abort(supervisor, console, f"cannot serve the job's store: {e}")
+        if store is not None:
+            console.message(f"pscore-run: the job's store: pscore status --store {roles.store_url}")
         try:
             return _watch(ranks, supervisor, console, args, node)
         finally:

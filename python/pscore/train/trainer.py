@@ -13,6 +13,7 @@ import zlib
 from typing import Any
 
 from .. import collectives
+from ..collectives import registration
 from . import checkpoint, stopping, strategies
 from .checks import check_int
 from .data import ShardedData, as_dataset
@@ -90,6 +91,7 @@ class Trainer:
         if self.run.is_server:
             self.strategy.serve(self)
             raise SystemExit(0)
+        registration.describe(role=self.run.role, strategy=self.strategy.name)
         if not collectives.is_initialized():
             collectives.init_process_group()
 
