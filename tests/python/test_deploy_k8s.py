@@ -6,6 +6,7 @@ the pod's name as hostname and every Service name in /etc/hosts, each pod's cont
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -175,14 +176,14 @@ def run_job(manifest: dict, operator_env) -> dict[tuple[str, int], tuple[int, st
                 argv = hosts.argv(pod_name(manifest, rtype, i), container["command"])
                 procs[rtype, i] = subprocess.Popen(
                     argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    text=True,
+                    text=True, start_new_session=True,
                 )  # fmt: skip
             outputs = {pod: p.communicate(timeout=RUN_TIMEOUT_S)[0] for pod, p in procs.items()}
             return {pod: (procs[pod].returncode, out) for pod, out in outputs.items()}
-        finally:
+        finally:  # a pod's processes (torchrun's ranks too) share its process group
             for p in procs.values():
                 if p.poll() is None:
-                    p.kill()
+                    os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
 
 
