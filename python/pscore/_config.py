@@ -161,7 +161,7 @@ NUM_SERVERS = Var(
     "PSCORE_NUM_SERVERS",
     "int",
     None,
-    "parameter-server shards of a Trainer job (unset: none); under Slurm the last M tasks",
+    "parameter-server shards of a Trainer job (unset: none); under Slurm the last M tasks serve",
 )
 NUM_WORKERS = Var(
     "PSCORE_NUM_WORKERS", "int", None, "training workers of the job, told to ps tasks"

@@ -23,7 +23,7 @@ from ..ps.server import PServer
 
 __all__ = ["JOB_END_TIMEOUT_S", "JobEnd", "connect", "finish_job", "job_store", "serve"]
 
-JOB_END_TIMEOUT_S = 300.0  # the chief's wait for the ps tasks to see the end (TF_CONFIG)
+JOB_END_TIMEOUT_S = 300.0  # the chief's wait for the ps tasks to see the end (TF_CONFIG, Slurm)
 STORE_WAIT_S = 600.0  # how long a task waits for the job's store to come up
 _POLL_S = 0.2
 
