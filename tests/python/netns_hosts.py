@@ -2,7 +2,8 @@
 its own address on a shared bridge, its own hostname (a UTS namespace) and an /etc/hosts that
 maps every host's names to its address (`ip netns exec` bind-mounts /etc/netns/<ns>/hosts over
 /etc/hosts), so every process keeps the port its scheduler gives it and reaches the others by
-the names the scheduler uses. Needs root and iproute2 (`unavailable()` says why not)."""
+the names the scheduler uses. Needs root and iproute2 (`unavailable()` says why not; a kernel
+or sandbox that refuses the namespaces raises `Unavailable` from `Hosts(...).open()`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import shutil
 import subprocess
 import uuid
 
-__all__ = ["Hosts", "in_host", "unavailable"]
+__all__ = ["Hosts", "Unavailable", "in_host", "unavailable"]
 
 SUBNET = "10.87.0"  # every host's address is SUBNET.<n>; the namespaces are the test's own
 
@@ -34,13 +35,19 @@ def in_host(netns: str, hostname: str, argv: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
+class Unavailable(RuntimeError):
+    """The namespaces, the bridge or the veth pairs could not be made here."""
+
+
 def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
+    if done.returncode != 0:
+        raise Unavailable(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
 
 class Hosts:
-    """Hosts by name (each with aliases, e.g. a Service's DNS names); a context manager that
-    makes them and removes them. ``netns[name]``, ``address[name]``, ``argv(name, argv)``."""
+    """Hosts by name (each with aliases, e.g. a Service's DNS names); ``open()`` makes them,
+    ``close()`` removes them. ``netns[name]``, ``address[name]``, ``argv(name, argv)``."""
 
     def __init__(self, names: dict[str, list[str]]):
         tag = uuid.uuid4().hex[:6]
@@ -49,16 +56,19 @@ class Hosts:
         self.netns = {name: f"psc{tag}{i}" for i, name in enumerate(names)}
         self.address = {name: f"{SUBNET}.{i + 1}" for i, name in enumerate(names)}
 
-    def __enter__(self) -> Hosts:
+    def open(self) -> Hosts:
+        """Makes the hosts (Unavailable when this machine refuses); returns self."""
         try:
             self._make()
         except BaseException:
-            self._remove()
+            self.close()
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
-        self._remove()
+    def close(self) -> None:
+        for ns in [*self.netns.values(), self.hub]:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+            shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
 
     def argv(self, name: str, argv: list[str]) -> list[str]:
         return in_host(self.netns[name], name, argv)
@@ -83,8 +93,3 @@ class Hosts:
             os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
             with open(f"/etc/netns/{ns}/hosts", "w") as f:
                 f.write("\n".join(lines) + "\n")
-
-    def _remove(self) -> None:
-        for ns in [*self.netns.values(), self.hub]:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-            shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
