@@ -158,7 +158,10 @@ ROLE = Var(
     choices=("chief", "worker", "ps"),
 )
 NUM_SERVERS = Var(
-    "PSCORE_NUM_SERVERS", "int", None, "parameter-server shards of a Trainer job (unset: none)"
+    "PSCORE_NUM_SERVERS",
+    "int",
+    None,
+    "parameter-server shards of a Trainer job (unset: none); under Slurm the last M tasks serve",
 )
 NUM_WORKERS = Var(
     "PSCORE_NUM_WORKERS", "int", None, "training workers of the job, told to ps tasks"

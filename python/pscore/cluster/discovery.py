@@ -12,6 +12,8 @@ Sources, first match wins:
 3. ``TF_CONFIG`` (TFJob, tf.distribute): chief first, then workers, form the collective world;
    ``ps`` and ``evaluator`` tasks are outside it (rank -1) but reported with the cluster;
 4. Slurm (``SLURM_PROCID``, ``SLURM_NTASKS``...): the first node of the nodelist is the master;
+   with ``PSCORE_NUM_SERVERS=M`` the last M tasks are ``ps`` tasks (rank -1, ``task_index`` the
+   shard) and the others the collective world, which keeps task 0 on the master's node;
 5. Open MPI (``OMPI_COMM_WORLD_*``): the master comes from ``PSCORE_MASTER_ADDR`` /
    ``MASTER_ADDR`` (``127.0.0.1`` when every rank is on one node).
 
@@ -255,9 +257,50 @@ def _from_slurm(env: Mapping[str, str]) -> ClusterEnv:
         raise ValueError(
             f"SLURM_LOCALID={local_rank} is out of range for {local_world} tasks on this node"
         )
-    return ClusterEnv(
+    whole = ClusterEnv(
         rank, world, local_rank, local_world, addr, port, "slurm", task_index=rank, hosts=hosts
     )
+    servers = _config.NUM_SERVERS.get(env)
+    return _slurm_with_servers(env, whole, servers) if servers else whole
+
+
+def _slurm_with_servers(env: Mapping[str, str], whole: ClusterEnv, servers: int) -> ClusterEnv:
+    """The Slurm job split into workers (the first tasks) and `servers` ps tasks (the last).
+    Under srun's block distribution a node runs consecutive tasks, this task's node those from
+    SLURM_PROCID - SLURM_LOCALID on; its workers are the node's local world."""
+    c = _config
+    workers = whole.world_size - servers
+    if servers < 0 or workers < 1:
+        raise ValueError(
+            f"Slurm: {c.NUM_SERVERS.name}={servers} leaves no worker among the job's "
+            f"{whole.world_size} tasks (SLURM_NTASKS)"
+        )
+    told = c.NUM_WORKERS.get(env)
+    if told is not None and told != workers:
+        raise ValueError(
+            f"Slurm: {c.NUM_WORKERS.name}={told}, but SLURM_NTASKS={whole.world_size} tasks less "
+            f"{c.NUM_SERVERS.name}={servers} ps tasks leave {workers} workers"
+        )
+    distribution = env.get("SLURM_DISTRIBUTION", "block").strip() or "block"
+    if not distribution.startswith("block"):
+        raise ValueError(
+            f"Slurm: SLURM_DISTRIBUTION={distribution}; ps and worker tasks need srun's block "
+            "distribution (srun --distribution=block), where a node runs consecutive tasks"
+        )
+    if whole.rank >= workers:
+        shard = whole.rank - workers
+        return dataclasses.replace(
+            whole,
+            rank=-1,
+            world_size=workers,
+            local_rank=0,
+            local_world_size=1,
+            role="ps",
+            task_index=shard,
+        )
+    first_here = whole.rank - whole.local_rank
+    workers_here = min(first_here + whole.local_world_size, workers) - first_here
+    return dataclasses.replace(whole, world_size=workers, local_world_size=workers_here)
 
 
 def _slurm_local_world(env: Mapping[str, str], hosts: list[str], world: int) -> int:

@@ -8,6 +8,11 @@ PSCORE_STORE (the store where the shards publish their addresses). Workers get t
 PSCORE_RANK / PSCORE_WORLD_SIZE / master variables over the N workers only, and PSCORE_ROLE
 chief (rank 0) or worker. A ps task gets PSCORE_ROLE=ps, PSCORE_SHARD and PSCORE_NUM_WORKERS=N
 and no rank. Under TF_CONFIG the roles, ranks and shard count come from the cluster instead.
+Under Slurm (srun, block distribution) every task gets the same PSCORE_NUM_SERVERS=M: the last
+M of the SLURM_NTASKS tasks are the ps tasks (shard SLURM_PROCID - (SLURM_NTASKS - M)), the
+others the workers (rank SLURM_PROCID, task 0 the chief on the nodelist's first node, which
+serves the job's store at MASTER_PORT, else a port derived from SLURM_JOB_ID); a
+PSCORE_NUM_WORKERS that disagrees, or another distribution, is a ValueError.
 
 A ClusterSpec with SINGA's topology (``cluster=ClusterSpec(nworker_groups=2, ...)``) gives the
 worker groups; the job that runs must agree with it (its workers, its shard count for a PS
@@ -67,7 +72,7 @@ def _environment_run(cluster: Any) -> Run:
         servers = spec.num_tasks("ps") if spec is not None and "ps" in spec.jobs else 0
     if not env.is_collective_member:
         if env.role == "ps":
-            return Run("ps", -1, _workers(spec), servers, groups, env.task_index, env)
+            return Run("ps", -1, env.world_size, servers, groups, env.task_index, env)
         raise ValueError(
             f"a {env.role!r} task does not train; the Trainer runs on chief, worker and ps tasks"
         )
@@ -107,9 +112,3 @@ def _server_run(groups: int) -> Run:
     if not 0 <= shard < servers:
         raise ValueError(f"{c.SHARD.name}={shard} is outside 0..{c.NUM_SERVERS.name}-1 ({servers})")
     return Run("ps", -1, workers, servers, groups, shard)
-
-
-def _workers(spec: Any) -> int:
-    if spec is None:
-        return 0
-    return sum(spec.num_tasks(j) for j in ("chief", "worker") if j in spec.jobs)

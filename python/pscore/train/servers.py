@@ -5,9 +5,10 @@ The end of the job is told through a store, so that no task must start first: ev
 when its fit() is over (weights pulled, worker_done sent), adds 1 to a counter in the job's
 store; a ps task serves until that counter reaches the job's worker count, adds 1 to a second
 counter and returns. The store is PSCORE_STORE's (pscore-run hosts one for its run), else, under
-TF_CONFIG, the job's rendezvous store that the chief serves; in that case the chief leaves only
-after every ps task has seen the end, since its store goes with it. A ps task whose store stops
-answering exits non-zero."""
+TF_CONFIG or Slurm, the job's rendezvous store that the chief serves; in that case the chief
+leaves only after every ps task has seen the end, since its store goes with it. A ps task whose
+store stops answering exits non-zero. Under Slurm the shards publish their addresses in that
+store too (TF_CONFIG names them)."""
 
 from __future__ import annotations
 
@@ -21,18 +22,35 @@ from ..ps import PSClient, environment
 from ..ps import discovery as ps_discovery
 from ..ps.server import PServer
 
-__all__ = ["JOB_END_TIMEOUT_S", "JobEnd", "connect", "finish_job", "serve"]
+__all__ = ["JOB_END_TIMEOUT_S", "JobEnd", "connect", "finish_job", "job_store", "serve"]
 
-JOB_END_TIMEOUT_S = 300.0  # the chief's wait for the ps tasks to see the end (TF_CONFIG)
+JOB_END_TIMEOUT_S = 300.0  # the chief's wait for the ps tasks to see the end (TF_CONFIG, Slurm)
 STORE_WAIT_S = 600.0  # how long a task waits for the job's store to come up
 _POLL_S = 0.2
 
 
+_CHIEF_SERVED_SOURCES = ("tf_config", "slurm")  # discover() sources whose chief serves the store
+
+
+def job_store(run: Any) -> tuple[str, bool] | None:
+    """(URL of the job's store, whether the chief serves it): PSCORE_STORE's, else under
+    TF_CONFIG or Slurm the chief's rendezvous store; None when the job has neither."""
+    url = _config.STORE.get()
+    if url is not None:
+        return url, False
+    env = run.env
+    if env is None or env.source not in _CHIEF_SERVED_SOURCES:
+        return None
+    return f"tcp://{env.master_addr}:{env.master_port}", True
+
+
 def connect(run: Any, timeout: float = 60.0) -> Any:
     """A PSClient on every shard of the job, found through the environment (PSCORE_STORE, else
-    TF_CONFIG's ps tasks); connecting retries until `timeout`, so workers may start before the
-    servers."""
-    return PSClient(worker_id=run.rank, connect_timeout=timeout)
+    TF_CONFIG's ps tasks, else under Slurm the job's store); connecting retries until
+    `timeout`, so workers may start before the servers."""
+    slurm = _config.STORE.get() is None and run.env is not None and run.env.source == "slurm"
+    store = job_store(run)[0] if slurm else None  # None: PSClient reads PSCORE_STORE / TF_CONFIG
+    return PSClient(worker_id=run.rank, store=store, connect_timeout=timeout)
 
 
 class JobEnd:
@@ -46,15 +64,12 @@ class JobEnd:
 
     @classmethod
     def open(cls, run: Any, timeout: float = STORE_WAIT_S) -> JobEnd | None:
-        """The job's store: PSCORE_STORE's, else TF_CONFIG's chief's; None when the job has
-        neither (no ps task of a Trainer can be waiting then)."""
-        url = _config.STORE.get()
-        chief_hosts = False
-        if url is None:
-            env = run.env
-            if env is None or env.source != "tf_config":
-                return None
-            url, chief_hosts = f"tcp://{env.master_addr}:{env.master_port}", True
+        """The job's store (job_store); None when the job has none (no ps task of a Trainer can
+        be waiting then)."""
+        found = job_store(run)
+        if found is None:
+            return None
+        url, chief_hosts = found
         return cls(ps_discovery.open_store(url, timeout), url, chief_hosts)
 
     def count(self, key: str) -> int:
@@ -128,7 +143,7 @@ def serve(run: Any, timeout: float = STORE_WAIT_S) -> None:
     if end is None:
         raise SystemExit(
             f"{who}: the job has no store to tell its end; set {_config.STORE.name} (pscore-run "
-            "--servers does) or run under TF_CONFIG"
+            "--servers does) or run under TF_CONFIG or Slurm"
         )
     end.reset()
     server = _start_shard(run, end.store, end.url)
