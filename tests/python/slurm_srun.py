@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from netns_hosts import in_host
+from netns_helpers import in_host
 
 __all__ = ["main"]
 

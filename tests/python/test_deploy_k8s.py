@@ -3,7 +3,6 @@ published fields, then run as the operator would run them: one network namespace
 the pod's name as hostname and every Service name in /etc/hosts, each pod's container command
 (read from the manifest) with exactly the environment the operator sets for its role."""
 
-import contextlib
 import json
 import os
 import secrets
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from k8s_schema import JOBS, problems
-from netns_hosts import Hosts, Unavailable, unavailable
+from netns_helpers import named_hosts
 
 import pscore
 from pscore.train import STRATEGIES
@@ -169,16 +168,12 @@ def run_job(manifest: dict, operator_env) -> dict[tuple[str, int], tuple[int, st
     }
     stored = {"pscore-auth": {"token": secrets.token_hex(32)}}  # kubectl create secret ...
     procs = {}
-    try:
-        hosts = Hosts(service_names(manifest)).open()
-    except Unavailable as e:
-        pytest.skip(f"network namespaces unavailable here: {e}")
-    with contextlib.closing(hosts):
+    with named_hosts(service_names(manifest)) as hosts:
         try:
             for rtype, i in replicas(manifest):
                 container = default_container(manifest, rtype)
                 env = base | container_env(container, stored) | operator_env(manifest, rtype, i)
-                argv = hosts.argv(pod_name(manifest, rtype, i), container["command"])
+                argv = hosts[pod_name(manifest, rtype, i)].command(*container["command"])
                 procs[rtype, i] = subprocess.Popen(
                     argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                     text=True, start_new_session=True,
@@ -192,10 +187,6 @@ def run_job(manifest: dict, operator_env) -> dict[tuple[str, int], tuple[int, st
                     p.wait()
 
 
-needs_netns = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
-
-
-@needs_netns
 def test_tfjob_runs_to_the_end_with_tf_config():
     manifest = load("tfjob.yaml")
     results = run_job(manifest, lambda m, t, i: {"TF_CONFIG": tf_config(m, t, i)})
@@ -206,7 +197,6 @@ def test_tfjob_runs_to_the_end_with_tf_config():
     assert "pscore: ps task (shard 0) serving on" in results["PS", 0][1], report
 
 
-@needs_netns
 def test_pytorchjob_runs_to_the_end_under_torchrun():
     manifest = load("pytorchjob.yaml")
     results = run_job(manifest, pytorch_env)

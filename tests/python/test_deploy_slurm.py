@@ -3,7 +3,6 @@ then the sbatch script itself, run as Slurm would run it: the batch script on th
 of an allocation its #SBATCH lines ask for, every node a network namespace with its own name,
 and srun (tests/python/slurm_srun.py) starting the tasks with the variables slurmd sets."""
 
-import contextlib
 import os
 import re
 import secrets
@@ -13,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from netns_hosts import Hosts, Unavailable, unavailable
+from netns_helpers import named_hosts
 
 import pscore
 from pscore.cluster import discover
@@ -147,7 +146,6 @@ def batch_env(options: dict[str, str], nodes: list[str], counts: list[int], home
     }
 
 
-@pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 def test_the_sbatch_script_runs_to_the_end(tmp_path):
     options = sbatch_options(SCRIPT)
     counts = tasks_per_node(options)
@@ -165,14 +163,10 @@ def test_the_sbatch_script_runs_to_the_end(tmp_path):
     env["PATH"] = os.pathsep.join(
         [str(bin_dir), os.path.dirname(sys.executable), os.environ["PATH"]]
     )
-    try:
-        hosts = Hosts({n: [] for n in nodes}).open()
-    except Unavailable as e:
-        pytest.skip(f"network namespaces unavailable here: {e}")
-    with contextlib.closing(hosts):
-        env["SRUN_NODES"] = ",".join(f"{n}={hosts.netns[n]}={c}" for n, c in zip(nodes, counts))
+    with named_hosts({n: [] for n in nodes}) as hosts:
+        env["SRUN_NODES"] = ",".join(f"{n}={hosts[n].namespace}={c}" for n, c in zip(nodes, counts))
         batch = subprocess.Popen(
-            hosts.argv(nodes[0], ["bash", str(SCRIPT)]), env=env, cwd=ROOT,
+            hosts[nodes[0]].command("bash", str(SCRIPT)), env=env, cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         try:
@@ -181,7 +175,7 @@ def test_the_sbatch_script_runs_to_the_end(tmp_path):
             if batch.poll() is None:
                 os.killpg(batch.pid, signal.SIGKILL)
                 batch.wait()
-        ps_address = hosts.address[nodes[-1]]
+        ps_address = hosts[nodes[-1]].addr
     assert batch.returncode == 0, output
     assert re.search(r"strategy ps-sync: .* test accuracy 0\.9\d+", output), output
     assert f"pscore: ps task (shard 0) serving on {ps_address}:" in output, output
