@@ -12,6 +12,11 @@ broadcast excluded; python/pscore/bench/train_clock.py) and reported by the chie
 file. Systems alternate within each repeat, so all see the same drift in background load; the
 table gives each system's median over the repeats and its ratio to DDP-gloo (time: below 1 is
 faster; samples/s: above 1 is faster). A strategy that fails to import or run is an error row.
+
+`--timeline` also runs every strategy S as `S+timeline`, with PSCORE_TIMELINE set (the Trainer
+records its timeline and writes the merged trace at the end, outside the timed span), right
+after S in each repeat (before it in odd repeats), and reports the timeline's overhead: one
+minus the median over the repeats of each pair's samples/s ratio (on / off).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import sys
 import tempfile
 import time
 
+from pscore import _config
 from pscore.bench.report import p50, print_table, write_json
 from pscore.bench.train_workloads import WORKLOADS
 from pscore.launch import free_port
@@ -31,6 +37,7 @@ from pscore.launch import free_port
 __all__ = ["PEERS", "main", "run_system"]
 
 PEERS = {"ddp-gloo": "gloo", "ddp-pscore": "pscore"}
+TIMELINE_SUFFIX = "+timeline"  # a strategy run with the Trainer's timeline on
 
 
 def _default_strategies() -> list[str]:
@@ -39,12 +46,13 @@ def _default_strategies() -> list[str]:
     return [s for s in STRATEGIES if s != "auto"]
 
 
-def _env() -> dict:
+def _env(**extra: str) -> dict:
     return dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
         OMP_NUM_THREADS="1",
         PYTHONUNBUFFERED="1",
+        **extra,
     )
 
 
@@ -107,8 +115,13 @@ def run_system(system: str, workload: str, args) -> dict:
                 for r in range(workers)
             ]
         else:
-            command = _strategy_command(system, workers) + common
-            procs = [subprocess.Popen(command, env=_env(), stdout=log, stderr=subprocess.STDOUT)]
+            strategy = system.removesuffix(TIMELINE_SUFFIX)
+            command = _strategy_command(strategy, workers) + common
+            extra = {}
+            if system != strategy:
+                extra[_config.TIMELINE.name] = os.path.join(tmp, "trace.json")
+            env = _env(**extra)
+            procs = [subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)]
         _wait(procs, log, args.timeout)
         with open(out) as f:
             return json.load(f)
@@ -169,20 +182,63 @@ def _systems(workload: str, args) -> list[str]:
     that is no strategy stays in: its run fails into an error row)."""
     only, known = WORKLOADS[workload].strategies, _default_strategies()
     chosen = [s for s in args.strategies if only is None or s in only or s not in known]
+    if getattr(args, "timeline", False):
+        chosen = [name for s in chosen for name in (s, s + TIMELINE_SUFFIX)]
     return chosen + args.compare
 
 
-def run(args) -> dict:
+def _in_turn(systems: list[str], repeat: int) -> list[str]:
+    """Odd repeats run each strategy's timeline twin first (drift cancels over the pairs)."""
+    if repeat % 2 == 0:
+        return systems
+    out: list[str] = []
+    for s in systems:
+        if out and s == out[-1] + TIMELINE_SUFFIX:
+            out.insert(-1, s)
+        else:
+            out.append(s)
+    return out
+
+
+def timeline_overhead(runs: dict) -> dict:
+    """strategy -> 1 - the median over repeats of samples/s with the timeline / without, from
+    one workload's raw runs (system -> its results in repeat order)."""
+    out = {}
+    for system, on in runs.items():
+        strategy = system.removesuffix(TIMELINE_SUFFIX)
+        if strategy == system or strategy not in runs:
+            continue
+        pairs = zip(on, runs[strategy])
+        ratios = [a["samples_per_s"] / b["samples_per_s"] for a, b in pairs if _ok(a, b)]
+        if ratios:
+            out[strategy] = 1 - p50(ratios)
+    return out
+
+
+def _ok(*results: dict) -> bool:
+    return all("error" not in r for r in results)
+
+
+def run_all(args) -> dict:
+    """workload -> system -> every repeat's result (or error)."""
     results: dict = {w: {s: [] for s in _systems(w, args)} for w in args.workloads}
-    for _ in range(args.repeats):
+    for repeat in range(args.repeats):
         for workload in args.workloads:
-            for system in _systems(workload, args):
+            for system in _in_turn(_systems(workload, args), repeat):
                 try:
                     r = run_system(system, workload, args)
                 except Exception as e:  # noqa: BLE001 - any failure is this system's error row
                     r = {"error": f"{type(e).__name__}: {e}"[:300]}
                 results[workload][system].append(r)
+    return results
+
+
+def summarize(results: dict) -> dict:
     return {w: {s: _summary(runs) for s, runs in by.items()} for w, by in results.items()}
+
+
+def run(args) -> dict:
+    return summarize(run_all(args))
 
 
 def _names(text: str, known: list[str], what: str, p) -> list[str]:
@@ -228,6 +284,11 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--json", default=None, help="also write the results to this JSON file (default none)"
     )
+    p.add_argument(
+        "--timeline",
+        action="store_true",
+        help="also run each strategy with the Trainer's timeline on; report its overhead",
+    )
     args = p.parse_args(argv[1:])
     args.strategies = _names(args.strategies, strategies, "strategy", p)
     args.compare = _names(args.compare, list(PEERS), "peer", p)
@@ -236,10 +297,15 @@ def main(argv: list[str]) -> int:
         p.error("--workers and --repeats must be >= 1")
 
     load_before = os.getloadavg()
-    results = run(args)
+    raw = run_all(args)
     load_after = os.getloadavg()
+    results = summarize(raw)
+    overhead = {w: timeline_overhead(by) for w, by in raw.items()} if args.timeline else {}
     print(f"# {args.workers} workers, {args.repeats} repeats; medians per system")
     report = {w: _table(w, rows) for w, rows in results.items()}
+    for workload, by in overhead.items():
+        figures = ", ".join(f"{s} {100 * v:+.1f}%" for s, v in by.items())
+        print(f"# {workload}: timeline overhead (1 - median samples/s on/off): {figures}")
     print(f"# load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     write_json(
         args.json,
@@ -250,6 +316,7 @@ def main(argv: list[str]) -> int:
             "compare": args.compare,
             "workloads": report,
             "load_average": {"before": load_before, "after": load_after},
+            "timeline_overhead": overhead,
             "targets": {
                 "digits_allreduce_time_vs_ddp_gloo": 0.4,
                 "digits_allreduce_time_vs_ddp_pscore": 1.0,
