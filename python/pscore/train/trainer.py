@@ -29,16 +29,16 @@ __all__ = ["Trainer"]
 
 class Trainer:
     """Trains `model` with `loss_fn(output, target)` under `strategy` on the cluster this
-        process belongs to (discovered from the launcher's environment, or `cluster`).
+    process belongs to (discovered from the launcher's environment, or `cluster`).
 
-        The same script runs on every task: chief and workers train; a ps task serves its shard of
-        the parameter server when it reaches Trainer(...) and exits (SystemExit(0)) when the job
-        ends. After fit() the model on every worker holds the trained weights.
+    The same script runs on every task: chief and workers train; a ps task serves its shard of
+    the parameter server when it reaches Trainer(...) and exits (SystemExit(0)) when the job
+    ends. After fit() the model on every worker holds the trained weights.
 
-        With `checkpoint_dir`, the chief checkpoints every `save_every_steps` steps and/or
-        `save_every_secs` seconds and at the end of fit, keeping the last `keep_checkpoints`; a job
-        started over a directory holding a checkpoint resumes from it (same global step, epoch and
-        batch). `progress`: the chief's tqdm bar (None: when stderr is a terminal).
+    With `checkpoint_dir`, the chief checkpoints every `save_every_steps` steps and/or
+    `save_every_secs` seconds and at the end of fit, keeping the last `keep_checkpoints`; a job
+    started over a directory holding a checkpoint resumes from it (same global step, epoch and
+    batch). `progress`: the chief's tqdm bar (None: when stderr is a terminal).
 
     `timeline`: a path (default PSCORE_TIMELINE) where the chief writes the job's Chrome trace of
     every rank's steps at the end of fit, each worker its own next to it (pscore.train.timeline).
