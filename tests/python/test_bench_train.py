@@ -68,21 +68,6 @@ def test_a_strategy_that_cannot_start_is_an_error_row(capsys):
     assert "no-such-strategy" in printed and "error" in printed
 
 
-def test_timeline_pairs_swap_order_and_give_the_overhead():
-    systems = ["allreduce", "allreduce+timeline", "ps-sync", "ps-sync+timeline", "ddp-gloo"]
-    assert train._in_turn(systems, 0) == systems
-    assert train._in_turn(systems, 1) == [
-        "allreduce+timeline",
-        "allreduce",
-        "ps-sync+timeline",
-        "ps-sync",
-        "ddp-gloo",
-    ]
-    runs = {
-        "allreduce": [{"samples_per_s": 100.0}, {"samples_per_s": 200.0}, {"error": "x"}],
-        "allreduce+timeline": [{"samples_per_s": 98.0}, {"samples_per_s": 192.0}, {"error": "y"}],
-        "ddp-gloo": [{"samples_per_s": 50.0}] * 3,
-    }
-    overhead = train.timeline_overhead(runs)
-    assert overhead.keys() == {"allreduce"}
-    assert overhead["allreduce"] == pytest.approx(1 - (0.98 + 0.96) / 2)
+def test_timeline_mode_runs_each_strategy_with_the_timeline_on():
+    args = argparse.Namespace(strategies=["allreduce"], compare=["ddp-gloo"], timeline=True)
+    assert train._systems("digits", args) == ["allreduce+timeline", "ddp-gloo"]

@@ -203,6 +203,19 @@ def test_a_timeline_that_does_not_record_only_counts_bytes():
     assert quiet.comm_bytes == 120 and quiet.payload("rank 0")["events"] == []
 
 
+def test_pausing_keeps_what_was_recorded():
+    t = timeline.Timeline(0, record=True)
+    with t.span("step", timeline.STEP):
+        t.recording = False  # an open span still closes into the kept events
+    with t.span("step", timeline.STEP, nbytes=4):
+        pass
+    t.recording = True
+    with t.span("forward", timeline.COMPUTE):
+        pass
+    assert [e[0] for e in t.payload("rank 0")["events"]] == ["step", "forward"]
+    assert t.comm_bytes == 4
+
+
 def test_trace_orders_lanes_and_puts_ranks_on_one_clock():
     a, b = timeline.Timeline(0, record=True), timeline.Timeline(1, record=True)
     b.wall_origin_ns = a.wall_origin_ns + 5_000_000  # rank 1 started 5 ms later

@@ -13,10 +13,12 @@ file. Systems alternate within each repeat, so all see the same drift in backgro
 table gives each system's median over the repeats and its ratio to DDP-gloo (time: below 1 is
 faster; samples/s: above 1 is faster). A strategy that fails to import or run is an error row.
 
-`--timeline` also runs every strategy S as `S+timeline`, with PSCORE_TIMELINE set (the Trainer
-records its timeline and writes the merged trace at the end, outside the timed span), right
-after S in each repeat (before it in odd repeats), and reports the timeline's overhead: one
-minus the median over the repeats of each pair's samples/s ratio (on / off).
+`--timeline` runs every strategy S as `S+timeline` instead: PSCORE_TIMELINE set (the merged
+trace is written at the end, outside the timed span), and inside the run recording alternates,
+on for odd steps and off for even ones, on every worker at once; the timeline's overhead is the
+median step time on / off - 1 (per run; the table gives the median over the repeats). Steps
+alternating in one run see the same background load, which separate runs on a shared machine
+do not.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ def run_system(system: str, workload: str, args) -> dict:
             extra = {}
             if system != strategy:
                 extra[_config.TIMELINE.name] = os.path.join(tmp, "trace.json")
+                command.append("--timeline-ab")
             env = _env(**extra)
             procs = [subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)]
         _wait(procs, log, args.timeout)
@@ -133,7 +136,14 @@ def _summary(runs: list[dict]) -> dict:
     if not ok:
         return {"error": runs[-1]["error"], "runs": runs}
     out: dict = {"runs": runs}
-    for key in ("time_to_target_s", "samples_per_s", "chief_cpu_s", "accuracy", "epochs"):
+    for key in (
+        "time_to_target_s",
+        "samples_per_s",
+        "chief_cpu_s",
+        "accuracy",
+        "epochs",
+        "timeline_overhead",
+    ):
         values = [r[key] for r in ok if r.get(key) is not None]
         if key in ok[0]:
             out[key] = p50(values) if len(values) == len(ok) else None
@@ -183,62 +193,32 @@ def _systems(workload: str, args) -> list[str]:
     only, known = WORKLOADS[workload].strategies, _default_strategies()
     chosen = [s for s in args.strategies if only is None or s in only or s not in known]
     if getattr(args, "timeline", False):
-        chosen = [name for s in chosen for name in (s, s + TIMELINE_SUFFIX)]
+        chosen = [s + TIMELINE_SUFFIX for s in chosen]
     return chosen + args.compare
 
 
-def _in_turn(systems: list[str], repeat: int) -> list[str]:
-    """Odd repeats run each strategy's timeline twin first (drift cancels over the pairs)."""
-    if repeat % 2 == 0:
-        return systems
-    out: list[str] = []
-    for s in systems:
-        if out and s == out[-1] + TIMELINE_SUFFIX:
-            out.insert(-1, s)
-        else:
-            out.append(s)
-    return out
-
-
-def timeline_overhead(runs: dict) -> dict:
-    """strategy -> 1 - the median over repeats of samples/s with the timeline / without, from
-    one workload's raw runs (system -> its results in repeat order)."""
-    out = {}
-    for system, on in runs.items():
-        strategy = system.removesuffix(TIMELINE_SUFFIX)
-        if strategy == system or strategy not in runs:
-            continue
-        pairs = zip(on, runs[strategy])
-        ratios = [a["samples_per_s"] / b["samples_per_s"] for a, b in pairs if _ok(a, b)]
-        if ratios:
-            out[strategy] = 1 - p50(ratios)
-    return out
-
-
-def _ok(*results: dict) -> bool:
-    return all("error" not in r for r in results)
-
-
-def run_all(args) -> dict:
-    """workload -> system -> every repeat's result (or error)."""
+def run(args) -> dict:
     results: dict = {w: {s: [] for s in _systems(w, args)} for w in args.workloads}
-    for repeat in range(args.repeats):
+    for _ in range(args.repeats):
         for workload in args.workloads:
-            for system in _in_turn(_systems(workload, args), repeat):
+            for system in _systems(workload, args):
                 try:
                     r = run_system(system, workload, args)
                 except Exception as e:  # noqa: BLE001 - any failure is this system's error row
                     r = {"error": f"{type(e).__name__}: {e}"[:300]}
                 results[workload][system].append(r)
-    return results
-
-
-def summarize(results: dict) -> dict:
     return {w: {s: _summary(runs) for s, runs in by.items()} for w, by in results.items()}
 
 
-def run(args) -> dict:
-    return summarize(run_all(args))
+def _print_timeline_overhead(results: dict) -> None:
+    for workload, rows in results.items():
+        figures = [
+            f"{s} {100 * r['timeline_overhead']:+.1f}%"
+            for s, r in rows.items()
+            if r.get("timeline_overhead") is not None
+        ]
+        if figures:
+            print(f"# {workload}: timeline overhead (step time on / off - 1): {', '.join(figures)}")
 
 
 def _names(text: str, known: list[str], what: str, p) -> list[str]:
@@ -287,7 +267,7 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--timeline",
         action="store_true",
-        help="also run each strategy with the Trainer's timeline on; report its overhead",
+        help="run each strategy with the Trainer's timeline, on and off by turns; its overhead",
     )
     args = p.parse_args(argv[1:])
     args.strategies = _names(args.strategies, strategies, "strategy", p)
@@ -297,15 +277,11 @@ def main(argv: list[str]) -> int:
         p.error("--workers and --repeats must be >= 1")
 
     load_before = os.getloadavg()
-    raw = run_all(args)
+    results = run(args)
     load_after = os.getloadavg()
-    results = summarize(raw)
-    overhead = {w: timeline_overhead(by) for w, by in raw.items()} if args.timeline else {}
     print(f"# {args.workers} workers, {args.repeats} repeats; medians per system")
     report = {w: _table(w, rows) for w, rows in results.items()}
-    for workload, by in overhead.items():
-        figures = ", ".join(f"{s} {100 * v:+.1f}%" for s, v in by.items())
-        print(f"# {workload}: timeline overhead (1 - median samples/s on/off): {figures}")
+    _print_timeline_overhead(results)
     print(f"# load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     write_json(
         args.json,
@@ -316,7 +292,6 @@ def main(argv: list[str]) -> int:
             "compare": args.compare,
             "workloads": report,
             "load_average": {"before": load_before, "after": load_after},
-            "timeline_overhead": overhead,
             "targets": {
                 "digits_allreduce_time_vs_ddp_gloo": 0.4,
                 "digits_allreduce_time_vs_ddp_pscore": 1.0,

@@ -5,7 +5,9 @@ serves its shard inside Trainer(...)."""
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 
 import torch
 
@@ -41,6 +43,38 @@ class _Timing(Hook):
             trainer.request_stop("target reached or epoch cap")
 
 
+class _TimelineAB(Hook):
+    """Measures the timeline's cost inside one run: recording is on for odd steps and off for
+    even ones (every worker switches at the same step), and each step's wall time (from the
+    previous step's end) goes to its side. Needs the Trainer's timeline on (PSCORE_TIMELINE)."""
+
+    local_stop = False
+
+    def __init__(self):
+        self.seconds: dict[bool, list[float]] = {True: [], False: []}
+        self._last = 0.0
+
+    def begin(self, trainer) -> None:
+        if not trainer.timeline_path:
+            raise ValueError("--timeline-ab needs the Trainer's timeline on (PSCORE_TIMELINE)")
+        trainer.timeline.recording = True
+        self._last = time.perf_counter()
+
+    def after_step(self, trainer, loss) -> None:  # noqa: ARG002 - the Hook signature
+        now = time.perf_counter()
+        self.seconds[trainer.timeline.recording].append(now - self._last)
+        trainer.timeline.recording = not trainer.timeline.recording
+        self._last = time.perf_counter()
+
+    def result(self) -> dict:
+        on, off = (statistics.median(self.seconds[s]) for s in (True, False))
+        return {
+            "step_s_timeline_on": on,
+            "step_s_timeline_off": off,
+            "timeline_overhead": on / off - 1,
+        }
+
+
 def _agree(flag: bool) -> bool:
     t = torch.tensor([int(flag)], dtype=torch.int64)
     pscore.broadcast(t, src=0)
@@ -53,24 +87,28 @@ def main() -> int:
     p.add_argument("--strategy", required=True)
     p.add_argument("--max-epochs", type=int, default=None, help="cap on the epochs")
     p.add_argument("--out", required=True, help="the chief writes its result here (JSON)")
+    p.add_argument(
+        "--timeline-ab", action="store_true", help="time steps with the timeline on vs off"
+    )
     args = p.parse_args()
 
     torch.set_num_threads(1)
     w = workload(args.workload, args.max_epochs)
     train, test = w.make_data()
     timing = _Timing(w, len(train[0]), test)
+    ab = _TimelineAB() if args.timeline_ab else None
     trainer = pscore.Trainer(
         w.make_model(),
         w.loss_fn,
         optimizer=w.optimizer,
         optimizer_args=w.optimizer_args,
         strategy=args.strategy,
-        hooks=[timing],
+        hooks=[timing] if ab is None else [timing, ab],
     )
     epochs = w.max_epochs if w.target_accuracy is not None else 1 << 20
     trainer.fit(train, epochs=epochs, batch_size=w.batch_size)
     if trainer.run.is_chief:
-        timing.clock.write(args.out)
+        timing.clock.write(args.out, {} if ab is None else ab.result())
     return 0
 
 

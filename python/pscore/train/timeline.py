@@ -90,7 +90,8 @@ class Timeline:
 
     def __init__(self, rank: int, record: bool):
         self.rank = rank
-        self.events: list | None = [] if record else None
+        self._kept: list = []  # every event recorded so far
+        self.events: list | None = self._kept if record else None  # None while not recording
         self.comm_bytes = 0  # bytes of every communication span so far (sent + received)
         self.lanes = {"train": TRAIN_LANE}
         self.wall_origin_ns, self.origin_ns = time.time_ns(), _now()
@@ -98,6 +99,11 @@ class Timeline:
     @property
     def recording(self) -> bool:
         return self.events is not None
+
+    @recording.setter
+    def recording(self, on: bool) -> None:
+        """Pauses (False) or resumes recording; the events recorded so far are kept."""
+        self.events = self._kept if on else None
 
     def lane(self, name: str) -> int:
         return self.lanes.setdefault(name, len(self.lanes) + 1)
@@ -127,7 +133,7 @@ class Timeline:
             "lanes": {str(tid): name for name, tid in self.lanes.items()},
             "events": [
                 [name, cat, lane, start - origin, end - origin, args]
-                for name, cat, lane, start, end, args in self.events or ()
+                for name, cat, lane, start, end, args in self._kept
             ],
         }
 
