@@ -44,34 +44,43 @@ class _Timing(Hook):
 
 
 class _TimelineAB(Hook):
-    """Measures the timeline's cost inside one run: recording is on for odd steps and off for
-    even ones (every worker switches at the same step), and each step's wall time (from the
-    previous step's end) goes to its side. Needs the Trainer's timeline on (PSCORE_TIMELINE)."""
+    """Measures the timeline's cost inside one run: after `skip` warm-up steps recording is on
+    for every other step and off for the others (every worker switches at the same step), and
+    each step's wall time and training-thread CPU time (from the previous step's end) go to
+    its side. CPU time is what recording adds, unblurred by waits for a loaded machine's
+    scheduler. Needs the Trainer's timeline on (PSCORE_TIMELINE)."""
 
     local_stop = False
 
-    def __init__(self):
-        self.seconds: dict[bool, list[float]] = {True: [], False: []}
-        self._last = 0.0
+    def __init__(self, skip: int = 3):
+        self.skip = skip
+        self.samples: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        self._last = (0.0, 0.0)
 
     def begin(self, trainer) -> None:
         if not trainer.timeline_path:
             raise ValueError("--timeline-ab needs the Trainer's timeline on (PSCORE_TIMELINE)")
-        trainer.timeline.recording = True
-        self._last = time.perf_counter()
+        self._last = (time.perf_counter(), time.thread_time())
 
     def after_step(self, trainer, loss) -> None:  # noqa: ARG002 - the Hook signature
-        now = time.perf_counter()
-        self.seconds[trainer.timeline.recording].append(now - self._last)
-        trainer.timeline.recording = not trainer.timeline.recording
-        self._last = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.thread_time()
+        self.skip -= 1
+        if self.skip < 0:
+            side = trainer.timeline.recording
+            self.samples[side].append((wall - self._last[0], cpu - self._last[1]))
+            trainer.timeline.recording = not side
+        self._last = (time.perf_counter(), time.thread_time())
 
     def result(self) -> dict:
-        on, off = (statistics.median(self.seconds[s]) for s in (True, False))
+        def median(side: bool, i: int) -> float:
+            return statistics.median(s[i] for s in self.samples[side])
+
+        wall_on, wall_off = median(True, 0), median(False, 0)
         return {
-            "step_s_timeline_on": on,
-            "step_s_timeline_off": off,
-            "timeline_overhead": on / off - 1,
+            "step_s_timeline_on": wall_on,
+            "step_s_timeline_off": wall_off,
+            "timeline_overhead": wall_on / wall_off - 1,
+            "timeline_cpu_overhead": (median(True, 1) - median(False, 1)) / wall_off,
         }
 
 
