@@ -17,7 +17,10 @@ from pscore.train import tensorboard, timeline
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
 EPS_US = 1e-3  # ts/dur are ns / 1000 in floats
 
+# Each worker's timeline path is in a directory of its own (as on machines that share no
+# filesystem): the chief's merged trace can only come through the collectives.
 JOB = """
+    import os
     import sys
 
     import torch
@@ -25,6 +28,7 @@ JOB = """
     import pscore
 
     strategy, trace, logdir = sys.argv[1], sys.argv[2], sys.argv[3]
+    trace = trace.replace("RANK", os.environ.get("RANK", "ps"))
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
@@ -43,11 +47,14 @@ JOB = """
 
 
 def _run_job(tmp_path, strategy: str, flags: list, tensorboard_dir: str = "-") -> str:
+    """Runs JOB; returns the chief's timeline path (rank r's: RANK replaced by r)."""
     script = write(tmp_path, "job.py", JOB)
-    trace_path = str(tmp_path / "trace" / "job.json")
+    trace_path = str(tmp_path / "rankRANK" / "job.json")
     result = launch([*flags, script, strategy, trace_path, tensorboard_dir], tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return trace_path
+    assert sorted(os.listdir(tmp_path / "rank1")) == ["job.rank1.json"]  # no merged trace there
+    assert not os.path.exists(tmp_path / "rankps")
+    return trace_path.replace("RANK", "0")
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +155,7 @@ def test_allreduce_timeline_merges_every_rank(allreduce_job):
     joins = {pid for pid, events in by_rank.items() for e in events if e["name"] == "join step"}
     assert joins == {2}  # rank 1 has 128 samples: 8 batches and a join step per epoch
     for rank in range(2):  # each worker's own file holds its events only
-        own = _load(timeline.per_rank_path(path, rank))
+        own = _load(timeline.per_rank_path(path.replace("rank0", f"rank{rank}"), rank))
         assert {e["pid"] for e in own} == {rank + 1}
         _check_trace_lanes_only(own)
 

@@ -7,7 +7,6 @@ calls write_job_trace at the same point."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import numpy as np
 
@@ -35,14 +34,12 @@ def gather_payloads(payload: dict) -> list[dict] | None:
     return [json.loads(every[r][: int(sizes[r][0])].tobytes()) for r in range(world)]
 
 
-def write_job_trace(timeline: Timeline, path: str, label: str, other: dict | None = None) -> Any:
+def write_job_trace(timeline: Timeline, path: str, label: str, other: dict | None = None) -> None:
     """This rank's trace at per_rank_path(path, rank); the merged trace at `path` on the chief.
-    Returns the merged trace on the chief, None elsewhere."""
+    The gather comes first: a worker that cannot write its file fails after it, never leaving
+    the others waiting in it."""
     payload = timeline.payload(label)
-    write(per_rank_path(path, timeline.rank), trace([payload], other))
     payloads = gather_payloads(payload)
-    if payloads is None:
-        return None
-    merged = trace(payloads, other)
-    write(path, merged)
-    return merged
+    write(per_rank_path(path, timeline.rank), trace([payload], other))
+    if payloads is not None:
+        write(path, trace(payloads, other))
