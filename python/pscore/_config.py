@@ -170,6 +170,12 @@ SHARD = Var("PSCORE_SHARD", "int", None, "the shard a ps task serves, 0 .. PSCOR
 WORKER_GROUPS = Var(
     "PSCORE_WORKER_GROUPS", "int", 1, "ps-async / ssp: synchronous worker groups (Downpour)"
 )
+TIMELINE = Var(
+    "PSCORE_TIMELINE",
+    "str",
+    None,
+    "Trainer: write the job's Chrome/Perfetto trace here (each worker's beside it, .rankN)",
+)
 # -- Hogwild
 HOGWILD_ISA = Var(
     "PSCORE_HOGWILD_ISA",

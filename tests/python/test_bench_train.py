@@ -66,3 +66,8 @@ def test_a_strategy_that_cannot_start_is_an_error_row(capsys):
     assert entries[0]["error"] == error
     printed = capsys.readouterr().out
     assert "no-such-strategy" in printed and "error" in printed
+
+
+def test_timeline_mode_runs_each_strategy_with_the_timeline_on():
+    args = argparse.Namespace(strategies=["allreduce"], compare=["ddp-gloo"], timeline=True)
+    assert train._systems("digits", args) == ["allreduce+timeline", "ddp-gloo"]

@@ -12,6 +12,16 @@ broadcast excluded; python/pscore/bench/train_clock.py) and reported by the chie
 file. Systems alternate within each repeat, so all see the same drift in background load; the
 table gives each system's median over the repeats and its ratio to DDP-gloo (time: below 1 is
 faster; samples/s: above 1 is faster). A strategy that fails to import or run is an error row.
+
+`--timeline` runs every strategy S as `S+timeline` instead: PSCORE_TIMELINE set (the merged
+trace is written at the end, outside the timed span), and inside the run recording alternates,
+on and off for every other step after 3 warm-up steps, on every worker at once. The overhead
+is given twice, as fractions of the step time (medians over the steps, then over the repeats):
+wall (median step time on / off - 1) and CPU (the chief's training thread: median CPU seconds
+per step on - off, over the median step time off). Steps alternating in one run see the same
+background load, which separate runs on a shared machine do not; the CPU figure is what the
+recording itself costs, where on a loaded machine the wall figure also holds its extra waits
+for the scheduler.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import sys
 import tempfile
 import time
 
+from pscore import _config
 from pscore.bench.report import p50, print_table, write_json
 from pscore.bench.train_workloads import WORKLOADS
 from pscore.launch import free_port
@@ -31,6 +42,7 @@ from pscore.launch import free_port
 __all__ = ["PEERS", "main", "run_system"]
 
 PEERS = {"ddp-gloo": "gloo", "ddp-pscore": "pscore"}
+TIMELINE_SUFFIX = "+timeline"  # a strategy run with the Trainer's timeline on
 
 
 def _default_strategies() -> list[str]:
@@ -39,12 +51,13 @@ def _default_strategies() -> list[str]:
     return [s for s in STRATEGIES if s != "auto"]
 
 
-def _env() -> dict:
+def _env(**extra: str) -> dict:
     return dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
         OMP_NUM_THREADS="1",
         PYTHONUNBUFFERED="1",
+        **extra,
     )
 
 
@@ -107,8 +120,14 @@ def run_system(system: str, workload: str, args) -> dict:
                 for r in range(workers)
             ]
         else:
-            command = _strategy_command(system, workers) + common
-            procs = [subprocess.Popen(command, env=_env(), stdout=log, stderr=subprocess.STDOUT)]
+            strategy = system.removesuffix(TIMELINE_SUFFIX)
+            command = _strategy_command(strategy, workers) + common
+            extra = {}
+            if system != strategy:
+                extra[_config.TIMELINE.name] = os.path.join(tmp, "trace.json")
+                command.append("--timeline-ab")
+            env = _env(**extra)
+            procs = [subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)]
         _wait(procs, log, args.timeout)
         with open(out) as f:
             return json.load(f)
@@ -120,7 +139,15 @@ def _summary(runs: list[dict]) -> dict:
     if not ok:
         return {"error": runs[-1]["error"], "runs": runs}
     out: dict = {"runs": runs}
-    for key in ("time_to_target_s", "samples_per_s", "chief_cpu_s", "accuracy", "epochs"):
+    for key in (
+        "time_to_target_s",
+        "samples_per_s",
+        "chief_cpu_s",
+        "accuracy",
+        "epochs",
+        "timeline_overhead",
+        "timeline_cpu_overhead",
+    ):
         values = [r[key] for r in ok if r.get(key) is not None]
         if key in ok[0]:
             out[key] = p50(values) if len(values) == len(ok) else None
@@ -169,6 +196,8 @@ def _systems(workload: str, args) -> list[str]:
     that is no strategy stays in: its run fails into an error row)."""
     only, known = WORKLOADS[workload].strategies, _default_strategies()
     chosen = [s for s in args.strategies if only is None or s in only or s not in known]
+    if getattr(args, "timeline", False):
+        chosen = [s + TIMELINE_SUFFIX for s in chosen]
     return chosen + args.compare
 
 
@@ -183,6 +212,18 @@ def run(args) -> dict:
                     r = {"error": f"{type(e).__name__}: {e}"[:300]}
                 results[workload][system].append(r)
     return {w: {s: _summary(runs) for s, runs in by.items()} for w, by in results.items()}
+
+
+def _print_timeline_overhead(results: dict) -> None:
+    for workload, rows in results.items():
+        figures = [
+            f"{s} {100 * r['timeline_overhead']:+.1f}% wall, "
+            f"{100 * r['timeline_cpu_overhead']:+.2f}% cpu"
+            for s, r in rows.items()
+            if r.get("timeline_overhead") is not None
+        ]
+        if figures:
+            print(f"# {workload}: timeline overhead (of the step time): {'; '.join(figures)}")
 
 
 def _names(text: str, known: list[str], what: str, p) -> list[str]:
@@ -228,6 +269,11 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--json", default=None, help="also write the results to this JSON file (default none)"
     )
+    p.add_argument(
+        "--timeline",
+        action="store_true",
+        help="run each strategy with the Trainer's timeline, on and off by turns; its overhead",
+    )
     args = p.parse_args(argv[1:])
     args.strategies = _names(args.strategies, strategies, "strategy", p)
     args.compare = _names(args.compare, list(PEERS), "peer", p)
@@ -240,6 +286,7 @@ def main(argv: list[str]) -> int:
     load_after = os.getloadavg()
     print(f"# {args.workers} workers, {args.repeats} repeats; medians per system")
     report = {w: _table(w, rows) for w, rows in results.items()}
+    _print_timeline_overhead(results)
     print(f"# load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     write_json(
         args.json,

@@ -90,9 +90,9 @@ class Clock:
             "epochs": self.epochs,
         }
 
-    def write(self, path: str) -> None:
-        """The chief's result, written atomically."""
+    def write(self, path: str, extra: dict | None = None) -> None:
+        """The chief's result (and `extra` figures), written atomically."""
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump(self.result(), f)
+            json.dump({**self.result(), **(extra or {})}, f)
         os.replace(tmp, path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .hooks import EvaluationHook, Hook, LoggingHook, NanLossHook, StopAtStepHook
 from .strategies import NAMES as STRATEGIES
 from .strategies import Strategy
+from .tensorboard import TensorBoardHook
 from .trainer import Trainer
 
 __all__ = [
@@ -17,5 +18,6 @@ __all__ = [
     "NanLossHook",
     "StopAtStepHook",
     "Strategy",
+    "TensorBoardHook",
     "Trainer",
 ]

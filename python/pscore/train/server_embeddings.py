@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .timeline import COMMUNICATION, WAIT, Timeline
+
 __all__ = ["ServerEmbedding", "find_embeddings"]
 
 
@@ -78,10 +80,16 @@ class ServerEmbedding:
     """`module`'s table on the servers as sparse table `table` (created, or joined, here).
     settings: create_sparse's (initializer, seed, optimizer, consistency...)."""
 
-    def __init__(self, client: Any, table: str, name: str, module: Any, **settings: Any):
+    def __init__(
+        self, client: Any, table: str, name: str, module: Any, timeline: Timeline, **settings: Any
+    ):
         import torch
 
         self.client, self.table, self.name, self.module = client, table, name, module
+        self.timeline = timeline
+        self._pull_label, self._push_label = f"pull rows {table}", f"push rows {table}"
+        self._wait_label, self._lane = f"wait sync round {table}", timeline.lane(self._push_label)
+        self._push_started: tuple[int, int] = (0, 0)  # (ns, bytes) of the push in flight
         self.rows, self.dim = module.num_embeddings, module.embedding_dim
         self.padding_idx = module.padding_idx
         self.bag = isinstance(module, torch.nn.EmbeddingBag)
@@ -105,7 +113,10 @@ class ServerEmbedding:
             )
         rows = torch.empty((n, self.dim), dtype=torch.float32)
         if n:
-            self.client.pull_sparse(self.table, unique, rows)
+            with self.timeline.span(
+                self._pull_label, COMMUNICATION, nbytes=unique.nbytes + rows.nbytes
+            ):
+                self.client.pull_sparse(self.table, unique, rows)
         pad = None
         if self.padding_idx is not None:
             hit = (unique == self.padding_idx).nonzero()
@@ -181,4 +192,12 @@ class ServerEmbedding:
         """Pushes gradient() to the table (an empty push when this worker has none, which a
         sync table's round still counts); returns the PSWork."""
         ids, grads = self.gradient()
+        self._push_started = (self.timeline.now(), ids.nbytes + grads.nbytes)
         return self.client.push_sparse_async(self.table, ids, grads)
+
+    def wait_push(self, work: Any) -> None:
+        """Waits for push_async's `work` (a sync table answers once the round closed)."""
+        with self.timeline.span(self._wait_label, WAIT):
+            work.wait()
+        started, nbytes = self._push_started
+        self.timeline.add(self._push_label, COMMUNICATION, started, self._lane, nbytes)

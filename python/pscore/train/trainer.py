@@ -12,7 +12,7 @@ import time
 import zlib
 from typing import Any
 
-from .. import collectives
+from .. import _config, collectives
 from ..collectives import registration
 from . import checkpoint, stopping, strategies
 from .checks import check_int
@@ -21,6 +21,9 @@ from .hooks import Hook
 from .optimizers import resolve
 from .progress import Progress, wanted
 from .run import current_run
+from .tensorboard import TensorBoardHook
+from .timeline import COMPUTE, STEP, UPDATE, Timeline
+from .timeline_merge import write_job_trace
 
 __all__ = ["Trainer"]
 
@@ -36,7 +39,11 @@ class Trainer:
     With `checkpoint_dir`, the chief checkpoints every `save_every_steps` steps and/or
     `save_every_secs` seconds and at the end of fit, keeping the last `keep_checkpoints`; a job
     started over a directory holding a checkpoint resumes from it (same global step, epoch and
-    batch). `progress`: the chief's tqdm bar (None: when stderr is a terminal)."""
+    batch). `progress`: the chief's tqdm bar (None: when stderr is a terminal).
+
+    `timeline`: a path (default PSCORE_TIMELINE) where the chief writes the job's Chrome trace of
+    every rank's steps at the end of fit, each worker its own next to it (pscore.train.timeline).
+    `tensorboard`: a log directory where the chief writes TensorBoard scalars (TensorBoardHook)."""
 
     def __init__(
         self,
@@ -54,13 +61,19 @@ class Trainer:
         seed: int = 0,
         progress: bool | None = None,
         keep_checkpoints: int = 5,
+        timeline: str | os.PathLike | None = None,
+        tensorboard: str | os.PathLike | None = None,
     ):
         self.run = current_run(cluster)
+        self.timeline_path = os.fspath(timeline) if timeline else _config.TIMELINE.get()
+        self.timeline = Timeline(self.run.rank, record=bool(self.timeline_path))
         self.model, self.loss_fn = model, loss_fn
         self.optimizer_choice = resolve(optimizer, optimizer_args)
         self.strategy = strategies.make(strategy, self.run, model, strategy_args)
         self.strategy.check(self.run)
         self.hooks: list[Hook] = list(hooks)
+        if tensorboard:
+            self.hooks.append(TensorBoardHook(tensorboard))
         for h in self.hooks:
             if not isinstance(h, Hook):
                 raise TypeError(
@@ -107,11 +120,12 @@ class Trainer:
         batch_in_epoch say where training stands."""
         if self._ready:
             return self
-        self._check_models_agree()
-        found = self._read_checkpoint()
-        self.strategy.setup(self)
-        if found is not None:
-            self._resume(*found)
+        with self.timeline.span("setup", STEP):
+            self._check_models_agree()
+            found = self._read_checkpoint()
+            self.strategy.setup(self)
+            if found is not None:
+                self._resume(*found)
         self._ready = True
         return self
 
@@ -191,10 +205,11 @@ class Trainer:
         self.setup()
         if not self.run.is_chief:
             return None
-        tensors = checkpoint.pack(self.model.state_dict(), self.strategy.state_tensors())
-        path = self._saver.write(
-            self.global_step, tensors, self._checkpoint_metadata(), self.strategy.save_servers
-        )
+        with self.timeline.span("checkpoint", STEP):
+            tensors = checkpoint.pack(self.model.state_dict(), self.strategy.state_tensors())
+            path = self._saver.write(
+                self.global_step, tensors, self._checkpoint_metadata(), self.strategy.save_servers
+            )
         for h in self.hooks:
             h.after_checkpoint(self, path)
         return path
@@ -264,15 +279,22 @@ class Trainer:
         if not self.model.training:  # train() walks every module: only when needed
             self.model.train()
         batch = tuple(batch)
-        loss = self._forward_loss(batch)
-        self.strategy.backward(loss)
-        self.strategy.update()
+        timeline = self.timeline
+        with timeline.span("step", STEP, step=self.global_step + 1):
+            with timeline.span("forward", COMPUTE):
+                loss = self._forward_loss(batch)
+            with timeline.span("backward", COMPUTE):
+                self.strategy.backward(loss)
+            with timeline.span("update", UPDATE):
+                self.strategy.update()
+            value = float(loss.detach())
         self.global_step += 1
         self._unfinished = True
-        return float(loss.detach()), len(batch[-1])
+        return value, len(batch[-1])
 
     def _join_step(self) -> tuple[None, int]:
-        self.strategy.join_step()
+        with self.timeline.span("join step", STEP, step=self.global_step + 1):
+            self.strategy.join_step()
         self.global_step += 1
         self._unfinished = True
         return None, 0
@@ -398,23 +420,37 @@ class Trainer:
         saver = self._saver
         if saver is not None and self._checkpoint_at_stop and saver.last_step != self.global_step:
             self.save_checkpoint()  # the chief writes; the others return at once
-        self.strategy.finish()
-        self._unfinished = False
+        self._finish_strategy()
         if self.should_stop and self.run.is_chief:
             self.log(f"pscore.train: stopped at global step {self.global_step}: {self.stop_reason}")
+
+    def _finish_strategy(self) -> None:
+        """The strategy's finish, then the timeline's files (a collective over the workers)."""
+        with self.timeline.span("finish", STEP):
+            self.strategy.finish()
+        self._unfinished = False
+        if self.timeline_path:
+            role = "chief" if self.run.is_chief else "worker"
+            other = {"strategy": self.strategy.name, "world_size": self.run.world_size}
+            label = f"rank {self.run.rank} ({role})"
+            write_job_trace(self.timeline, self.timeline_path, label, other)
 
     # ---- evaluation -----------------------------------------------------------------------
     def evaluate(self, data: Any, batch_size: int = 1024) -> dict:
         """The model's mean loss on `data` (a tuple of tensors/arrays or a map-style Dataset;
         and accuracy, for class logits and integer targets), computed on this worker over all
         of `data` with the job's current weights."""
-        import torch
-
         check_int("batch_size", batch_size, 1)
         dataset = as_dataset(data)
         if len(dataset) == 0:
             raise ValueError("the evaluation data is empty")
         self.setup()
+        with self.timeline.span("evaluate", STEP):
+            return self._evaluate(dataset, batch_size)
+
+    def _evaluate(self, dataset: Any, batch_size: int) -> dict:
+        import torch
+
         self.strategy.sync_model()
         self.model.eval()
         loss_sum, correct, seen, classify = 0.0, 0, 0, True
@@ -446,7 +482,6 @@ class Trainer:
         itself: PS strategies tell the servers this worker is done), then leaves the job's
         process group (fit() leaves it joined for further calls)."""
         if self._unfinished:
-            self.strategy.finish()
-            self._unfinished = False
+            self._finish_strategy()
         if collectives.is_initialized():
             collectives.destroy_process_group()

@@ -26,6 +26,7 @@ import torch
 from ... import collectives
 from ...collectives.work import CompletedWork
 from ..state import load_optimizer_tensors, optimizer_tensors
+from ..timeline import COMMUNICATION, COMPUTE, TRAIN_LANE, WAIT
 from .base import Strategy
 
 __all__ = ["AllReduce"]
@@ -38,6 +39,8 @@ class _Bucket:
 
     def __init__(self, params: list, dtype: Any):
         self.params = params
+        self.label = self.wait_label = ""  # its timeline events' names, set by the strategy
+        self.lane, self.started_ns = TRAIN_LANE, None  # started_ns: when its async reduce began
         numel = sum(p.numel() for p in params)
         self.flat = torch.zeros(numel + 1, dtype=dtype)
         self.grads, at = [], 0
@@ -53,7 +56,7 @@ class _Bucket:
         self.flat[-1] = count
         self.landed = [False] * len(self.params)
         self.pending = len(self.params)
-        self.work = None
+        self.work = self.started_ns = None
 
     def fill_missing(self) -> None:
         """Zeros for the parameters that got no gradient (unused this step, or a join step)."""
@@ -105,6 +108,9 @@ class AllReduce(Strategy):
         self.buckets = _buckets(self.params, self.cap_bytes, self.first_cap_bytes)
         self.next_bucket = 0  # buckets start in this order on every worker
         for index, bucket in enumerate(self.buckets):
+            bucket.label = f"allreduce bucket {index}"
+            bucket.wait_label = f"wait allreduce bucket {index}"
+            bucket.lane = self.timeline.lane(bucket.label)
             bucket.reset(1.0)
             for position, p in enumerate(bucket.params):
                 p.grad = None
@@ -141,9 +147,11 @@ class AllReduce(Strategy):
         the hand-over to the group's background thread (what small models' steps are made of)."""
         self.next_bucket += 1
         if self.next_bucket < len(self.buckets):
+            bucket.started_ns = self.timeline.now()
             bucket.work = collectives.all_reduce(bucket.flat, op="sum", async_op=True)
         else:
-            collectives.all_reduce(bucket.flat, op="sum")
+            with self.timeline.span(bucket.label, COMMUNICATION, nbytes=bucket.flat.nbytes):
+                collectives.all_reduce(bucket.flat, op="sum")
             bucket.work = CompletedWork()
 
     def backward(self, loss: Any) -> None:
@@ -155,9 +163,15 @@ class AllReduce(Strategy):
         for bucket in self.buckets[self.next_bucket :]:  # not full: unused parameters
             bucket.fill_missing()
             self._start(bucket)
-        counts = []
+        counts, timeline = [], self.timeline
         for bucket in self.buckets:
-            bucket.work.wait()
+            if bucket.started_ns is None:  # reduced on this thread
+                bucket.work.wait()
+            else:  # its own lane shows the reduce from its start to the end of this wait
+                with timeline.span(bucket.wait_label, WAIT):
+                    bucket.work.wait()
+                nbytes = bucket.flat.nbytes
+                timeline.add(bucket.label, COMMUNICATION, bucket.started_ns, bucket.lane, nbytes)
             count = float(bucket.flat[-1])
             counts.append(count)
             if 0 < count < self.world:  # the sum was pre-divided by every worker
@@ -166,7 +180,8 @@ class AllReduce(Strategy):
             for p, view in zip(bucket.params, bucket.grads):
                 p.grad = view
         if counts and counts[0] > 0:  # every bucket has the same count; 0: no worker had a batch
-            self.optimizer.step()
+            with timeline.span("optimizer", COMPUTE):
+                self.optimizer.step()
         self.next_bucket = 0
         for bucket in self.buckets:
             bucket.reset(1.0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..timeline import Timeline
+
 __all__ = ["Strategy"]
 
 
@@ -13,7 +15,8 @@ class Strategy:
 
     check(run)            before anything starts: ValueError when the cluster cannot run it
     setup(trainer)        once, before the first step: same initial weights everywhere (the
-                          chief's, or the servers' tables), optimizer built
+                          chief's, or the servers' tables), optimizer built; self.timeline is
+                          the Trainer's recorder (pscore.train.timeline) from then on
     backward(loss)        autograd (the allreduce strategy reduces from its hooks meanwhile)
     update()              gradients -> weights: reduce/push, step, pull
     join_step()           lockstep strategies: this worker has no batch left in the epoch while
@@ -32,6 +35,7 @@ class Strategy:
     name = ""
     needs_servers = False  # a cluster without parameter servers cannot run it
     lockstep = True  # every worker takes every step together (collectives each step)
+    timeline: Timeline = Timeline(-1, record=False)  # the Trainer's, from setup on
 
     def __init__(self, **options: Any):
         if options:
@@ -50,6 +54,7 @@ class Strategy:
 
     def setup(self, trainer: Any) -> None:
         self.trainer = trainer
+        self.timeline = trainer.timeline
 
     def backward(self, loss: Any) -> None:
         loss.backward()

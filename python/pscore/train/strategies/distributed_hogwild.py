@@ -27,6 +27,7 @@ from typing import Any
 
 from ... import collectives
 from ...hogwild import DistributedHogwild as TableAveraging
+from ..timeline import COMMUNICATION, TRAIN_LANE, WAIT
 from .base import Strategy
 from .hogwild import Hogwild
 
@@ -83,16 +84,24 @@ class DistributedHogwild(Hogwild):
     def update(self) -> None:
         super().update()
         if self.averaging is not None:
-            self.averaging.maybe_sync()
+            self._maybe_average()
+
+    def _maybe_average(self) -> None:
+        """A round when one is due (shown on the timeline when it ran)."""
+        started = self.timeline.now()
+        if self.averaging.maybe_sync():
+            nbytes = sum(t.nbytes for t in self.shared.tables.values())
+            self.timeline.add("average tables", COMMUNICATION, started, TRAIN_LANE, nbytes)
 
     def _end_training(self) -> None:
         if self.averaging is None:
-            collectives.barrier(self.machine_group)  # this worker is done
-            collectives.barrier(self.machine_group)  # the leader has the final tables
+            with self.timeline.span("wait workers done", WAIT):
+                collectives.barrier(self.machine_group)  # this worker is done
+                collectives.barrier(self.machine_group)  # the leader has the final tables
             return
         mates_done = collectives.barrier(self.machine_group, async_op=True)
         while not mates_done.is_completed():
-            self.averaging.maybe_sync()
+            self._maybe_average()
             time.sleep(_POLL_S)
         mates_done.wait()
         self.averaging.finish()

@@ -18,6 +18,7 @@ from typing import Any
 from ... import collectives
 from ...hogwild import SharedParameters, optim_options
 from ...hogwild.table import STATE_NAMES
+from ..timeline import COMPUTE, WAIT
 from . import machines
 from .base import Strategy
 
@@ -98,7 +99,8 @@ class Hogwild(Strategy):
                 f"strategy {self.name!r} has finished (fit() ended and released the shared "
                 "tables); make a new Trainer to train again"
             )
-        self.optimizer.step()
+        with self.timeline.span("optimizer", COMPUTE):
+            self.optimizer.step()
         self.optimizer.zero_grad()
 
     def finish(self) -> None:
@@ -107,7 +109,8 @@ class Hogwild(Strategy):
 
     def _end_training(self) -> None:
         """Returns once the machine's tables hold the final weights."""
-        collectives.barrier(self.machine_group)  # every worker of the machine is done
+        with self.timeline.span("wait workers done", WAIT):
+            collectives.barrier(self.machine_group)  # every worker of the machine is done
 
     def _release(self) -> None:
         """Each worker's model gets the final weights as ordinary tensors; the tables go.

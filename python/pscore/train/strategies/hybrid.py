@@ -85,6 +85,7 @@ class Hybrid(AllReduce):
                 TABLE_PREFIX + name,
                 name,
                 module,
+                trainer.timeline,
                 optimizer=optimizer,
                 consistency="sync",
                 seed=(trainer.seed << 32) ^ zlib.crc32(name.encode()),
@@ -103,8 +104,8 @@ class Hybrid(AllReduce):
         (a sync table answers once every worker's push of the step has arrived)."""
         works = [t.push_async() for t in self.tables]
         dense_step()
-        for w in works:
-            w.wait()
+        for t, w in zip(self.tables, works):
+            t.wait_push(w)
 
     def update(self) -> None:
         self._with_rows_pushed(super().update if self.dense else _nothing)

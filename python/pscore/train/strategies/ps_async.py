@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import collectives
+from ..timeline import COMMUNICATION
 from .ps_base import PSStrategy
 
 __all__ = ["SSP", "PSAsync"]
@@ -57,10 +58,8 @@ class PSAsync(PSStrategy):
             self.client.worker_done()
 
     def _push_pull(self, grads: dict) -> None:
-        works = [self.client.push_pull_async(t, g, self.tables[t].data) for t, g in grads.items()]
-        for w in works:
-            w.wait()
-        self.client.increment_global_step()
+        self.push_pull(grads)
+        self.increment_global_step()
 
     def _group_step(self, contributing: bool) -> None:
         """The group's mean gradient to the servers (by the leader), their values to all."""
@@ -70,7 +69,8 @@ class PSAsync(PSStrategy):
         flat = torch.cat([g.reshape(-1) for g in grads.values()] + [torch.ones(1)])
         if not contributing:
             flat.zero_()
-        collectives.all_reduce(flat, op="sum", group=self.group)
+        with self.timeline.span("allreduce group gradients", COMMUNICATION, nbytes=flat.nbytes):
+            collectives.all_reduce(flat, op="sum", group=self.group)
         count = flat[-1].item()
         if count == 0:  # every member is out of batches
             return
@@ -82,7 +82,8 @@ class PSAsync(PSStrategy):
                 at += g.numel()
             self._push_pull(mean)
         params = torch.cat([p.data.reshape(-1) for p in self.tables.values()])
-        collectives.broadcast(params, src=self.leader, group=self.group)
+        with self.timeline.span("broadcast group weights", COMMUNICATION, nbytes=params.nbytes):
+            collectives.broadcast(params, src=self.leader, group=self.group)
         at = 0
         for p in self.tables.values():
             p.data.copy_(params[at : at + p.numel()].view_as(p))

@@ -10,11 +10,23 @@ from typing import Any
 
 from ... import collectives
 from .. import servers
+from ..timeline import COMMUNICATION, WAIT
 from .base import Strategy
 
 __all__ = ["PSStrategy"]
 
 TABLE_PREFIX = "dense/"
+_WAIT_FOR = {"sync": "sync round", "ssp": "ssp bound", "async": "push_pull"}  # what a push waits on
+
+
+class _TableTrace:
+    """A table's timeline names and lane, and the bytes of one push_pull (gradient + values)."""
+
+    def __init__(self, timeline: Any, table: str, consistency: str, param: Any):
+        self.label = f"push_pull {table}"
+        self.wait_label = f"wait {_WAIT_FOR[consistency]} {table}"
+        self.lane = timeline.lane(self.label)
+        self.nbytes = 2 * param.nbytes
 
 
 class PSStrategy(Strategy):
@@ -62,6 +74,10 @@ class PSStrategy(Strategy):
                     "parameter servers hold float32 CPU parameters"
                 )
         self.tables = {TABLE_PREFIX + name: p for name, p in params.items()}
+        self.traces = {
+            t: _TableTrace(self.timeline, t, self.consistency, p) for t, p in self.tables.items()
+        }
+        self.dense_nbytes = sum(p.nbytes for p in self.tables.values())
         if self.trainer.run.is_chief:
             settings = self.table_settings()
             for table, p in self.tables.items():
@@ -73,7 +89,25 @@ class PSStrategy(Strategy):
 
     def pull_into_model(self) -> None:
         if self.tables:
-            self.client.pull_many({t: p.data for t, p in self.tables.items()})
+            with self.timeline.span("pull", COMMUNICATION, nbytes=self.dense_nbytes):
+                self.client.pull_many({t: p.data for t, p in self.tables.items()})
+
+    def push_pull(self, grads: dict) -> None:
+        """Pushes each table's gradient and pulls its new values into the parameter, every
+        table's request in flight at once (each table's lane shows its round trip)."""
+        timeline = self.timeline
+        works = [
+            (self.traces[t], timeline.now(), self.client.push_pull_async(t, g, self.tables[t].data))
+            for t, g in grads.items()
+        ]
+        for trace, started, work in works:
+            with timeline.span(trace.wait_label, WAIT):
+                work.wait()
+            timeline.add(trace.label, COMMUNICATION, started, trace.lane, trace.nbytes)
+
+    def increment_global_step(self) -> None:
+        with self.timeline.span("increment_global_step", COMMUNICATION, nbytes=16):
+            self.client.increment_global_step()
 
     def gradients(self) -> dict:
         """table name -> this worker's gradient of its parameter (zeros when it has none)."""
@@ -125,7 +159,8 @@ class PSStrategy(Strategy):
         if self.ended:
             return
         self.client.worker_done()
-        collectives.barrier()
+        with self.timeline.span("wait workers done", WAIT):
+            collectives.barrier()
         self.pull_into_model()
         self.final_step = self.client.global_step()
         self.ended = True

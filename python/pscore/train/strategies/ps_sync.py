@@ -48,12 +48,7 @@ class PSSync(PSStrategy):
 
     def update(self) -> None:
         self.check_running()
-        works = [
-            self.client.push_pull_async(t, g, self.tables[t].data)
-            for t, g in self.gradients().items()
-        ]
-        for w in works:
-            w.wait()
+        self.push_pull(self.gradients())
         self.zero_grad()
         if self.trainer.run.is_chief:
-            self.client.increment_global_step()
+            self.increment_global_step()

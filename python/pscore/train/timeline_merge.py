@@ -1,0 +1,45 @@
+"""Writing the job's timeline at the end of fit: every worker writes its own trace
+(trace.rankN.json, on its own filesystem) and sends its events to the chief over the job's
+collectives (a gather of JSON bytes: the ranks need not share a filesystem), and the chief
+writes the merged trace of every rank at the path the user gave. A collective: every worker
+calls write_job_trace at the same point."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .. import collectives
+from .timeline import Timeline, per_rank_path, trace, write
+
+__all__ = ["gather_payloads", "write_job_trace"]
+
+
+def gather_payloads(payload: dict) -> list[dict] | None:
+    """Every worker's payload on the chief (by rank), None on the others."""
+    if not collectives.is_initialized() or collectives.get_world_size() == 1:
+        return [payload]
+    world, rank = collectives.get_world_size(), collectives.get_rank()
+    data = np.frombuffer(json.dumps(payload, separators=(",", ":")).encode(), dtype=np.uint8)
+    sizes = [np.zeros(1, dtype=np.int64) for _ in range(world)]
+    collectives.all_gather(sizes, np.array([data.size], dtype=np.int64))
+    longest = int(max(s[0] for s in sizes))
+    mine = np.zeros(longest, dtype=np.uint8)
+    mine[: data.size] = data
+    every = [np.empty(longest, dtype=np.uint8) for _ in range(world)] if rank == 0 else None
+    collectives.gather(mine, every, dst=0)
+    if every is None:
+        return None
+    return [json.loads(every[r][: int(sizes[r][0])].tobytes()) for r in range(world)]
+
+
+def write_job_trace(timeline: Timeline, path: str, label: str, other: dict | None = None) -> None:
+    """This rank's trace at per_rank_path(path, rank); the merged trace at `path` on the chief.
+    The gather comes first: a worker that cannot write its file fails after it, never leaving
+    the others waiting in it."""
+    payload = timeline.payload(label)
+    payloads = gather_payloads(payload)
+    write(per_rank_path(path, timeline.rank), trace([payload], other))
+    if payloads is not None:
+        write(path, trace(payloads, other))
