@@ -9,12 +9,11 @@ from __future__ import annotations
 import math
 import os
 import time
-import zlib
 from typing import Any
 
 from .. import _config, collectives
 from ..collectives import registration
-from . import checkpoint, stopping, strategies
+from . import agreement, checkpoint, stopping, strategies
 from .checks import check_int
 from .data import ShardedData, as_dataset
 from .hooks import Hook
@@ -121,61 +120,14 @@ class Trainer:
         if self._ready:
             return self
         with self.timeline.span("setup", STEP):
-            self._check_models_agree()
-            found = self._read_checkpoint()
+            agreement.check_models_agree(self.model, self.run.rank)
+            job = {"strategy": self.strategy.name, "world_size": self.run.world_size}
+            found = agreement.read_checkpoint(self._saver, self.model, job)
             self.strategy.setup(self)
             if found is not None:
                 self._resume(*found)
         self._ready = True
         return self
-
-    def _check_models_agree(self) -> None:
-        """Every worker must build the same model: a digest of its parameters' names, shapes
-        and dtypes, compared across workers; a mismatch names the workers that differ."""
-        text = ";".join(f"{n}:{tuple(p.shape)}:{p.dtype}" for n, p in self.model.named_parameters())
-        digests = self._gather_int(zlib.crc32(text.encode()))
-        if len(set(digests)) > 1:
-            differ = [r for r, d in enumerate(digests) if d != digests[0]]
-            raise ValueError(
-                f"the workers' models differ: worker(s) {differ} built a model whose parameter "
-                f"names, shapes or dtypes are not worker 0's (this worker {self.run.rank}: "
-                f"{text[:300]})"
-            )
-
-    def _gather_int(self, value: int) -> list[int]:
-        """Every worker's `value`, by rank."""
-        import torch
-
-        if collectives.get_world_size() == 1:
-            return [value]
-        every = [torch.zeros(1, dtype=torch.int64) for _ in range(collectives.get_world_size())]
-        collectives.all_gather(every, torch.tensor([value], dtype=torch.int64))
-        return [int(t.item()) for t in every]
-
-    def _read_checkpoint(self) -> tuple | None:
-        """The latest checkpoint (path, tensors, metadata), its model weights loaded into the
-        model before the strategy's setup spreads them; every worker must find the same one."""
-        if self._saver is None:
-            return None
-        found = self._saver.restore()
-        steps = self._gather_int(-1 if found is None else int(found[2]["global_step"]))
-        if len(set(steps)) > 1:
-            raise ValueError(
-                f"the workers found different checkpoints in {self._saver.directory}: global "
-                f"steps by worker {steps} (-1: none). checkpoint_dir must be one directory "
-                "every worker reads (a shared filesystem on several machines)"
-            )
-        if found is None:
-            return None
-        path, tensors, metadata = found
-        job = {"strategy": self.strategy.name, "world_size": self.run.world_size}
-        checkpoint.check_same_job(path, metadata, job)
-        weights, _ = checkpoint.unpack(tensors)
-        try:
-            self.model.load_state_dict(weights)
-        except RuntimeError as e:
-            raise ValueError(f"the checkpoint {path} does not fit this model: {e}") from e
-        return found
 
     def _resume(self, path: str, tensors: dict, metadata: dict) -> None:
         """After the strategy's setup: its state, the servers' (by the chief), the position."""
