@@ -11,6 +11,7 @@ from ..store.create import create_store, env_store
 from ..store.native import TCPStore
 from ..store.prefix import PrefixStore
 from . import failure_report, rendezvous
+from .stall_watch import GroupWatch
 
 __all__ = [
     "NON_GROUP_MEMBER",
@@ -43,6 +44,7 @@ class ProcessGroup:
         self.store_host = store_host  # the global rank whose process serves `store`, if known
         self._explained: dict[tuple[type, str], BaseException] = {}
         self._explaining = threading.Lock()
+        self.stall_watch: GroupWatch | None = None  # reports this group's stalled collectives
 
     @property
     def rank(self) -> int:
@@ -150,7 +152,10 @@ def build_group(
         prefixed, rank, world, timeout_s, job, master_addr, hosts_store=hosts_store
     )
     native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000), **tuning_from_env())
-    return ProcessGroup(native, ranks, name, timeout_s, prefixed, store_host)
+    group = ProcessGroup(native, ranks, name, timeout_s, prefixed, store_host)
+    if world > 1:
+        group.stall_watch = GroupWatch(native, prefixed, name, timeout_s)
+    return group
 
 
 def init_process_group(
