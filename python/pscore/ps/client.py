@@ -15,13 +15,16 @@ import numpy as np
 from .. import _config, _ps, errors
 from ..buffer import view_as, view_out
 from . import discovery, environment
+from .stall_watch import ClientWatch
 from .tables import TableInfo, build_spec, table_info
 from .work import PSWork
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["PSClient"]
+__all__ = ["REQUEST_TIMEOUT_S", "PSClient"]
+
+REQUEST_TIMEOUT_S = 60.0  # PSClient's default request timeout
 
 
 _HOST_ONLY = "the parameter server takes CPU tensors"
@@ -68,7 +71,7 @@ class PSClient:
         worker_id: int | None = None,
         job_id: str | None = None,
         auth_token: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = REQUEST_TIMEOUT_S,
         connect_timeout: float = 60.0,
         retry_timeout: float = 60.0,
     ):
@@ -113,6 +116,7 @@ class PSClient:
         self._tables: dict[str, TableInfo] = {}
         self._inflight: list[PSWork] = []
         self._inflight_lock = threading.Lock()
+        self._stall_watch = ClientWatch(self, self.timeout)
         self._reconnect(range(num_shards), time.monotonic() + connect_timeout)
 
     # ----- connection management -----
