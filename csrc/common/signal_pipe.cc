@@ -38,12 +38,18 @@ int install_signal_pipe(int signum) {
   static std::map<int, int> read_fds;
   if (signum <= 0 || signum >= kMaxSignal) fail("install_signal_pipe: bad signal number");
   std::lock_guard<std::mutex> lock(mu);
-  auto found = read_fds.find(signum);
-  if (found != read_fds.end()) return found->second;
   struct sigaction current{};
   if (sigaction(signum, nullptr, &current) != 0) fail("sigaction");
-  const bool has_handler = (current.sa_flags & SA_SIGINFO) || current.sa_handler != SIG_DFL;
-  if (has_handler) return -1;
+  const bool default_action = !(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL;
+  const bool ours = !(current.sa_flags & SA_SIGINFO) && current.sa_handler == on_signal;
+  auto found = read_fds.find(signum);
+  if (ours && found != read_fds.end()) return found->second;
+  if (!default_action) return -1;
+  if (found != read_fds.end()) {  // a forked child's copy of its parent's pipe, given back
+    close(found->second);
+    close(write_fds[signum].exchange(0));
+    read_fds.erase(found);
+  }
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) fail("pipe2");
   if (fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0) fail("fcntl");

@@ -38,6 +38,7 @@ __all__ = [
     "install_signal_dump",
     "register",
     "threshold",
+    "unregister",
     "waiting",
 ]
 
@@ -47,6 +48,8 @@ LOG = logging.getLogger("pscore")
 # (a group's progress is published to its store at the same pace).
 _MIN_PERIOD_S = 0.1
 _MAX_PERIOD_S = 2.0
+# At exit, how long to wait for a watchdog that is inside a store call (a store whose host left).
+_EXIT_JOIN_S = 0.5
 
 
 @dataclasses.dataclass
@@ -166,11 +169,16 @@ class _Watchdog:
             self.wake.notify()
             thread = self.thread
         if thread is not None:
-            thread.join(timeout=2.0)
+            thread.join(timeout=_EXIT_JOIN_S)
 
 
 _watchdog = _Watchdog()
 atexit.register(_watchdog.stop)  # before the interpreter stops daemon threads
+
+
+def unregister(source: Source) -> None:
+    with _watchdog.wake:
+        _watchdog.sources.discard(source)
 
 
 def register(source: Source) -> None:
@@ -218,8 +226,7 @@ def waiting(what: str, timeout_s: float, report: Callable[[float], str | None]) 
     try:
         yield
     finally:
-        with _watchdog.wake:
-            _watchdog.sources.discard(wait)
+        unregister(wait)
 
 
 def dump() -> str:
@@ -268,12 +275,14 @@ def _answer_signals(fd: int) -> None:
 
 
 def _after_fork_in_child() -> None:
-    """A forked child has no watchdog or signal thread, and shares the parent's pipe: it starts
-    a watchdog when it registers a source, and gives SIGUSR1 back its default disposition."""
+    """A forked child has no watchdog or signal thread, and shares the parent's pipe: SIGUSR1
+    gets its default disposition back until the child registers a source, which takes it with a
+    pipe of its own."""
     _watchdog.reset()
     if _signal["fd"] is not None and _signal["fd"] >= 0:
-        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
-        _signal["fd"] = -1
+        with contextlib.suppress(ValueError):  # forked from a thread other than the main one
+            signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    _signal["fd"] = None
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import threading
 
-from .. import _C, _config
+from .. import _C, _config, stall
 from ..store.create import create_store, env_store
 from ..store.native import TCPStore
 from ..store.prefix import PrefixStore
@@ -271,6 +271,9 @@ def new_group(ranks=None, timeout=None) -> ProcessGroup | _NonMember:
 
 
 def destroy_process_group(group=None) -> None:
+    target = _world["group"] if group is None else group
+    if isinstance(target, ProcessGroup) and target.stall_watch is not None:
+        stall.unregister(target.stall_watch)  # its store may go with the group
     if group is None:
         _world.update(
             group=None, store=None, rank=None, groups=0, store_host=None, master_addr=None
