@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 import pscore
 from pscore.store import TCPStore
 
@@ -228,3 +230,17 @@ sys.stdin.read()
     taken.p.send_signal(signal.SIGUSR1)
     taken.wait_for(r"^pscore: pid \d+: 0 operation\(s\) in flight$")
     taken.finish()  # exit status 0: the signal did not kill it
+
+
+def test_threshold_is_half_the_timeout_unless_set(monkeypatch):
+    from pscore import stall
+
+    monkeypatch.delenv("PSCORE_STALL_WARNING", raising=False)
+    assert stall.threshold(60.0) == 30.0
+    monkeypatch.setenv("PSCORE_STALL_WARNING", "2.5")
+    assert stall.threshold(60.0) == 2.5
+    monkeypatch.setenv("PSCORE_STALL_WARNING", "0")
+    assert stall.threshold(60.0) == 0.0  # off
+    monkeypatch.setenv("PSCORE_STALL_WARNING", "-1")
+    with pytest.raises(ValueError, match="PSCORE_STALL_WARNING='-1'"):
+        stall.threshold(60.0)
