@@ -46,6 +46,24 @@ sys.stdin.read()
 server.stop(0)
 """
 
+# Shard argv[1] of 2, registered in the store at argv[2].
+SHARD = """
+import sys, pscore
+from pscore.store import TCPStore
+shard, port = int(sys.argv[1]), int(sys.argv[2])
+store = TCPStore("127.0.0.1", port, is_master=False, timeout=60)
+server = pscore.PServer(shard, 2, num_workers=1, store=store)
+print("serving", flush=True)
+sys.stdin.read()
+server.stop(0)
+"""
+
+CONNECT = """
+import sys, pscore
+client = pscore.PSClient(store=f"tcp://127.0.0.1:{sys.argv[1]}", worker_id=0)
+print("connected", client.num_shards, flush=True)
+"""
+
 # A worker of a sync table: worker 1 pushes only after a line on its stdin.
 WORKER = """
 import sys, numpy as np, pscore
@@ -183,6 +201,27 @@ def test_sync_round_names_the_worker_that_withholds_its_push():
         for p in [server, *workers]:
             p.p.kill()
     assert server.stderr().count("sync round 0") == 1, server.stderr()
+
+
+def test_client_names_the_shard_it_cannot_reach_yet():
+    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=HANG_GUARD_S)
+    env = {"PSCORE_STALL_WARNING": "1"}
+    procs = [Proc(SHARD, 0, master.port, env=env)]
+    try:
+        procs[0].wait_for("^serving$", stream="out")
+        procs.append(Proc(CONNECT, master.port, env=env))
+        procs[1].wait_for(
+            r"^pscore: worker 0 has waited [\d.]+ s to connect; shard 1 not reached yet; "
+            r"not registered in the store: 1$"
+        )
+        procs.append(Proc(SHARD, 1, master.port, env=env))
+        procs[1].wait_for("^connected 2$", stream="out")
+        for p in procs:
+            p.finish()
+    finally:
+        for p in procs:
+            p.p.kill()
+    assert procs[1].stderr().count("to connect") == 1
 
 
 def test_sigusr1_lists_the_collective_a_blocked_rank_is_in():
