@@ -13,6 +13,7 @@
 #include "bindings/work.h"
 #include "collectives/process_group.h"
 #include "common/auth.h"
+#include "common/signal_pipe.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -99,6 +100,20 @@ void bind_transports(py::module_& m) {
 
 void bind_task_work(py::module_& m) {
   bindings::bind_work<TaskWork>(m, "Work").def_property_readonly("source", &TaskWork::source);
+}
+
+void bind_progress(py::module_& m) {
+  py::class_<OpSnapshot>(m, "OpSnapshot")
+      .def_readonly("entered", &OpSnapshot::entered)
+      .def_readonly("running", &OpSnapshot::running)
+      .def_property_readonly("kind", [](const OpSnapshot& s) { return op_kind_name(s.kind); })
+      .def_readonly("dtype", &OpSnapshot::dtype)
+      .def_readonly("nbytes", &OpSnapshot::nbytes)
+      .def_readonly("elapsed_us", &OpSnapshot::elapsed_us)
+      .def_readonly("waiting_on", &OpSnapshot::waiting_on);
+  m.def("install_signal_pipe", &install_signal_pipe, py::arg("signum"),
+        "Handles signum (when it has no handler yet) by writing a byte to a pipe; returns the "
+        "pipe's read end, or -1 when the signal already had a handler.");
 }
 
 void bind_process_group(py::module_& m) {
@@ -190,7 +205,8 @@ void bind_process_group(py::module_& m) {
           },
           Gil())
       .def("abort", &PG::abort, Gil())
-      .def("broken_reason", &PG::broken_reason);
+      .def("broken_reason", &PG::broken_reason)
+      .def("progress", &PG::progress);
 }
 
 }  // namespace
@@ -200,5 +216,6 @@ void bindings::init_core(py::module_& m) {
   bindings::bind_shared_enums(m);
   bind_transports(m);
   bind_task_work(m);
+  bind_progress(m);
   bind_process_group(m);
 }

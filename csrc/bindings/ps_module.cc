@@ -183,6 +183,7 @@ void bind_server(py::module_& m) {
       .def_property_readonly("replayed_records", &PsServer::replayed_records)
       .def_property_readonly("snapshots_written", &PsServer::snapshots_written)
       .def("stats_json", &PsServer::stats_json, Release())
+      .def("tables_status_json", &PsServer::tables_status_json, Release())
       .def(
           "save", [](PsServer& s, const std::string& dir) { s.shard().save(dir); }, Release())
       .def("load", [](PsServer& s, const std::string& dir) { s.load(dir); }, Release());
@@ -191,6 +192,7 @@ void bind_server(py::module_& m) {
 void bind_client(py::module_& m) {
   pscore::bindings::bind_work<Work>(m, "Work")
       .def("failed_shards", &Work::failed_shards)
+      .def("pending_shards", &Work::pending_shards)
       .def_property_readonly("retryable", &Work::retryable)
       .def("progress", &Work::progress)
       .def("status_counts", &Work::status_counts)

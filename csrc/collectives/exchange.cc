@@ -149,13 +149,17 @@ void Exchange::check_peers() {
   }
 }
 
-void Exchange::fail_timeout() {
-  // Name the first unfinished receive (what this rank waits for), else the first send.
+const Exchange::Item* Exchange::waited_item() const {
   const Item* worst = nullptr;
   for (const auto& it : items_) {
     if (it.finished()) continue;
     if (!worst || (!it.is_send && worst->is_send)) worst = &it;
   }
+  return worst;
+}
+
+void Exchange::fail_timeout() {
+  const Item* worst = waited_item();
   size_t moved = worst->done > kHeaderBytes ? worst->done - kHeaderBytes : 0;
   moved = std::min(moved, worst->nbytes);
   throw TimeoutError(describe(*worst) + " timed out after " + std::to_string(ctx_.timeout_ms) +
@@ -189,6 +193,7 @@ void Exchange::run() {
         waits.clear();
         for (const auto& it : items_)
           if (!it.finished()) waits.push_back(WaitItem{it.peer, ctx_.lane, it.is_send});
+        if (ctx_.waiting_on) ctx_.waiting_on->store(waited_item()->peer, std::memory_order_relaxed);
         turn.wait(waits, ctx_.deadline.remaining_ms_at_most(kWaitSliceMs));
       }
     }

@@ -2,6 +2,7 @@
 // with spinning then sleeping, deadlines, header checks and errors that name peer and operation.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,7 +23,10 @@ struct OpContext {
   int lane = kCollectiveLane;
   int64_t timeout_ms = 30000;
   Deadline deadline = Deadline::never();
-  int spin_us = 0;  // busy-poll this long before sleeping (0 when ranks outnumber cores)
+  int spin_us = 0;      // busy-poll this long before sleeping (0 when ranks outnumber cores)
+  uint64_t nbytes = 0;  // the operation's size, for reports
+  // When set, where the exchange records the peer it goes to sleep on (the stall inspector).
+  std::atomic<int>* waiting_on = nullptr;
 };
 
 class Exchange {
@@ -58,6 +62,8 @@ class Exchange {
   bool step_recv(Item& it, Channel& ch);
   void check_header(const Item& it) const;
   void check_peers();
+  // The peer this rank waits on: the first unfinished receive's, else the first send's.
+  const Item* waited_item() const;
   std::string describe(const Item& it) const;
   [[noreturn]] void fail_timeout();
 

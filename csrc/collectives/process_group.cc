@@ -66,6 +66,16 @@ void ProcessGroup::run_guarded(const OpContext& base,
   throw_if_broken(std::string(op_kind_name(base.kind)) + " #" + std::to_string(base.seq));
   OpContext ctx = base;
   ctx.deadline = Deadline(options_.timeout_ms);
+  struct EndOnExit {  // the lane is idle again however fn leaves
+    OpProgress* progress;
+    ~EndOnExit() {
+      if (progress) progress->end();
+    }
+  } end_on_exit{ctx.lane == kCollectiveLane ? &progress_ : nullptr};
+  if (end_on_exit.progress) {
+    progress_.begin(ctx);
+    ctx.waiting_on = progress_.waiting_on();
+  }
   try {
     fn(ctx);
   } catch (const Error& e) {
@@ -74,11 +84,12 @@ void ProcessGroup::run_guarded(const OpContext& base,
   }
 }
 
-ProcessGroup::WorkPtr ProcessGroup::submit(OpKind kind, DType dtype, bool async,
+ProcessGroup::WorkPtr ProcessGroup::submit(OpKind kind, DType dtype, size_t nbytes, bool async,
                                            std::function<void(const OpContext&)> fn) {
   std::lock_guard<std::mutex> lock(submit_mu_);
   OpContext ctx = context(kind, dtype);
   ctx.seq = seq_++;
+  ctx.nbytes = nbytes;
   std::string what =
       "rank " + std::to_string(rank()) + ": " + op_kind_name(kind) + " #" + std::to_string(ctx.seq);
   return executor_->submit(what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
@@ -127,58 +138,62 @@ ProcessGroup::WorkPtr ProcessGroup::submit_p2p(bool is_send, int peer, DType dty
 
 ProcessGroup::WorkPtr ProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op,
                                               bool async) {
-  return submit(OpKind::kAllreduce, dtype, async, [=](const OpContext& ctx) {
-    const size_t nbytes = count * dtype_size(dtype);
-    if (size() > 1 && count > 0) {
-      Comm c{*transport_, ctx};
-      if (nbytes <= options_.small_allreduce_bytes || count < static_cast<size_t>(size()))
-        allreduce_recursive_doubling(c, buf, count, op, scratch(nbytes));
-      else
-        allreduce_ring(c, buf, count, op);
-    }
-    if (op == ReduceOp::kAvg) divide_by(buf, count, dtype, size());
-  });
+  return submit(
+      OpKind::kAllreduce, dtype, count * dtype_size(dtype), async, [=](const OpContext& ctx) {
+        const size_t nbytes = count * dtype_size(dtype);
+        if (size() > 1 && count > 0) {
+          Comm c{*transport_, ctx};
+          if (nbytes <= options_.small_allreduce_bytes || count < static_cast<size_t>(size()))
+            allreduce_recursive_doubling(c, buf, count, op, scratch(nbytes));
+          else
+            allreduce_ring(c, buf, count, op);
+        }
+        if (op == ReduceOp::kAvg) divide_by(buf, count, dtype, size());
+      });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::broadcast(void* buf, size_t count, DType dtype, int root,
                                               bool async) {
   check_rank(root, "broadcast root");
-  return submit(OpKind::kBroadcast, dtype, async, [=](const OpContext& ctx) {
-    if (size() == 1) return;
-    Comm c{*transport_, ctx};
-    size_t nbytes = count * dtype_size(dtype);
-    if (size() > 3 && nbytes >= options_.large_broadcast_bytes)
-      broadcast_scatter_allgather(c, buf, count, root);
-    else
-      broadcast_binomial(c, buf, nbytes, root);
-  });
+  return submit(OpKind::kBroadcast, dtype, count * dtype_size(dtype), async,
+                [=](const OpContext& ctx) {
+                  if (size() == 1) return;
+                  Comm c{*transport_, ctx};
+                  size_t nbytes = count * dtype_size(dtype);
+                  if (size() > 3 && nbytes >= options_.large_broadcast_bytes)
+                    broadcast_scatter_allgather(c, buf, count, root);
+                  else
+                    broadcast_binomial(c, buf, nbytes, root);
+                });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp op,
                                            int root, bool async) {
   check_rank(root, "reduce root");
-  return submit(OpKind::kReduce, dtype, async, [=](const OpContext& ctx) {
-    if (size() > 1) {
-      Comm c{*transport_, ctx};
-      reduce_binomial(c, buf, count, op, root, scratch(count * dtype_size(dtype)));
-    }
-    if (op == ReduceOp::kAvg && rank() == root) divide_by(buf, count, dtype, size());
-  });
+  return submit(OpKind::kReduce, dtype, count * dtype_size(dtype), async,
+                [=](const OpContext& ctx) {
+                  if (size() > 1) {
+                    Comm c{*transport_, ctx};
+                    reduce_binomial(c, buf, count, op, root, scratch(count * dtype_size(dtype)));
+                  }
+                  if (op == ReduceOp::kAvg && rank() == root) divide_by(buf, count, dtype, size());
+                });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::allgather(const void* input, size_t count, DType dtype,
                                               std::vector<void*> outputs, bool async) {
   if (static_cast<int>(outputs.size()) != size())
     throw std::invalid_argument("allgather needs one output per rank");
-  return submit(OpKind::kAllgather, dtype, async, [=](const OpContext& ctx) {
-    size_t nbytes = count * dtype_size(dtype);
-    std::vector<char*> outs(outputs.size());
-    for (size_t i = 0; i < outs.size(); ++i) outs[i] = static_cast<char*>(outputs[i]);
-    if (nbytes && outs[rank()] != input) std::memmove(outs[rank()], input, nbytes);
-    if (size() == 1) return;
-    Comm c{*transport_, ctx};
-    allgather_ring(c, outs, std::vector<size_t>(size(), nbytes));
-  });
+  return submit(OpKind::kAllgather, dtype, count * dtype_size(dtype), async,
+                [=](const OpContext& ctx) {
+                  size_t nbytes = count * dtype_size(dtype);
+                  std::vector<char*> outs(outputs.size());
+                  for (size_t i = 0; i < outs.size(); ++i) outs[i] = static_cast<char*>(outputs[i]);
+                  if (nbytes && outs[rank()] != input) std::memmove(outs[rank()], input, nbytes);
+                  if (size() == 1) return;
+                  Comm c{*transport_, ctx};
+                  allgather_ring(c, outs, std::vector<size_t>(size(), nbytes));
+                });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::reduce_scatter(std::vector<const void*> inputs, void* output,
@@ -186,19 +201,21 @@ ProcessGroup::WorkPtr ProcessGroup::reduce_scatter(std::vector<const void*> inpu
                                                    bool async) {
   if (static_cast<int>(inputs.size()) != size())
     throw std::invalid_argument("reduce_scatter needs one input block per rank");
-  return submit(OpKind::kReduceScatter, dtype, async, [=](const OpContext& ctx) {
-    size_t nbytes = count * dtype_size(dtype);
-    std::vector<const char*> ins(inputs.size());
-    for (size_t i = 0; i < ins.size(); ++i) ins[i] = static_cast<const char*>(inputs[i]);
-    if (size() == 1) {
-      if (nbytes && output != ins[0]) std::memmove(output, ins[0], nbytes);
-    } else {
-      Comm c{*transport_, ctx};
-      reduce_scatter_ring(c, ins, std::vector<size_t>(size(), count), output, op,
-                          scratch(nbytes * size()));
-    }
-    if (op == ReduceOp::kAvg) divide_by(output, count, dtype, size());
-  });
+  return submit(OpKind::kReduceScatter, dtype, count * dtype_size(dtype), async,
+                [=](const OpContext& ctx) {
+                  size_t nbytes = count * dtype_size(dtype);
+                  std::vector<const char*> ins(inputs.size());
+                  for (size_t i = 0; i < ins.size(); ++i)
+                    ins[i] = static_cast<const char*>(inputs[i]);
+                  if (size() == 1) {
+                    if (nbytes && output != ins[0]) std::memmove(output, ins[0], nbytes);
+                  } else {
+                    Comm c{*transport_, ctx};
+                    reduce_scatter_ring(c, ins, std::vector<size_t>(size(), count), output, op,
+                                        scratch(nbytes * size()));
+                  }
+                  if (op == ReduceOp::kAvg) divide_by(output, count, dtype, size());
+                });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::gather(const void* input, size_t count, DType dtype,
@@ -206,12 +223,13 @@ ProcessGroup::WorkPtr ProcessGroup::gather(const void* input, size_t count, DTyp
   check_rank(root, "gather root");
   if (rank() == root && static_cast<int>(outputs.size()) != size())
     throw std::invalid_argument("gather needs one output per rank on the root");
-  return submit(OpKind::kGather, dtype, async, [=](const OpContext& ctx) {
-    std::vector<char*> outs(outputs.size());
-    for (size_t i = 0; i < outs.size(); ++i) outs[i] = static_cast<char*>(outputs[i]);
-    Comm c{*transport_, ctx};
-    gather_direct(c, input, count * dtype_size(dtype), outs, root);
-  });
+  return submit(OpKind::kGather, dtype, count * dtype_size(dtype), async,
+                [=](const OpContext& ctx) {
+                  std::vector<char*> outs(outputs.size());
+                  for (size_t i = 0; i < outs.size(); ++i) outs[i] = static_cast<char*>(outputs[i]);
+                  Comm c{*transport_, ctx};
+                  gather_direct(c, input, count * dtype_size(dtype), outs, root);
+                });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::scatter(std::vector<const void*> inputs, void* output,
@@ -219,12 +237,14 @@ ProcessGroup::WorkPtr ProcessGroup::scatter(std::vector<const void*> inputs, voi
   check_rank(root, "scatter root");
   if (rank() == root && static_cast<int>(inputs.size()) != size())
     throw std::invalid_argument("scatter needs one input per rank on the root");
-  return submit(OpKind::kScatter, dtype, async, [=](const OpContext& ctx) {
-    std::vector<const char*> ins(inputs.size());
-    for (size_t i = 0; i < ins.size(); ++i) ins[i] = static_cast<const char*>(inputs[i]);
-    Comm c{*transport_, ctx};
-    scatter_direct(c, ins, output, count * dtype_size(dtype), root);
-  });
+  return submit(OpKind::kScatter, dtype, count * dtype_size(dtype), async,
+                [=](const OpContext& ctx) {
+                  std::vector<const char*> ins(inputs.size());
+                  for (size_t i = 0; i < ins.size(); ++i)
+                    ins[i] = static_cast<const char*>(inputs[i]);
+                  Comm c{*transport_, ctx};
+                  scatter_direct(c, ins, output, count * dtype_size(dtype), root);
+                });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::all_to_all(std::vector<const void*> inputs,
@@ -240,24 +260,27 @@ ProcessGroup::WorkPtr ProcessGroup::all_to_all(std::vector<const void*> inputs,
     throw std::invalid_argument(
         "all_to_all: this rank sends " + std::to_string(send_counts[rank()]) +
         " elements to itself but expects " + std::to_string(recv_counts[rank()]));
-  return submit(OpKind::kAllToAll, dtype, async, [=](const OpContext& ctx) {
-    size_t esize = dtype_size(dtype);
-    std::vector<const char*> ins(n);
-    std::vector<char*> outs(n);
-    std::vector<size_t> sb(n), rb(n);
-    for (size_t i = 0; i < n; ++i) {
-      ins[i] = static_cast<const char*>(inputs[i]);
-      outs[i] = static_cast<char*>(outputs[i]);
-      sb[i] = send_counts[i] * esize;
-      rb[i] = recv_counts[i] * esize;
-    }
-    Comm c{*transport_, ctx};
-    all_to_all_pairwise(c, ins, sb, outs, rb);
-  });
+  size_t send_total = 0;
+  for (size_t c : send_counts) send_total += c;
+  return submit(OpKind::kAllToAll, dtype, send_total * dtype_size(dtype), async,
+                [=](const OpContext& ctx) {
+                  size_t esize = dtype_size(dtype);
+                  std::vector<const char*> ins(n);
+                  std::vector<char*> outs(n);
+                  std::vector<size_t> sb(n), rb(n);
+                  for (size_t i = 0; i < n; ++i) {
+                    ins[i] = static_cast<const char*>(inputs[i]);
+                    outs[i] = static_cast<char*>(outputs[i]);
+                    sb[i] = send_counts[i] * esize;
+                    rb[i] = recv_counts[i] * esize;
+                  }
+                  Comm c{*transport_, ctx};
+                  all_to_all_pairwise(c, ins, sb, outs, rb);
+                });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::barrier(bool async) {
-  return submit(OpKind::kBarrier, DType::kUInt8, async, [=](const OpContext& ctx) {
+  return submit(OpKind::kBarrier, DType::kUInt8, 0, async, [=](const OpContext& ctx) {
     Comm c{*transport_, ctx};
     barrier_dissemination(c);
   });

@@ -11,6 +11,7 @@
 
 #include "collectives/exchange.h"
 #include "collectives/executor.h"
+#include "collectives/op_progress.h"
 #include "common/dtype.h"
 #include "transport/transport.h"
 
@@ -62,6 +63,9 @@ class ProcessGroup {
   // with no message consumed leaves the group usable.
   WorkPtr recv_any(void* buf, size_t count, DType dtype, uint32_t tag, bool async);
 
+  // What the collective lane runs now (or ran last); any thread, lock-free.
+  OpSnapshot progress() const { return progress_.snapshot(); }
+
   // Marks the group broken and tells the peers; later calls fail at once with the reason.
   void abort(const std::string& reason);
   std::string broken_reason();
@@ -72,7 +76,8 @@ class ProcessGroup {
     uint64_t seq = 0;
   };
   OpContext context(OpKind kind, DType dtype, int lane = kCollectiveLane) const;
-  WorkPtr submit(OpKind kind, DType dtype, bool async, std::function<void(const OpContext&)> fn);
+  WorkPtr submit(OpKind kind, DType dtype, size_t nbytes, bool async,
+                 std::function<void(const OpContext&)> fn);
   WorkPtr submit_p2p(bool is_send, int peer, DType dtype, uint32_t tag, bool async,
                      std::function<void(const OpContext&)> fn);
   // With p2p_mu_ held: the lane's executor, made on first use.
@@ -96,6 +101,7 @@ class ProcessGroup {
   int spin_us_;
   std::mutex submit_mu_;       // keeps sequence numbers in queue order across caller threads
   uint64_t seq_ = 0;           // collective sequence number, advanced at submission
+  OpProgress progress_;        // the collective lane's running op
   std::vector<char> scratch_;  // used only by the collective executor's running op
   std::mutex broken_mu_;
   std::string broken_;

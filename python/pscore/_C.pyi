@@ -9,6 +9,7 @@ import typing
 
 __all__: list[str] = [
     "DType",
+    "OpSnapshot",
     "OptimizerKind",
     "ProcessGroup",
     "ReduceOp",
@@ -16,6 +17,7 @@ __all__: list[str] = [
     "TcpTransport",
     "Transport",
     "Work",
+    "install_signal_pipe",
 ]
 
 class DType:
@@ -72,6 +74,22 @@ class DType:
     def name(self) -> str: ...
     @property
     def value(self) -> int: ...
+
+class OpSnapshot:
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def elapsed_us(self) -> int: ...
+    @property
+    def entered(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def waiting_on(self) -> int: ...
 
 class OptimizerKind:
     """
@@ -157,6 +175,7 @@ class ProcessGroup:
         arg2: typing.SupportsInt | typing.SupportsIndex,
         arg3: bool,
     ) -> Work: ...
+    def progress(self) -> OpSnapshot: ...
     def recv(
         self,
         arg0: pscore.buffer.BufferView,
@@ -319,3 +338,8 @@ class Work:
     def source(self) -> int: ...
     @property
     def what(self) -> str: ...
+
+def install_signal_pipe(signum: typing.SupportsInt | typing.SupportsIndex) -> int:
+    """
+    Handles signum (when it has no handler yet) by writing a byte to a pipe; returns the pipe's read end, or -1 when the signal already had a handler.
+    """

@@ -29,6 +29,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _seconds_or_off(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise ValueError
+    return value
+
+
 def _flag(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("0", "false", "no", "off"):
@@ -43,6 +50,7 @@ _KINDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "int": (_integer, "an integer"),
     "bytes": (_integer, "a number of bytes"),
     "seconds": (_seconds, "a number of seconds > 0"),
+    "seconds_or_off": (_seconds_or_off, "a number of seconds >= 0 (0: off)"),
     "flag": (_flag, "1/true/yes/on or 0/false/no/off"),
 }
 
@@ -183,6 +191,21 @@ HOGWILD_ISA = Var(
     None,
     "Hogwild CPU kernels (unset: avx2 when the CPU has it, else baseline)",
     choices=("avx2", "baseline"),
+)
+# -- stall reports (docs/observability.md)
+STALL_WARNING = Var(
+    "PSCORE_STALL_WARNING",
+    "seconds_or_off",
+    None,
+    "log which ranks or workers a collective, sync round, request or rendezvous waits for once "
+    "it has waited this long (unset: half the operation's timeout; 0: never)",
+)
+SIGUSR1_DUMP = Var(
+    "PSCORE_SIGUSR1_DUMP",
+    "flag",
+    True,
+    "SIGUSR1 prints this process's in-flight operations to stderr (only when nothing else "
+    "handles SIGUSR1)",
 )
 # -- authentication (docs/security.md)
 AUTH_TOKEN = Var(

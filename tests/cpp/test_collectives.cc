@@ -313,5 +313,40 @@ TEST(CollectivesFailure, SizeMismatchIsDetected) {
       << msgs[0];
 }
 
+// What the stall inspector reads while a collective waits for a peer that has not entered it.
+TEST(CollectivesProgress, NamesTheRunningCollectiveAndThePeerItWaitsOn) {
+  GroupOptions o;
+  o.timeout_ms = 20000;
+  auto g = make_groups(2, false, o);
+  std::vector<std::vector<float>> x(2, std::vector<float>(10, 1.0f));
+  in_threads(2, [&](int r) {
+    g[r]->allreduce(x[r].data(), x[r].size(), DType::kFloat32, ReduceOp::kSum, false);
+  });
+  EXPECT_FALSE(g[0]->progress().running);
+  EXPECT_EQ(g[0]->progress().entered, 1u);
+
+  auto work = g[0]->allreduce(x[0].data(), x[0].size(), DType::kFloat32, ReduceOp::kSum, true);
+  OpSnapshot p;
+  const Deadline give_up(10000);
+  do {
+    std::this_thread::yield();
+    p = g[0]->progress();
+  } while (p.waiting_on != 1 && !give_up.expired());
+  EXPECT_TRUE(p.running);
+  EXPECT_EQ(p.entered, 2u);  // allreduce #1
+  EXPECT_EQ(p.kind, OpKind::kAllreduce);
+  EXPECT_EQ(p.dtype, DType::kFloat32);
+  EXPECT_EQ(p.nbytes, 40u);
+  EXPECT_EQ(p.waiting_on, 1);
+  EXPECT_GE(p.elapsed_us, 0);
+  EXPECT_EQ(g[1]->progress().entered, 1u);  // the peer has not entered it
+
+  g[1]->allreduce(x[1].data(), x[1].size(), DType::kFloat32, ReduceOp::kSum, false);
+  work->wait();
+  EXPECT_FALSE(g[0]->progress().running);
+  EXPECT_EQ(g[1]->progress().entered, 2u);
+  EXPECT_EQ(x[0][0], 4.0f);
+}
+
 }  // namespace
 }  // namespace pscore

@@ -148,11 +148,15 @@ TEST(PsConsistency, SyncRoundsBackupWorkersAndDone) {
   c.add_contribution(waiter(0, 10));
   EXPECT_EQ(c.admit(0, 10), ConsistencyState::Admission::kPendingInRound);
   EXPECT_FALSE(c.round_ready());
+  const int64_t opened = c.round_opened_us();  // when the stall inspector starts counting
+  EXPECT_GT(opened, 0);
   c.add_contribution(waiter(2, 5));
-  EXPECT_TRUE(c.round_ready());  // 3 workers - 1 backup
+  EXPECT_EQ(c.round_opened_us(), opened);  // the first push opened it
+  EXPECT_TRUE(c.round_ready());            // 3 workers - 1 backup
   auto released = c.close_round();
   EXPECT_EQ(released.size(), 2u);
   EXPECT_EQ(c.round(), 1);
+  EXPECT_EQ(c.round_opened_us(), 0);
   EXPECT_EQ(c.admit(0, 10), ConsistencyState::Admission::kDuplicate);
   EXPECT_TRUE(c.is_late(0));  // worker 1's round-0 push is now late
   c.set_done(1);
@@ -170,10 +174,15 @@ TEST(PsConsistency, SspStalenessBound) {
   EXPECT_TRUE(c.may_proceed(0));
   c.advance_clock(0, 3);
   EXPECT_FALSE(c.may_proceed(0));  // 3 ahead of worker 1's 0
+  EXPECT_EQ(c.oldest_parked_us(), 0);
   c.park(Waiter{0, 1, {}, nullptr});
   EXPECT_TRUE(c.release_ready().empty());
+  EXPECT_EQ(c.parked_workers(), std::vector<int>{0});
+  EXPECT_GT(c.oldest_parked_us(), 0);
   c.advance_clock(1, 1);
   EXPECT_EQ(c.release_ready().size(), 1u);
+  EXPECT_TRUE(c.parked_workers().empty());
+  EXPECT_EQ(c.oldest_parked_us(), 0);
   c.advance_clock(0, 10);
   c.set_done(1);  // a finished worker no longer holds others back
   EXPECT_TRUE(c.may_proceed(0));

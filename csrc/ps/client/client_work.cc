@@ -61,6 +61,20 @@ std::vector<int> Work::failed_shards() {
   return out;
 }
 
+std::vector<int> Work::pending_shards() {
+  std::vector<int> out;
+  for (auto& child : children)
+    for (int s : child->pending_shards()) out.push_back(s);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& s : subs)
+      if (!s->done) out.push_back(s->shard);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 int64_t Work::progress() {
   int64_t p = 0;
   for (auto& child : children) p = std::max(p, child->progress());

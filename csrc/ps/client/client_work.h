@@ -61,6 +61,8 @@ class Work : public pscore::Work, public std::enable_shared_from_this<Work> {
   std::exception_ptr exception() override;
   // Shards whose sub-requests failed with a network or timeout error (retry candidates).
   std::vector<int> failed_shards();
+  // Shards whose sub-requests have not finished yet (what the request still waits on).
+  std::vector<int> pending_shards();
   bool retryable() const { return retryable_; }
   void set_retryable(bool r) { retryable_ = r; }
   // Results for pushes: the largest progress and the count per reply status.

@@ -401,4 +401,13 @@ std::string PsServer::stats_json() const {
   return stats_.to_json(e.substr(1, e.size() - 2));
 }
 
+std::string PsServer::tables_status_json() const {
+  std::string out = "[";
+  for (auto& t : shard_->tables()) {
+    if (out.size() > 1) out += ",";
+    out += table_status_json(*t, opts_.num_workers);
+  }
+  return out + "]";
+}
+
 }  // namespace pscore::ps

@@ -22,6 +22,7 @@
 #include "ps/server/server_connection.h"
 #include "ps/server/server_stats.h"
 #include "ps/server/shard_state.h"
+#include "ps/server/table_status.h"
 #include "ps/server/thread_pool.h"
 
 namespace pscore::ps {
@@ -77,6 +78,8 @@ class PsServer {
   uint64_t snapshots_written() const { return snapshots_->snapshots_written(); }
   bool snapshot_in_progress() const { return snapshots_->writing(); }
   std::string stats_json() const;
+  // Every table's consistency state on this shard (table_status.h), as a JSON array.
+  std::string tables_status_json() const;
   ShardState& shard() { return *shard_; }
   // Loads a checkpoint into this shard (as a load request does); parked pushes are answered as
   // dropped.

@@ -6,7 +6,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/wire_codec.h"
-#include "ps/durability/json.h"
+#include "ps/server/table_status.h"
 #include "ps/storage/optimizer.h"
 #include "ps/wire/ps_protocol.h"
 
@@ -51,33 +51,6 @@ bool appends_to_log(uint8_t type) {
     default:
       return false;
   }
-}
-
-// A table's consistency state on this shard (kTableStatus): the open sync round, the workers
-// whose push it holds and those it still waits for, the finished workers, the ssp clocks.
-std::string table_status_json(ServerTable& t, int num_workers) {
-  auto lk = t.lock();
-  const ConsistencyState& c = t.consistency();
-  Json pushed = Json::array(), waiting = Json::array(), done = Json::array(),
-       clocks = Json::array();
-  for (int w = 0; w < num_workers; ++w) {
-    if (c.done(w))
-      done.push_back(w);
-    else if (c.contributed(w))
-      pushed.push_back(w);
-    else
-      waiting.push_back(w);
-    clocks.push_back(c.clock(w));
-  }
-  Json j = Json::object();
-  j.set("table", t.spec().name);
-  j.set("consistency", consistency_name(t.spec().consistency.mode));
-  j.set("round", c.round());
-  j.set("pushed", std::move(pushed));
-  j.set("waiting_for", std::move(waiting));
-  j.set("done", std::move(done));
-  j.set("clocks", std::move(clocks));
-  return j.dump();
 }
 
 }  // namespace

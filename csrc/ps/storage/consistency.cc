@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/clock.h"
+
 namespace pscore::ps {
 
 ConsistencyState::ConsistencyState(const ConsistencySpec& spec, int num_workers)
@@ -25,7 +27,7 @@ void ConsistencyState::mark_seq(int worker, uint64_t seq) { seqs_[worker].insert
 void ConsistencyState::add_contribution(Waiter w) {
   contributed_[w.worker] = 1;
   pending_seq_[w.worker] = w.seq;
-  ++num_contributors_;
+  if (num_contributors_++ == 0) round_opened_us_ = now_us();
   round_waiters_.push_back(std::move(w));
 }
 
@@ -65,6 +67,7 @@ std::vector<Waiter> ConsistencyState::close_round() {
     pending_seq_[w] = 0;
   }
   num_contributors_ = 0;
+  round_opened_us_ = 0;
   ++round_;
   std::vector<Waiter> out;
   out.swap(round_waiters_);
@@ -88,6 +91,26 @@ bool ConsistencyState::may_proceed(int worker) const {
   return clock_[worker] - slowest <= spec_.staleness;
 }
 
+void ConsistencyState::park(Waiter w) {
+  w.parked_us = now_us();
+  ssp_waiters_.push_back(std::move(w));
+}
+
+std::vector<int> ConsistencyState::parked_workers() const {
+  std::vector<int> out;
+  for (const Waiter& w : ssp_waiters_) out.push_back(w.worker);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+int64_t ConsistencyState::oldest_parked_us() const {
+  int64_t oldest = 0;
+  for (const Waiter& w : ssp_waiters_)
+    if (oldest == 0 || w.parked_us < oldest) oldest = w.parked_us;
+  return oldest;
+}
+
 std::vector<Waiter> ConsistencyState::release_ready() {
   std::vector<Waiter> ready, still;
   for (Waiter& w : ssp_waiters_) (may_proceed(w.worker) ? ready : still).push_back(std::move(w));
@@ -105,6 +128,7 @@ std::vector<Waiter> ConsistencyState::abandon_waiters() {
   std::fill(contributed_.begin(), contributed_.end(), 0);
   std::fill(pending_seq_.begin(), pending_seq_.end(), 0);
   num_contributors_ = 0;
+  round_opened_us_ = 0;
   return parked;
 }
 

@@ -32,6 +32,7 @@ struct Waiter {
   uint64_t seq = 0;
   ReplyValues values;
   ReplyFn reply;
+  int64_t parked_us = 0;  // when it was parked (now_us), for stall reports
 };
 
 class ConsistencyState {
@@ -59,6 +60,8 @@ class ConsistencyState {
   // Closes the round: marks the contributors' sequence numbers, advances the round and returns
   // the parked replies.
   std::vector<Waiter> close_round();
+  // When the open round got its first push (now_us); 0 while it has none.
+  int64_t round_opened_us() const { return round_opened_us_; }
   // Sequence numbers of the open round's contributors (for the write-ahead log).
   std::vector<std::pair<int, uint64_t>> round_seqs() const;
 
@@ -67,7 +70,11 @@ class ConsistencyState {
   void advance_clock(int worker, int64_t clock);
   // True when worker is at most `staleness` steps ahead of the slowest active worker.
   bool may_proceed(int worker) const;
-  void park(Waiter w) { ssp_waiters_.push_back(std::move(w)); }
+  void park(Waiter w);
+  // The workers whose pushes wait behind the staleness bound, and since when the oldest does
+  // (now_us; 0 when none waits).
+  std::vector<int> parked_workers() const;
+  int64_t oldest_parked_us() const;
   // Removes and returns the parked ssp replies whose workers may now proceed.
   std::vector<Waiter> release_ready();
 
@@ -100,6 +107,7 @@ class ConsistencyState {
   std::vector<uint8_t> contributed_;
   std::vector<uint64_t> pending_seq_;
   int num_contributors_ = 0;
+  int64_t round_opened_us_ = 0;
   std::vector<Waiter> round_waiters_;
   std::vector<int64_t> clock_;
   std::vector<Waiter> ssp_waiters_;

@@ -6,11 +6,12 @@ from __future__ import annotations
 import datetime
 import threading
 
-from .. import _C, _config
+from .. import _C, _config, stall
 from ..store.create import create_store, env_store
 from ..store.native import TCPStore
 from ..store.prefix import PrefixStore
 from . import failure_report, registration, rendezvous
+from .stall_watch import GroupWatch
 
 __all__ = [
     "NON_GROUP_MEMBER",
@@ -43,6 +44,7 @@ class ProcessGroup:
         self.store_host = store_host  # the global rank whose process serves `store`, if known
         self._explained: dict[tuple[type, str], BaseException] = {}
         self._explaining = threading.Lock()
+        self.stall_watch: GroupWatch | None = None  # reports this group's stalled collectives
 
     @property
     def rank(self) -> int:
@@ -152,7 +154,10 @@ def build_group(
         prefixed, rank, world, timeout_s, job, master_addr, hosts_store=hosts_store
     )
     native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000), **tuning_from_env())
-    return ProcessGroup(native, ranks, name, timeout_s, prefixed, store_host)
+    group = ProcessGroup(native, ranks, name, timeout_s, prefixed, store_host)
+    if world > 1:
+        group.stall_watch = GroupWatch(native, prefixed, name, timeout_s)
+    return group
 
 
 def init_process_group(
@@ -273,6 +278,9 @@ def destroy_process_group(group=None) -> None:
     """Forgets the default group and its store, so init_process_group may run again (a
     sub-group given here is left alone); a group's connections close when its last reference
     goes."""
+    target = _world["group"] if group is None else group
+    if isinstance(target, ProcessGroup) and target.stall_watch is not None:
+        stall.unregister(target.stall_watch)  # its store may go with the group
     if group is None:
         _world.update(
             group=None, store=None, rank=None, groups=0, store_host=None, master_addr=None

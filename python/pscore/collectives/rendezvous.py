@@ -18,7 +18,7 @@ import contextlib
 import socket
 import time
 
-from .. import _C, _config
+from .. import _C, _config, stall
 from ..errors import TimeoutError as PscoreTimeoutError
 
 __all__ = ["advertised_host", "connect", "host_identity", "wait_until_done"]
@@ -55,8 +55,20 @@ def advertised_host(master_addr: str | None) -> str:
 def _wait_all(store, prefix: str, who: str, world: int, timeout: float) -> list[str]:
     """Waits for prefix/<r> of every rank r; returns those keys."""
     keys = [f"{prefix}/{r}" for r in range(world)]
+
+    def report(waited: float) -> str | None:
+        missing = [r for r, k in enumerate(keys) if not store.check([k])]
+        if not missing:
+            return None
+        return (
+            f"pscore: {who}: rendezvous has waited {waited:.1f} s for {prefix}/<rank>; "
+            f"{stall.format_ranks('rank', missing)} {'has' if len(missing) == 1 else 'have'} "
+            "not registered yet"
+        )
+
     try:
-        store.wait(keys, timeout)
+        with stall.waiting(f"{who}: rendezvous wait for {prefix}/<rank>", timeout, report):
+            store.wait(keys, timeout)
     except (PscoreTimeoutError, TimeoutError) as e:
         missing = [k for k in keys if not store.check([k])]
         raise PscoreTimeoutError(

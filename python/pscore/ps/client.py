@@ -12,16 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _config, _ps, errors
+from .. import _config, _ps, errors, stall
 from ..buffer import view_as, view_out
 from . import discovery, environment
+from .stall_watch import ClientWatch
 from .tables import TableInfo, build_spec, table_info
 from .work import PSWork
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["PSClient"]
+__all__ = ["REQUEST_TIMEOUT_S", "PSClient"]
+
+REQUEST_TIMEOUT_S = 60.0  # PSClient's default request timeout
 
 
 _HOST_ONLY = "the parameter server takes CPU tensors"
@@ -68,7 +71,7 @@ class PSClient:
         worker_id: int | None = None,
         job_id: str | None = None,
         auth_token: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = REQUEST_TIMEOUT_S,
         connect_timeout: float = 60.0,
         retry_timeout: float = 60.0,
     ):
@@ -113,7 +116,13 @@ class PSClient:
         self._tables: dict[str, TableInfo] = {}
         self._inflight: list[PSWork] = []
         self._inflight_lock = threading.Lock()
-        self._reconnect(range(num_shards), time.monotonic() + connect_timeout)
+        self._stall_watch = ClientWatch(self, self.timeout)
+        with stall.waiting(
+            f"worker {worker_id}: connecting to {num_shards} shard(s)",
+            connect_timeout,
+            self._unreached_shards,
+        ):
+            self._reconnect(range(num_shards), time.monotonic() + connect_timeout)
 
     # ----- connection management -----
     @property
@@ -130,6 +139,23 @@ class PSClient:
                 servers=self._servers,
                 deadline=deadline,
             )
+
+    def _unreached_shards(self, waited: float) -> str | None:
+        """The stall report of a connect that waits: the shards not connected yet, and whether
+        they registered in the store."""
+        lost = [s for s in range(self.num_shards) if not self._cpp.connected(s)]
+        if not lost:
+            return None
+        unregistered = (
+            [s for s in lost if not self._store.check([discovery.shard_key(self._job_id, s)])]
+            if self._store is not None
+            else []
+        )
+        why = f"; not registered in the store: {', '.join(map(str, unregistered))}"
+        return (
+            f"pscore: worker {self.worker_id} has waited {waited:.1f} s to connect; "
+            f"{stall.format_ranks('shard', lost)} not reached yet{why if unregistered else ''}"
+        )
 
     def _call(self, fn, *args):
         """Runs a blocking, idempotent C++ call, reconnecting lost shards while retry_timeout

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 from .. import _config, _ps
 from ..cluster.spec import advertised_host
 from . import discovery, environment
+from .client import REQUEST_TIMEOUT_S
 from .metrics import MetricsServer
+from .stall_watch import ServerWatch
 
 __all__ = ["SNAPSHOT_LOG_MB", "SNAPSHOT_LOG_RATIO", "PServer"]
 
@@ -118,6 +120,8 @@ class PServer:
         self._opts = o
         self._cpp = _ps.Server(o)
         self._cpp.start()
+        # Reports rounds waiting past half the workers' default request timeout.
+        self._stall_watch = ServerWatch(self._cpp, shard, REQUEST_TIMEOUT_S)
         self._store = store
         self._metrics = None
         try:

@@ -39,6 +39,7 @@ class PSWork(Work):
         super().__init__(work, keep, result)
         self._client = client
         self._table = table
+        self.started = time.monotonic()  # for stall reports (pscore.ps.stall_watch)
 
     def _wait_handle(self, seconds: float | None) -> bool:
         until = None if seconds is None else time.monotonic() + seconds
