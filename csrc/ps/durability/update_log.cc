@@ -104,11 +104,26 @@ void UpdateLog::append(LogKind kind, const std::vector<std::pair<const void*, si
   for (const auto& [p, n] : parts)
     if (n) iov.push_back({const_cast<void*>(p), n});
   iov.push_back({&sum, sizeof(sum)});
-  write_fully(fd_, iov, path_);
+  const uint64_t end = bytes_.load(std::memory_order_relaxed);
+  try {
+    write_fully(fd_, iov, path_);
+    if (fsync_each_ && ::fdatasync(fd_) != 0)
+      throw Error(errno_message("write-ahead log " + path_ + ": fdatasync", errno));
+  } catch (...) {
+    roll_back(end);
+    throw;
+  }
   bytes_.fetch_add(sizeof(h) + h.length + sizeof(sum), std::memory_order_relaxed);
-  if (fsync_each_ && ::fdatasync(fd_) != 0)
-    throw Error(errno_message("write-ahead log " + path_ + ": fdatasync", errno));
   ++next_index_;
+}
+
+// A record the disk could not take whole (ENOSPC mid-write) is cut off again: left in place, it
+// would end the replay there and hide every record appended after it once space is freed.
+void UpdateLog::roll_back(uint64_t end) {
+  if (::ftruncate(fd_, static_cast<off_t>(end)) != 0)
+    throw Error(errno_message("write-ahead log " + path_ + ": cutting a failed record off at " +
+                                  std::to_string(end) + " bytes",
+                              errno));
 }
 
 uint64_t UpdateLog::size_locked() const {

@@ -39,7 +39,8 @@ class UpdateLog {
   UpdateLog(const UpdateLog&) = delete;
   UpdateLog& operator=(const UpdateLog&) = delete;
 
-  // Appends one record made of the concatenated parts; thread-safe. Throws Error on I/O failure.
+  // Appends one record made of the concatenated parts; thread-safe. Throws Error on I/O failure
+  // (ENOSPC included), leaving the file as it was: a partly written record is cut off again.
   void append(LogKind kind, const std::vector<std::pair<const void*, size_t>>& parts);
   // Where the next record will go: its index (a snapshot records it to know where replay starts)
   // and its byte offset in the file.
@@ -64,6 +65,7 @@ class UpdateLog {
 
  private:
   uint64_t size_locked() const;
+  void roll_back(uint64_t end);
 
   std::string path_;
   int fd_ = -1;
