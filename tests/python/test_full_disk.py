@@ -100,7 +100,21 @@ def test_ps_write_ahead_log_on_a_full_disk_refuses_updates_it_cannot_log(disk):
         for _ in range(3):
             client.push("w", np.full(ROWS, -1.0, np.float32))
             acknowledged += 1.0
+        client.save(recover)  # a snapshot: the log restarts empty
+        snapshot = os.path.join(recover, "shard-00000-of-00001.safetensors")
+        with open(snapshot, "rb") as f:
+            snapshot_bytes = f.read()
+        client.push("w", np.full(ROWS, -1.0, np.float32))
+        acknowledged += 1.0
         filler = fill(disk)
+        with pytest.raises(RuntimeError, match=NO_SPACE):  # the next snapshot cannot fit
+            client.save(recover)
+        with open(snapshot, "rb") as f:
+            assert f.read() == snapshot_bytes
+        assert sorted(os.listdir(recover)) == [
+            "shard-00000-of-00001.safetensors",
+            "shard-00000-of-00001.wal",
+        ]
         for _ in range(3):  # the log cannot take the record: the push fails, unapplied
             with pytest.raises(RuntimeError, match=NO_SPACE) as failure:
                 client.push("w", np.full(ROWS, -100.0, np.float32))
