@@ -1,9 +1,11 @@
 // Unit tests of the parameter server's building blocks: SHA-256/HMAC vectors, JSON, safetensors
 // files, the id map, the partitioner, consistency bookkeeping, optimizer kernels, the log.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -267,6 +269,37 @@ TEST(PsUpdateLog, DropBeforeKeepsWhatWasAppendedSinceTheMark) {
   EXPECT_EQ(read_all(0), (Seen{{4, 5}}));
   log.drop_before(UpdateLog::Mark{});  // a mark at the start drops nothing
   EXPECT_EQ(read_all(0), (Seen{{4, 5}}));
+}
+
+// A record the disk takes only in part (here RLIMIT_FSIZE stops the write part-way, as ENOSPC
+// does on a full disk) fails the append and is cut off again: the records appended once there
+// is room follow the last whole one, and replay reads them all.
+TEST(PsUpdateLog, AFailedAppendLeavesNoPartialRecord) {
+  std::string path = temp_dir() + "/f.wal";
+  UpdateLog log(path, 0, false);
+  auto append = [&](int64_t v) { log.append(LogKind::kGlobalStep, {{&v, 8}}); };
+  append(1);
+  const uint64_t whole = log.bytes();
+  std::vector<char> big(4096, 'x');
+  struct rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  void (*previous)(int) = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit limited = saved;
+  limited.rlim_cur = whole + 64;  // room for part of the next record only
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+  EXPECT_THROW(log.append(LogKind::kGlobalStep, {{big.data(), big.size()}}), pscore::Error);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_EQ(log.bytes(), whole);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  EXPECT_EQ(static_cast<uint64_t>(f.tellg()), whole);
+  append(2);
+  std::vector<std::pair<uint64_t, int64_t>> seen;
+  uint64_t intact = 0;
+  UpdateLog::replay(
+      path, 0, [&](LogKind, uint64_t i, WireReader& r) { seen.emplace_back(i, r.i64("value")); },
+      &intact);
+  EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, int64_t>>{{0, 1}, {1, 2}}));
 }
 
 TEST(PsSeqWindow, OutOfOrderRetriesAreNewDuplicatesAreNot) {
