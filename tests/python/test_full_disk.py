@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -126,6 +128,27 @@ def test_ps_write_ahead_log_on_a_full_disk_refuses_updates_it_cannot_log(disk):
     with PServer(**opts) as server, PSClient([server.address]) as client:
         assert server.replayed_records > 0
         np.testing.assert_array_equal(client.pull("w"), acknowledged)
+
+
+def test_ps_sync_round_on_a_full_disk_is_not_applied(disk):
+    """The push that closes a sync round gets the log's ENOSPC; the round is not applied and its
+    other push times out naming the round (docs/ps.md: the round cannot be failed as a whole)."""
+    recover = os.path.join(disk, "recover")
+    opts = {"recover": recover, "snapshot_log_mb": 0, "log_connections": False}
+    with PServer(num_workers=2, **opts) as server:
+        clients = [PSClient([server.address], worker_id=w, timeout=5) for w in range(2)]
+        clients[0].create_dense("w", (ROWS,), optimizer=SGD(lr=1.0), consistency="sync")
+        clients[1].lookup_table("w")
+        fill(disk)
+        with ThreadPoolExecutor(2) as pool:
+            pushes = [pool.submit(c.push, "w", np.ones(ROWS, np.float32)) for c in clients]
+            errors = sorted((f.exception() for f in pushes), key=lambda e: type(e).__name__)
+        assert [type(e).__name__ for e in errors] == ["Error", "TimeoutError"], errors
+        assert re.search(NO_SPACE, str(errors[0])), errors[0]
+        assert "sync round 0 of table 'w'" in str(errors[1]), errors[1]
+        np.testing.assert_array_equal(clients[0].pull("w"), np.zeros(ROWS, np.float32))
+        for c in clients:
+            c.close()
 
 
 def test_trainer_checkpoint_on_a_full_disk_keeps_latest(disk):
