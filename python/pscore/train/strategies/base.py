@@ -14,6 +14,7 @@ class Strategy:
     """One way of training on a cluster. The Trainer calls, on each training process:
 
     check(run)            before anything starts: ValueError when the cluster cannot run it
+    check_elastic(run)    with Trainer(elastic=True): ValueError unless it trains elastically
     setup(trainer)        once, before the first step: same initial weights everywhere (the
                           chief's, or the servers' tables), optimizer built; self.timeline is
                           the Trainer's recorder (pscore.train.timeline) from then on
@@ -51,6 +52,12 @@ class Strategy:
                 "them with pscore-run --servers M, list ps tasks in TF_CONFIG / ClusterSpec, or "
                 "run pserver and set PSCORE_STORE"
             )
+
+    def check_elastic(self, run: Any) -> None:  # noqa: ARG002 - the elastic ones look at it
+        raise ValueError(
+            f"strategy {self.name!r} does not train elastically; elastic=True takes ps-sync, "
+            "ps-async and ssp (see docs/train.md, Elastic training)"
+        )
 
     def setup(self, trainer: Any) -> None:
         self.trainer = trainer

@@ -1,0 +1,64 @@
+"""Elastic training with parameter servers (Trainer(elastic=True)): the workers never form a
+collective group, so a worker that dies does not break the others, and its replacement (started
+by pscore-run --max-restarts, or by Kubernetes) joins the running job.
+
+What the workers would agree on through collectives they agree on through the job's store
+(servers.job_store), under pscore/train/<job id>/elastic/:
+  tables_ready      set by the chief once the dense tables exist (the others wait for it)
+  position/<rank>   "epoch batch_in_epoch" after each of that worker's steps: a replacement
+                    goes on from there instead of retraining its shard
+  done/<rank>       set after that worker's worker_done: every worker pulls the final weights
+                    once all of them are set (the same weights everywhere at the end)
+A replacement pulls the servers' current values at setup (PSStrategy.create_dense_tables)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["STORE_WAIT_S", "ElasticJob"]
+
+STORE_WAIT_S = 600.0  # how long a worker waits for the chief's tables or the others' end
+
+
+class ElasticJob:
+    """The elastic keys of one job in its store."""
+
+    def __init__(self, end: Any, world_size: int):
+        """`end`: the job's servers.JobEnd (its store and key prefix)."""
+        self.store, self.world_size = end.store, world_size
+        self.prefix = f"{end.prefix}/elastic"
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/{name}"
+
+    def reset(self) -> None:
+        """Clears what an earlier job under the same id left (a ps task, before serving)."""
+        names = ["tables_ready"]
+        for rank in range(self.world_size):
+            names += [f"position/{rank}", f"done/{rank}"]
+        for name in names:
+            self.store.delete_key(self._key(name))
+
+    def tables_created(self) -> None:
+        self.store.set(self._key("tables_ready"), b"1")
+
+    def wait_tables(self, timeout: float = STORE_WAIT_S) -> None:
+        self.store.wait([self._key("tables_ready")], timeout)
+
+    def record_position(self, rank: int, epoch: int, batch_in_epoch: int) -> None:
+        self.store.set(self._key(f"position/{rank}"), f"{epoch} {batch_in_epoch}".encode())
+
+    def position(self, rank: int) -> tuple[int, int] | None:
+        """(epoch, batch_in_epoch) the last worker of this rank reached; None at its start."""
+        key = self._key(f"position/{rank}")
+        if not self.store.check([key]):
+            return None
+        epoch, batch = self.store.get(key).split()
+        return int(epoch), int(batch)
+
+    def worker_done(self, rank: int) -> None:
+        self.store.set(self._key(f"done/{rank}"), b"1")
+
+    def wait_all_done(self, timeout: float = STORE_WAIT_S) -> None:
+        keys = [self._key(f"done/{rank}") for rank in range(self.world_size)]
+        self.store.wait(keys, timeout)
