@@ -1,8 +1,9 @@
-"""Elastic training with parameter servers (Trainer(elastic=True), pscore-run --max-restarts): one
-of 3 workers is killed with SIGKILL at a step drawn from a seeded random; its replacement joins
-with the servers' current values where it left, the job ends with the undisturbed run's accuracy
-and server step count (no acknowledged update lost, none applied twice). Without elastic the run
-fails naming the worker."""
+"""Elastic training (Trainer(elastic=True), pscore-run --max-restarts): for each strategy that
+trains elastically (ps-sync, ps-async, ssp, hogwild) one of 3 workers is killed with SIGKILL
+after a step drawn from a seeded random; its replacement joins with the current weights where it
+left, the job ends with the undisturbed run's accuracy and, with servers, their step count (no
+acknowledged update lost, none applied twice). Without elastic the run fails naming the
+worker."""
 
 from __future__ import annotations
 
@@ -43,15 +44,16 @@ SCRIPT = """
                              hooks=[KillOnce()])
     trainer.fit((x[:960], y[:960]), epochs=2, batch_size=16)
     accuracy = trainer.evaluate((x[960:], y[960:]))["accuracy"]
-    step = trainer.strategy.global_step()
+    step = trainer.strategy.global_step() if trainer.strategy.needs_servers else -1
     print(f"worker {trainer.run.rank} accuracy {accuracy:.3f} server step {step}", flush=True)
 """
 
 
 def run_job(tmp_path, strategy: str, elastic: bool, kill_rank: int, kill_step: int, restarts=1):
     script = write(tmp_path, "elastic.py", SCRIPT)
-    groups = "1" if strategy == "ps-sync" else "3"
-    flags = ["--workers", "3", "--servers", "1", "--worker-groups", groups]
+    flags = ["--workers", "3"]
+    if strategy != "hogwild":  # ps-async / ssp: every worker its own group
+        flags += ["--servers", "1", "--worker-groups", "1" if strategy == "ps-sync" else "3"]
     flags += ["--max-restarts", str(restarts), "--grace-period", "30"]
     marker = str(tmp_path / "killed")
     args = [strategy, "1" if elastic else "0", str(kill_rank), str(kill_step), marker]
@@ -60,11 +62,11 @@ def run_job(tmp_path, strategy: str, elastic: bool, kill_rank: int, kill_step: i
 
 def server_steps(strategy: str) -> int:
     """The servers' global step at the end: ps-sync's chief counts its steps, ps-async / ssp
-    count every worker's push."""
-    return STEPS_PER_WORKER if strategy == "ps-sync" else 3 * STEPS_PER_WORKER
+    count every worker's push; hogwild has no servers (-1)."""
+    return {"ps-sync": STEPS_PER_WORKER, "hogwild": -1}.get(strategy, 3 * STEPS_PER_WORKER)
 
 
-@pytest.mark.parametrize("strategy", ["ps-sync", "ps-async", "ssp"])
+@pytest.mark.parametrize("strategy", ["ps-sync", "ps-async", "ssp", "hogwild"])
 def test_a_killed_worker_is_replaced_and_the_job_ends_as_undisturbed(tmp_path, strategy):
     draw = random.Random(f"elastic {strategy}")
     kill_rank, kill_step = draw.randrange(3), draw.randrange(2, STEPS_PER_WORKER - 2)

@@ -377,7 +377,7 @@ def main(argv: list | None = None) -> int:
         except OSError as e:
             return _abort(supervisor, console, f"cannot start a rank: {e}")
         try:
-            store = job_roles.host_store(roles, node.job_id) if roles and roles.servers else None
+            store = job_roles.host_store(roles, node.job_id) if roles and roles.store_port else None
         except (OSError, pscore_errors.Error) as e:
             return _abort(supervisor, console, f"cannot serve the job's store: {e}")
         if store is not None:

@@ -7,9 +7,11 @@ What the workers would agree on through collectives they agree on through the jo
   tables_ready      set by the chief once the dense tables exist (the others wait for it)
   position/<rank>   "epoch batch_in_epoch" after each of that worker's steps: a replacement
                     goes on from there instead of retraining its shard
-  done/<rank>       set after that worker's worker_done: every worker pulls the final weights
-                    once all of them are set (the same weights everywhere at the end)
-A replacement pulls the servers' current values at setup (PSStrategy.create_dense_tables)."""
+  done/<rank>       set when that worker is done training: every worker takes the final
+                    weights once all of them are set (the same weights everywhere at the end)
+  hogwild_prefix    hogwild: the name prefix of the shared tables, chosen by the leader
+A replacement pulls the servers' current values at setup (PSStrategy.create_dense_tables), or
+attaches to the machine's shared tables (Hogwild)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ class ElasticJob:
 
     def reset(self) -> None:
         """Clears what an earlier job under the same id left (a ps task, before serving)."""
-        names = ["tables_ready"]
+        names = ["tables_ready", "hogwild_prefix"]
         for rank in range(self.world_size):
             names += [f"position/{rank}", f"done/{rank}"]
         for name in names:
@@ -44,6 +46,17 @@ class ElasticJob:
 
     def wait_tables(self, timeout: float = STORE_WAIT_S) -> None:
         self.store.wait([self._key("tables_ready")], timeout)
+
+    def leaders_value(self, name: str, value: str, is_leader: bool) -> str:
+        """The value the leader set under `name` first: a replacement leader keeps it."""
+        key = self._key(name)
+        if is_leader and not self.store.check([key]):
+            self.store.set(key, value.encode())
+        self.store.wait([key], STORE_WAIT_S)
+        return self.store.get(key).decode()
+
+    def tables_exist(self) -> bool:
+        return self.store.check([self._key("tables_ready")])
 
     def record_position(self, rank: int, epoch: int, batch_in_epoch: int) -> None:
         self.store.set(self._key(f"position/{rank}"), f"{epoch} {batch_in_epoch}".encode())

@@ -37,6 +37,7 @@ class Strategy:
     needs_servers = False  # a cluster without parameter servers cannot run it
     lockstep = True  # every worker takes every step together (collectives each step)
     timeline: Timeline = Timeline(-1, record=False)  # the Trainer's, from setup on
+    elastic: Any = None  # the Trainer's elastic.ElasticJob with elastic=True
 
     def __init__(self, **options: Any):
         if options:
@@ -56,7 +57,7 @@ class Strategy:
     def check_elastic(self, run: Any) -> None:  # noqa: ARG002 - the elastic ones look at it
         raise ValueError(
             f"strategy {self.name!r} does not train elastically; elastic=True takes ps-sync, "
-            "ps-async and ssp (see docs/train.md, Elastic training)"
+            "ps-async, ssp and hogwild (see docs/train.md, Elastic training)"
         )
 
     def setup(self, trainer: Any) -> None:

@@ -45,7 +45,6 @@ class PSStrategy(Strategy):
         self.tables: dict[str, Any] = {}
         self.ended = False
         self.final_step = 0
-        self.elastic: Any = None  # the Trainer's elastic.ElasticJob with elastic=True
 
     # ---- ps tasks ---------------------------------------------------------------------------
     def serve(self, trainer: Any) -> None:
