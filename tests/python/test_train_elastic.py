@@ -1,9 +1,9 @@
 """Elastic training (Trainer(elastic=True), pscore-run --max-restarts): for each strategy that
-trains elastically (ps-sync, ps-async, ssp, hogwild) one of 3 workers is killed with SIGKILL
-after a step drawn from a seeded random; its replacement joins with the current weights where it
-left, the job ends with the undisturbed run's accuracy and, with servers, their step count (no
-acknowledged update lost, none applied twice). Without elastic the run fails naming the
-worker."""
+trains elastically (allreduce, ps-sync, ps-async, ssp, hogwild) one of 3 workers is killed with
+SIGKILL after a step drawn from a seeded random; its replacement joins with the current weights
+where it left, the job ends with the undisturbed run's accuracy and, with servers, their step
+count (no acknowledged update lost, none applied twice). Without elastic the run fails naming
+the worker."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ SCRIPT = """
 def run_job(tmp_path, strategy: str, elastic: bool, kill_rank: int, kill_step: int, restarts=1):
     script = write(tmp_path, "elastic.py", SCRIPT)
     flags = ["--workers", "3"]
-    if strategy != "hogwild":  # ps-async / ssp: every worker its own group
+    if strategy not in ("allreduce", "hogwild"):  # ps-async / ssp: every worker its own group
         flags += ["--servers", "1", "--worker-groups", "1" if strategy == "ps-sync" else "3"]
     flags += ["--max-restarts", str(restarts), "--grace-period", "30"]
     marker = str(tmp_path / "killed")
@@ -62,11 +62,12 @@ def run_job(tmp_path, strategy: str, elastic: bool, kill_rank: int, kill_step: i
 
 def server_steps(strategy: str) -> int:
     """The servers' global step at the end: ps-sync's chief counts its steps, ps-async / ssp
-    count every worker's push; hogwild has no servers (-1)."""
-    return {"ps-sync": STEPS_PER_WORKER, "hogwild": -1}.get(strategy, 3 * STEPS_PER_WORKER)
+    count every worker's push; allreduce and hogwild have no servers (-1)."""
+    steps = {"ps-sync": STEPS_PER_WORKER, "allreduce": -1, "hogwild": -1}
+    return steps.get(strategy, 3 * STEPS_PER_WORKER)
 
 
-@pytest.mark.parametrize("strategy", ["ps-sync", "ps-async", "ssp", "hogwild"])
+@pytest.mark.parametrize("strategy", ["allreduce", "ps-sync", "ps-async", "ssp", "hogwild"])
 def test_a_killed_worker_is_replaced_and_the_job_ends_as_undisturbed(tmp_path, strategy):
     draw = random.Random(f"elastic {strategy}")
     kill_rank, kill_step = draw.randrange(3), draw.randrange(2, STEPS_PER_WORKER - 2)
@@ -75,8 +76,13 @@ def test_a_killed_worker_is_replaced_and_the_job_ends_as_undisturbed(tmp_path, s
     assert result.returncode == 0, out[-6000:]
     assert f"killing worker {kill_rank} after its step {kill_step}" in out
     assert f"rank {kill_rank} (pid" in out and "restarting it (restart 1 of 1)" in out
-    epoch, batch = divmod(kill_step, STEPS_PER_WORKER // 2)
-    assert f"worker {kill_rank} rejoins the job at epoch {epoch}, batch {batch}" in out
+    if strategy == "allreduce":  # the survivors hand their state to the replacement
+        survivor = min({0, 1, 2} - {kill_rank})
+        regrouped = f"worker {survivor} goes on in group generation 2 from global step {kill_step}"
+        assert regrouped in out
+    else:
+        epoch, batch = divmod(kill_step, STEPS_PER_WORKER // 2)
+        assert f"worker {kill_rank} rejoins the job at epoch {epoch}, batch {batch}" in out
     for rank in range(3):
         line = next(ln for ln in out.splitlines() if f"]: worker {rank} accuracy" in ln)
         accuracy, step = float(line.split()[4]), int(line.split()[-1])
@@ -105,6 +111,6 @@ def test_a_job_that_is_not_elastic_fails_naming_the_worker_even_with_restarts(tm
 
 
 def test_elastic_refuses_what_it_cannot_do(tmp_path):
-    result = run_job(tmp_path, "allreduce", True, 0, 1000, restarts=0)
+    result = run_job(tmp_path, "hybrid", True, 0, 1000, restarts=0)
     assert result.returncode != 0
-    assert "strategy 'allreduce' does not train elastically" in result.stdout + result.stderr
+    assert "strategy 'hybrid' does not train elastically" in result.stdout + result.stderr

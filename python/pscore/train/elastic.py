@@ -10,6 +10,9 @@ What the workers would agree on through collectives they agree on through the jo
   done/<rank>       set when that worker is done training: every worker takes the final
                     weights once all of them are set (the same weights everywhere at the end)
   hogwild_prefix    hogwild: the name prefix of the shared tables, chosen by the leader
+  generation        allreduce: the last group formed; group<g>/ holds group g's rendezvous,
+                    which members came with no state (fresh/<rank>) and the state its source
+                    (the lowest member that has one) hands to the others
 A replacement pulls the servers' current values at setup (PSStrategy.create_dense_tables), or
 attaches to the machine's shared tables (Hogwild)."""
 
@@ -57,6 +60,37 @@ class ElasticJob:
 
     def tables_exist(self) -> bool:
         return self.store.check([self._key("tables_ready")])
+
+    def last_generation(self) -> int:
+        key = self._key("generation")
+        return int(self.store.get(key)) if self.store.check([key]) else 0
+
+    def form_group(self, generation: int, rank: int, fresh: bool) -> int:
+        """Joins group `generation` of every worker through the store; returns the rank whose
+        state everyone takes (the lowest one that is not fresh, else 0)."""
+        from .. import collectives
+        from ..store.prefix import PrefixStore
+
+        store = PrefixStore(self._key(f"group{generation}"), self.store)
+        store.set(f"fresh/{rank}", b"1" if fresh else b"0")
+        collectives.init_process_group(
+            store=store, rank=rank, world_size=self.world_size, timeout=STORE_WAIT_S
+        )
+        keys = [f"fresh/{r}" for r in range(self.world_size)]
+        store.wait(keys, STORE_WAIT_S)
+        holders = [r for r in range(self.world_size) if store.get(keys[r]) == b"0"]
+        if rank == 0:
+            self.store.set(self._key("generation"), str(generation).encode())
+        return holders[0] if holders else 0
+
+    def hand_state(self, generation: int, source: int, rank: int, state: Any) -> Any:
+        """`state` (bytes) from `source` to every member of group `generation`."""
+        key = self._key(f"group{generation}/state")
+        if rank == source:
+            self.store.set(key, state)
+            return state
+        self.store.wait([key], STORE_WAIT_S)
+        return self.store.get(key)
 
     def record_position(self, rank: int, epoch: int, batch_in_epoch: int) -> None:
         self.store.set(self._key(f"position/{rank}"), f"{epoch} {batch_in_epoch}".encode())

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from .. import _config, collectives
+from .. import _config, collectives, errors
 from ..collectives import registration
 from . import agreement, checkpoint, servers, stopping, strategies
 from .checks import check_int
@@ -287,6 +287,19 @@ class Trainer:
         self._unfinished = True
         return value, len(batch[-1])
 
+    def _regroup(self, failure: Exception) -> None:
+        """Re-raises `failure` unless the job is elastic and the strategy re-forms its group."""
+        if self._elastic is None or not self.strategy.regroups:
+            raise failure
+        self.log(
+            f"pscore.train: worker {self.run.rank}: the group broke ({failure}); re-forming it"
+        )
+        self.strategy.regroup()
+        self.log(
+            f"pscore.train: worker {self.run.rank} goes on in group generation "
+            f"{self.strategy.generation} from global step {self.global_step}"
+        )
+
     def _join_step(self) -> tuple[None, int]:
         with self.timeline.span("join step", STEP, step=self.global_step + 1):
             self.strategy.join_step()
@@ -329,7 +342,13 @@ class Trainer:
         loss_sum, trained, samples = 0.0, 0, 0
         while position < steps and not self.should_stop:
             item = next(batches, None)
-            loss, n = self._join_step() if item is None else self._train_step(item[1])
+            try:
+                loss, n = self._join_step() if item is None else self._train_step(item[1])
+            except errors.Error as e:
+                self._regroup(e)  # elastic allreduce: a new group, the state its members hold
+                epoch, position = self.epoch, self.batch_in_epoch
+                batches = data.batches(epoch, position)
+                continue
             position += 1
             self.epoch, self.batch_in_epoch = (
                 (epoch, position) if position < steps else (epoch + 1, 0)

@@ -38,6 +38,7 @@ class Strategy:
     lockstep = True  # every worker takes every step together (collectives each step)
     timeline: Timeline = Timeline(-1, record=False)  # the Trainer's, from setup on
     elastic: Any = None  # the Trainer's elastic.ElasticJob with elastic=True
+    regroups = False  # elastic: re-forms its collective group after a failed step (regroup())
 
     def __init__(self, **options: Any):
         if options:
@@ -56,8 +57,8 @@ class Strategy:
 
     def check_elastic(self, run: Any) -> None:  # noqa: ARG002 - the elastic ones look at it
         raise ValueError(
-            f"strategy {self.name!r} does not train elastically; elastic=True takes ps-sync, "
-            "ps-async, ssp and hogwild (see docs/train.md, Elastic training)"
+            f"strategy {self.name!r} does not train elastically; elastic=True takes "
+            "allreduce, ps-sync, ps-async, ssp and hogwild (see docs/train.md, Elastic training)"
         )
 
     def setup(self, trainer: Any) -> None:
