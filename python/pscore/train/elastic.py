@@ -1,6 +1,7 @@
-"""Elastic training with parameter servers (Trainer(elastic=True)): the workers never form a
-collective group, so a worker that dies does not break the others, and its replacement (started
-by pscore-run --max-restarts, or by Kubernetes) joins the running job.
+"""Elastic training (Trainer(elastic=True)): a worker that dies does not end the job, and its
+replacement (started by pscore-run --max-restarts, or by Kubernetes) joins the running job. The
+PS strategies and hogwild form no collective group at all; allreduce re-forms its group through
+the store after a failed step (AllReduce.regroup).
 
 What the workers would agree on through collectives they agree on through the job's store
 (servers.job_store), under pscore/train/<job id>/elastic/:
