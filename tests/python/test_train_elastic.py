@@ -8,7 +8,6 @@ the worker."""
 from __future__ import annotations
 
 import random
-import re
 
 import pytest
 from train_ps_helpers import launch, write
@@ -99,18 +98,43 @@ def test_without_elastic_the_run_fails_naming_the_worker(tmp_path):
     assert "first failure: rank 1" in text
 
 
-def test_a_job_that_is_not_elastic_fails_naming_the_worker_even_with_restarts(tmp_path):
-    """The survivors' end-of-job barrier names the dead worker, or its replacement refuses to
-    rejoin a Trainer that is not elastic, whichever comes first."""
-    result = run_job(tmp_path, "ps-async", False, 2, 5, restarts=1)
-    text = result.stdout + result.stderr
-    assert result.returncode != 0, text[-6000:]
-    assert "restarting it (restart 1 of 1)" in text
-    named = r"rank 2 \(pid \d+\) died|worker 2 was restarted \(PSCORE_RESTART_COUNT=1\) but"
-    assert re.search(named, text), text[-6000:]
+def trainer_in_this_process(monkeypatch, strategy: str, groups: int, restarts=0, **options):
+    """A Trainer of worker 0 of 3 with one ps shard: the checks run before any connection."""
+    import pscore
+
+    for name in ("PSCORE_STORE", "PSCORE_ROLE", "PSCORE_TIMELINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PSCORE_RESTART_COUNT", str(restarts))
+    for name, value in (
+        ("RANK", "0"),
+        ("WORLD_SIZE", "3"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "1"),
+        ("NUM_SERVERS", "1"),
+        ("WORKER_GROUPS", groups),
+    ):
+        monkeypatch.setenv(f"PSCORE_{name}", str(value))  # fmt: skip
+    model = torch.nn.Linear(2, 2)
+    return pscore.Trainer(model, torch.nn.functional.mse_loss, strategy=strategy, **options)
 
 
-def test_elastic_refuses_what_it_cannot_do(tmp_path):
-    result = run_job(tmp_path, "hybrid", True, 0, 1000, restarts=0)
-    assert result.returncode != 0
-    assert "strategy 'hybrid' does not train elastically" in result.stdout + result.stderr
+@pytest.mark.parametrize(
+    ("strategy", "groups", "options", "message"),
+    [
+        ("hybrid", 1, {}, "strategy 'hybrid' does not train elastically"),
+        ("distributed-hogwild", 1, {}, "strategy 'distributed-hogwild' does not train elastic"),
+        ("ssp", 1, {}, "'ssp' with elastic=True needs every worker in its own group"),
+        ("ps-sync", 1, {"checkpoint_dir": "ckpt"}, "does not take checkpoint_dir or timeline"),
+        ("ps-sync", 1, {"timeline": "t.json"}, "does not take checkpoint_dir or timeline"),
+        ("ps-sync", 1, {"elastic": 1}, "elastic must be True or False, not 1"),
+    ],
+)
+def test_elastic_refuses_what_it_cannot_do(monkeypatch, strategy, groups, options, message):
+    options = {"elastic": True, **options}
+    with pytest.raises((ValueError, TypeError), match=message):
+        trainer_in_this_process(monkeypatch, strategy, groups, **options)
+
+
+def test_a_restarted_worker_of_a_trainer_that_is_not_elastic_refuses_to_start(monkeypatch):
+    with pytest.raises(RuntimeError, match=r"worker 0 was restarted \(PSCORE_RESTART_COUNT=1\)"):
+        trainer_in_this_process(monkeypatch, "ps-sync", 1, restarts=1)
