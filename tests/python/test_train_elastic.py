@@ -138,3 +138,35 @@ def test_elastic_refuses_what_it_cannot_do(monkeypatch, strategy, groups, option
 def test_a_restarted_worker_of_a_trainer_that_is_not_elastic_refuses_to_start(monkeypatch):
     with pytest.raises(RuntimeError, match=r"worker 0 was restarted \(PSCORE_RESTART_COUNT=1\)"):
         trainer_in_this_process(monkeypatch, "ps-sync", 1, restarts=1)
+
+
+RESTARTED = """
+    import os, sys
+    count = os.environ.get("PSCORE_RESTART_COUNT", "0")
+    rank = os.environ["PSCORE_RANK"]
+    print(f"rank {rank} attempt {count}", flush=True)
+    if rank == "1" and int(count) < int(sys.argv[1]):
+        sys.exit(f"rank 1 fails in attempt {count}")
+"""
+
+
+def test_the_launcher_restarts_a_failed_worker_and_keeps_its_logs(tmp_path):
+    script = write(tmp_path, "restarted.py", RESTARTED)
+    logs = tmp_path / "logs"
+    flags = ["-n", "2", "--max-restarts", "2", "--log-dir", str(logs)]
+    result = launch([*flags, script, "2"], tmp_path)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text
+    assert "restarting it (restart 1 of 2)" in text and "restarting it (restart 2 of 2)" in text
+    assert "rank 1 fails in attempt 0" in (logs / "rank_1" / "stderr.log").read_text()
+    assert "rank 1 fails in attempt 1" in (logs / "restart_1" / "rank_1" / "stderr.log").read_text()
+    assert (logs / "restart_2" / "rank_1" / "stdout.log").read_text() == "rank 1 attempt 2\n"
+
+
+def test_the_run_fails_once_the_restarts_are_used_up(tmp_path):
+    script = write(tmp_path, "restarted.py", RESTARTED)
+    result = launch(["-n", "2", "--max-restarts", "1", script, "5"], tmp_path)
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    assert "restarting it (restart 1 of 1)" in text and "restart 2" not in text
+    assert "first failure: rank 1" in text and "rank 1 fails in attempt 1" in text

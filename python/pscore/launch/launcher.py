@@ -303,9 +303,9 @@ def _watch(
     to_console, to_files = _output_routes(args)
     outputs, copying = {}, []
 
-    def follow(r: Rank) -> None:
+    def follow(r: Rank, log_dir: str | None = args.log_dir) -> None:
         lr, kind = r.local_rank, "ps" if r.role == "ps" else "rank"
-        out = RankOutput(r.rank, r.proc, console, to_console(lr), to_files(lr), args.log_dir, kind)
+        out = RankOutput(r.rank, r.proc, console, to_console(lr), to_files(lr), log_dir, kind)
         outputs[r.label] = out
         copying.append(out)
         out.start()
@@ -317,7 +317,8 @@ def _watch(
         again = Rank(failed.rank, failed.local_rank, _spawn(command, env))
         supervisor.add(again)
         ranks.append(again)
-        follow(again)
+        # a restart's files go to LOG_DIR/restart_N/: its predecessor's stay as they ended
+        follow(again, args.log_dir and os.path.join(args.log_dir, f"restart_{count}"))
 
     supervisor.restart = restart
     for r in list(ranks):
