@@ -39,7 +39,7 @@ class ElasticJob:
 
     def reset(self) -> None:
         """Clears what an earlier job under the same id left (a ps task, before serving)."""
-        names = ["tables_ready", "hogwild_prefix"]
+        names = ["tables_ready", "hogwild_prefix", "generation"]
         for rank in range(self.world_size):
             names += [f"position/{rank}", f"done/{rank}"]
         for name in names:
