@@ -178,6 +178,12 @@ SHARD = Var("PSCORE_SHARD", "int", None, "the shard a ps task serves, 0 .. PSCOR
 WORKER_GROUPS = Var(
     "PSCORE_WORKER_GROUPS", "int", 1, "ps-async / ssp: synchronous worker groups (Downpour)"
 )
+RESTART_COUNT = Var(
+    "PSCORE_RESTART_COUNT",
+    "int",
+    0,
+    "how many times pscore-run --max-restarts restarted this worker (0: its first start)",
+)
 TIMELINE = Var(
     "PSCORE_TIMELINE",
     "str",

@@ -232,7 +232,7 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
             ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "x.py"],
             "give each node its --node-rank",
         ),
-        (["--max-restarts", "3", "x.py"], "does not restart failed ranks"),
+        (["--max-restarts", "-1", "x.py"], "--max-restarts must be >= 0, got -1"),
         (["-m", "--no-python", "x"], "cannot be combined with --no-python"),
         (["--tee", "3", "x.py"], "--tee and --redirects say which streams go to --log-dir"),
         (["--log-dir", "d", "--tee", "4", "x.py"], "--tee '4': expected 0 (none)"),

@@ -139,7 +139,8 @@ def parser() -> argparse.ArgumentParser:
         "--max_restarts",
         type=int,
         default=0,
-        help="accepted for torchrun's command lines; only 0: failed ranks are not restarted",
+        help="start a failed worker again, up to this many restarts in all (default 0: a "
+        "failed rank ends the run); for Trainer(elastic=True) jobs, see docs/train.md",
     )
     p.add_argument(
         "-m", "--module", action="store_true", help="run the target as a module (python -m)"

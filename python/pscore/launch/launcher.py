@@ -161,11 +161,8 @@ def _check_flags(args) -> None:
         raise ValueError(f"-n must be >= 1, got {args.nproc}")
     if not args.grace_period >= 0:  # also refuses nan
         raise ValueError(f"--grace-period must be >= 0 seconds, got {args.grace_period}")
-    if args.max_restarts != 0:
-        raise ValueError(
-            f"--max-restarts {args.max_restarts}: pscore-run does not restart failed ranks "
-            "(it is not elastic); a failed rank ends the run"
-        )
+    if args.max_restarts < 0:
+        raise ValueError(f"--max-restarts must be >= 0, got {args.max_restarts}")
     if args.module and args.no_python:
         raise ValueError("-m runs a module with Python; it cannot be combined with --no-python")
 
@@ -271,6 +268,13 @@ def _spawn(command: list, env: dict):
     )
 
 
+def _worker_environment(node: NodeConfig, local_rank: int, roles=None) -> dict:
+    env = rank_environment(os.environ, node, local_rank)
+    if roles is not None:
+        env = job_roles.worker_environment(env, roles, node.global_rank(local_rank))
+    return env
+
+
 def _start_ranks(command: list, node: NodeConfig, supervisor: Supervisor, roles=None) -> list:
     """Starts the ps tasks (with roles) and the local ranks (every fork before any thread of
     ours exists: preexec_fn is not safe beside threads). Returns the Rank records; OSError when
@@ -285,28 +289,43 @@ def _start_ranks(command: list, node: NodeConfig, supervisor: Supervisor, roles=
     for local_rank in range(node.nproc):
         if supervisor.signalled is not None:
             break
-        rank = node.global_rank(local_rank)
-        env = rank_environment(os.environ, node, local_rank)
-        if roles is not None:
-            env = job_roles.worker_environment(env, roles, rank)
-        ranks.append(Rank(rank, local_rank, _spawn(command, env)))
+        env = _worker_environment(node, local_rank, roles)
+        ranks.append(Rank(node.global_rank(local_rank), local_rank, _spawn(command, env)))
         supervisor.add(ranks[-1])
     return ranks
 
 
-def _watch(ranks: list, supervisor: Supervisor, console: Console, args, node) -> int:
-    """Copies the ranks' output until they end; a failed run ends with its summary."""
+def _watch(
+    ranks: list, command: list, supervisor: Supervisor, console: Console, args, node, roles
+) -> int:
+    """Copies the ranks' output until they end (restarting failed workers while
+    --max-restarts allows); a failed run ends with its summary."""
     to_console, to_files = _output_routes(args)
-    outputs = {}
-    for r in ranks:
+    outputs, copying = {}, []
+
+    def follow(r: Rank, log_dir: str | None = args.log_dir) -> None:
         lr, kind = r.local_rank, "ps" if r.role == "ps" else "rank"
-        outputs[r.label] = RankOutput(
-            r.rank, r.proc, console, to_console(lr), to_files(lr), args.log_dir, kind
-        )
-        outputs[r.label].start()
+        out = RankOutput(r.rank, r.proc, console, to_console(lr), to_files(lr), log_dir, kind)
+        outputs[r.label] = out
+        copying.append(out)
+        out.start()
+
+    def restart(failed: Rank, count: int) -> None:
+        # Forked beside the output threads: _die_with_parent only calls prctl in the child.
+        env = _worker_environment(node, failed.local_rank, roles)
+        env[_config.RESTART_COUNT.name] = str(count)
+        again = Rank(failed.rank, failed.local_rank, _spawn(command, env))
+        supervisor.add(again)
+        ranks.append(again)
+        # a restart's files go to LOG_DIR/restart_N/: its predecessor's stay as they ended
+        follow(again, args.log_dir and os.path.join(args.log_dir, f"restart_{count}"))
+
+    supervisor.restart = restart
+    for r in list(ranks):
+        follow(r)
     code = supervisor.run()
     deadline = time.monotonic() + _OUTPUT_DRAIN_S
-    for out in outputs.values():
+    for out in copying:
         out.join(deadline)
     failed = supervisor.failure
     if failed is not None and supervisor.signalled is None:
@@ -347,7 +366,10 @@ def main(argv: list | None = None) -> int:
         command = [sys.executable] + (["-m"] if args.module else []) + command
     console = Console()
     supervisor = Supervisor(
-        args.grace_period, console.message, " on this node" if node.nnodes > 1 else ""
+        args.grace_period,
+        console.message,
+        " on this node" if node.nnodes > 1 else "",
+        args.max_restarts,
     )
     previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in _FORWARDED}
     try:
@@ -356,13 +378,13 @@ def main(argv: list | None = None) -> int:
         except OSError as e:
             return _abort(supervisor, console, f"cannot start a rank: {e}")
         try:
-            store = job_roles.host_store(roles, node.job_id) if roles and roles.servers else None
+            store = job_roles.host_store(roles, node.job_id) if roles and roles.store_port else None
         except (OSError, pscore_errors.Error) as e:
             return _abort(supervisor, console, f"cannot serve the job's store: {e}")
         if store is not None:
             console.message(f"pscore-run: the job's store: pscore status --store {roles.store_url}")
         try:
-            return _watch(ranks, supervisor, console, args, node)
+            return _watch(ranks, command, supervisor, console, args, node, roles)
         finally:
             del store  # served until every task has ended
     finally:

@@ -2,7 +2,8 @@
 
 M parameter-server tasks and N workers run the same script. Every task gets PSCORE_NUM_SERVERS,
 PSCORE_WORKER_GROUPS, PSCORE_STORE (a TCPStore the launcher serves on loopback, where the shards
-publish their addresses and the job's end is told) and the job's PSCORE_JOB_ID. Workers get the
+publish their addresses and the job's end is told; also served with --max-restarts K, for an
+elastic job's workers to agree through it) and the job's PSCORE_JOB_ID. Workers get the
 rank variables over the N workers only and PSCORE_ROLE chief (rank 0) or worker; ps task i gets
 PSCORE_ROLE=ps, PSCORE_SHARD=i, PSCORE_NUM_WORKERS=N and no rank (the contract of
 pscore.train.run)."""
@@ -37,7 +38,7 @@ class Roles:
     workers: int
     servers: int
     groups: int
-    store_port: int  # the launcher's store (0 without servers)
+    store_port: int  # the launcher's store (0 without servers or --max-restarts)
 
     @property
     def store_url(self) -> str:
@@ -69,20 +70,21 @@ def resolve(args, nnodes: int, pick_port) -> Roles | None:
         raise ValueError(
             f"--worker-groups {groups} does not divide --workers {workers} into equal groups"
         )
-    if servers is None and groups == 1:
+    restarts = args.max_restarts > 0 and nnodes == 1  # an elastic job's store outlives ranks
+    if servers is None and groups == 1 and not restarts:
         return None
     if nnodes > 1:
         raise ValueError(
             "--servers / --worker-groups start a Trainer job on one node; across nodes run "
             "pserver with PSCORE_STORE, or use TF_CONFIG (see docs/train.md)"
         )
-    return Roles(workers, servers or 0, groups, pick_port() if servers else 0)
+    return Roles(workers, servers or 0, groups, pick_port() if servers or restarts else 0)
 
 
 def _job_variables(env: dict, roles: Roles) -> None:
     env[_config.NUM_SERVERS.name] = str(roles.servers)
     env[_config.WORKER_GROUPS.name] = str(roles.groups)
-    if roles.servers:
+    if roles.store_port:
         env[_config.STORE.name] = roles.store_url
 
 

@@ -1,8 +1,9 @@
 """``pscore-run``'s watch over the ranks of one node: waits for them, stops the rest when one
 fails or a signal arrives (SIGTERM, then SIGKILL after a grace period), and describes the first
-failure at the end of the run. With parameter-server tasks (``--servers``) the run's status is
-the workers': once every worker exited 0 the ps tasks should exit on their own, and those still
-running a grace period later are stopped."""
+failure at the end of the run. With ``--max-restarts K`` a worker that fails is started again
+(up to K restarts in all, for an elastic Trainer job to go on). With parameter-server tasks
+(``--servers``) the run's status is the workers': once every worker exited 0 the ps tasks
+should exit on their own, and those still running a grace period later are stopped."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class Rank:
 class Supervisor:
     """Waits for the ranks; stops the rest when one fails or a signal arrives."""
 
-    def __init__(self, grace_s: float, announce, node_note: str = ""):
+    def __init__(self, grace_s: float, announce, node_note: str = "", max_restarts: int = 0):
         self.ranks: dict[int, Rank] = {}  # by pid, filled as ranks start
         self.live: set[int] = set()  # pids
         self.grace_s = grace_s
@@ -64,6 +65,8 @@ class Supervisor:
         self.failure: Rank | None = None
         self.workers_succeeded = False  # every worker exited 0: ps tasks may now end as they do
         self.server_stopper: threading.Timer | None = None
+        self.max_restarts, self.restarts = max_restarts, 0
+        self.restart = None  # starts a failed worker again: (Rank, restart number) -> None
 
     def add(self, rank: Rank) -> None:
         with self.lock:
@@ -117,6 +120,28 @@ class Supervisor:
             self.signalled = signum
         self.stop_all(signum)
 
+    def _restarted(self, rank: Rank) -> bool:
+        """Starts the failed worker `rank` again when restarts are left; whether it did."""
+        if (
+            rank.role == "ps"
+            or self.restart is None
+            or self.restarts >= self.max_restarts
+            or self.failure is not None
+            or self.signalled is not None
+        ):
+            return False
+        self.restarts += 1
+        self.announce(
+            f"pscore-run: {rank.label} (pid {rank.proc.pid}) {describe(rank.returncode)}; "
+            f"restarting it (restart {self.restarts} of {self.max_restarts})"
+        )
+        try:
+            self.restart(rank, self.restarts)
+        except OSError as e:
+            self.announce(f"pscore-run: cannot restart {rank.label}: {e}")
+            return False
+        return True
+
     def run(self) -> int:
         """Reaps every rank; returns the launcher's exit status."""
         while self.live:
@@ -134,6 +159,8 @@ class Supervisor:
                 self.live.discard(pid)
             if self.workers_succeeded:
                 continue  # a ps task ending after the workers' success: the run succeeded
+            if rank.returncode != 0 and self._restarted(rank):
+                continue
             if rank.returncode != 0 and self.failure is None and self.signalled is None:
                 self.failure = rank
                 self.announce(

@@ -21,6 +21,7 @@ from ..collectives.rendezvous import advertised_host
 from ..ps import PSClient, environment
 from ..ps import discovery as ps_discovery
 from ..ps.server import PServer
+from .elastic import ElasticJob
 
 __all__ = ["JOB_END_TIMEOUT_S", "JobEnd", "connect", "finish_job", "job_store", "serve"]
 
@@ -58,7 +59,7 @@ class JobEnd:
 
     def __init__(self, store: Any, url: str, chief_hosts: bool):
         self.store, self.url, self.chief_hosts = store, url, chief_hosts
-        prefix = f"pscore/train/{environment.job_id() or 'default'}"
+        self.prefix = prefix = f"pscore/train/{environment.job_id() or 'default'}"
         self.finished_key = f"{prefix}/workers_finished"
         self.released_key = f"{prefix}/servers_released"
 
@@ -146,6 +147,7 @@ def serve(run: Any, timeout: float = STORE_WAIT_S) -> None:
             "--servers does) or run under TF_CONFIG or Slurm"
         )
     end.reset()
+    ElasticJob(end, run.world_size).reset()
     server = _start_shard(run, end.store, end.url)
     print(f"pscore: {who} serving on {server.address}", flush=True)
     try:

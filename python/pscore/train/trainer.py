@@ -11,11 +11,12 @@ import os
 import time
 from typing import Any
 
-from .. import _config, collectives
+from .. import _config, collectives, errors
 from ..collectives import registration
-from . import agreement, checkpoint, stopping, strategies
+from . import agreement, checkpoint, servers, stopping, strategies
 from .checks import check_int
 from .data import ShardedData, as_dataset
+from .elastic import ElasticJob
 from .hooks import Hook
 from .optimizers import resolve
 from .progress import Progress, wanted
@@ -42,7 +43,11 @@ class Trainer:
 
     `timeline`: a path (default PSCORE_TIMELINE) where the chief writes the job's Chrome trace of
     every rank's steps at the end of fit, each worker its own next to it (pscore.train.timeline).
-    `tensorboard`: a log directory where the chief writes TensorBoard scalars (TensorBoardHook)."""
+    `tensorboard`: a log directory where the chief writes TensorBoard scalars (TensorBoardHook).
+
+    `elastic`: a worker that dies does not end the job (allreduce, ps-sync, ps-async, ssp and
+    hogwild; see pscore.train.elastic and docs/train.md): a replacement (pscore-run
+    --max-restarts K) joins with the job's current weights where the dead worker left."""
 
     def __init__(
         self,
@@ -62,6 +67,7 @@ class Trainer:
         keep_checkpoints: int = 5,
         timeline: str | os.PathLike | None = None,
         tensorboard: str | os.PathLike | None = None,
+        elastic: bool = False,
     ):
         self.run = current_run(cluster)
         self.timeline_path = os.fspath(timeline) if timeline else _config.TIMELINE.get()
@@ -70,6 +76,7 @@ class Trainer:
         self.optimizer_choice = resolve(optimizer, optimizer_args)
         self.strategy = strategies.make(strategy, self.run, model, strategy_args)
         self.strategy.check(self.run)
+        self._check_elastic(elastic, checkpoint_dir)
         self.hooks: list[Hook] = list(hooks)
         if tensorboard:
             self.hooks.append(TensorBoardHook(tensorboard))
@@ -104,8 +111,40 @@ class Trainer:
             self.strategy.serve(self)
             raise SystemExit(0)
         registration.describe(role=self.run.role, strategy=self.strategy.name)
-        if not collectives.is_initialized():
+        self._elastic: ElasticJob | None = self._open_elastic() if elastic else None
+        if self._elastic is None and not collectives.is_initialized():
             collectives.init_process_group()
+
+    def _check_elastic(self, elastic: bool, checkpoint_dir: Any) -> None:
+        if not isinstance(elastic, bool):
+            raise TypeError(f"elastic must be True or False, not {elastic!r}")
+        if not elastic:
+            restarts = _config.RESTART_COUNT.get()
+            if restarts and not self.run.is_server:
+                raise RuntimeError(
+                    f"worker {self.run.rank} was restarted ({_config.RESTART_COUNT.name}="
+                    f"{restarts}) but this Trainer is not elastic: a restarted worker cannot "
+                    "rejoin the job (give Trainer(elastic=True), or pscore-run --max-restarts 0)"
+                )
+            return
+        self.strategy.check_elastic(self.run)
+        if checkpoint_dir is not None or self.timeline_path:
+            raise ValueError(
+                "elastic=True does not take checkpoint_dir or timeline yet (both gather "
+                "the workers through collectives, which an elastic job does without)"
+            )
+
+    def _open_elastic(self) -> ElasticJob:
+        end = servers.JobEnd.open(self.run)
+        if end is None:
+            raise ValueError(
+                "elastic=True keeps the workers' agreement in the job's store and this job has "
+                f"none: run it under pscore-run --servers, TF_CONFIG or Slurm, or set "
+                f"{_config.STORE.name}"
+            )
+        job = ElasticJob(end, self.run.world_size)
+        self.strategy.elastic = job
+        return job
 
     @property
     def checkpoint_dir(self) -> str | None:
@@ -120,6 +159,10 @@ class Trainer:
         if self._ready:
             return self
         with self.timeline.span("setup", STEP):
+            if self._elastic is not None:  # no collectives: the tables are the agreement
+                self.strategy.setup(self)
+                self._ready = True
+                return self
             agreement.check_models_agree(self.model, self.run.rank)
             job = {"strategy": self.strategy.name, "world_size": self.run.world_size}
             found = agreement.read_checkpoint(self._saver, self.model, job)
@@ -244,6 +287,19 @@ class Trainer:
         self._unfinished = True
         return value, len(batch[-1])
 
+    def _regroup(self, failure: Exception) -> None:
+        """Re-raises `failure` unless the job is elastic and the strategy re-forms its group."""
+        if self._elastic is None or not self.strategy.regroups:
+            raise failure
+        self.log(
+            f"pscore.train: worker {self.run.rank}: the group broke ({failure}); re-forming it"
+        )
+        self.strategy.regroup()
+        self.log(
+            f"pscore.train: worker {self.run.rank} goes on in group generation "
+            f"{self.strategy.generation} from global step {self.global_step}"
+        )
+
     def _join_step(self) -> tuple[None, int]:
         with self.timeline.span("join step", STEP, step=self.global_step + 1):
             self.strategy.join_step()
@@ -254,6 +310,8 @@ class Trainer:
     def _after_step(self, loss: float | None, samples: int) -> None:
         """The step boundary: hooks, the stop agreement, the bar, a checkpoint when due."""
         self.samples += samples
+        if self._elastic is not None:
+            self._elastic.record_position(self.run.rank, self.epoch, self.batch_in_epoch)
         for h in self.hooks:
             h.after_step(self, loss)
         self._agree_on_stop()
@@ -284,7 +342,13 @@ class Trainer:
         loss_sum, trained, samples = 0.0, 0, 0
         while position < steps and not self.should_stop:
             item = next(batches, None)
-            loss, n = self._join_step() if item is None else self._train_step(item[1])
+            try:
+                loss, n = self._join_step() if item is None else self._train_step(item[1])
+            except errors.Error as e:
+                self._regroup(e)  # elastic allreduce: a new group, the state its members hold
+                epoch, position = self.epoch, self.batch_in_epoch
+                batches = data.batches(epoch, position)
+                continue
             position += 1
             self.epoch, self.batch_in_epoch = (
                 (epoch, position) if position < steps else (epoch + 1, 0)
@@ -332,6 +396,7 @@ class Trainer:
             seed=self.seed,
         )
         self._check_data_position(data)
+        self._rejoin_where_left()
         self._stop_reason, self._checkpoint_at_stop = None, True
         history: list[dict] = []
         for h in self.hooks:
@@ -353,6 +418,16 @@ class Trainer:
         for h in self.hooks:
             h.end(self, history)
         return history
+
+    def _rejoin_where_left(self) -> None:
+        """Elastic: a replacement worker goes on from the position its predecessor reached."""
+        found = None if self._elastic is None else self._elastic.position(self.run.rank)
+        if found is not None and found > (self.epoch, self.batch_in_epoch):
+            self.epoch, self.batch_in_epoch = found
+            self.log(
+                f"pscore.train: worker {self.run.rank} rejoins the job at epoch {self.epoch}, "
+                f"batch {self.batch_in_epoch}"
+            )
 
     def _check_data_position(self, data: ShardedData) -> None:
         """A resumed position means the same batches only over the same data."""

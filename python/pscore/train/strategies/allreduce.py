@@ -19,6 +19,7 @@ parameters got no gradient this step (unused parameters reduce as zeros)."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import torch
@@ -101,10 +102,11 @@ class AllReduce(Strategy):
     def setup(self, trainer: Any) -> None:
         super().setup(trainer)
         model = trainer.model
-        for t in [*model.parameters(), *model.buffers()]:
-            collectives.broadcast(t.data, src=0)
+        if self.elastic is None:
+            for t in [*model.parameters(), *model.buffers()]:
+                collectives.broadcast(t.data, src=0)
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.world = collectives.get_world_size()
+        self.world = trainer.run.world_size
         self.buckets = _buckets(self.params, self.cap_bytes, self.first_cap_bytes)
         self.next_bucket = 0  # buckets start in this order on every worker
         for index, bucket in enumerate(self.buckets):
@@ -116,6 +118,53 @@ class AllReduce(Strategy):
                 p.grad = None
                 p.register_post_accumulate_grad_hook(self._landed_hook(index, position))
         self.optimizer = trainer.optimizer_choice.torch(self.params)
+        if self.elastic is not None:
+            self.generation = self.elastic.last_generation()
+            self._regroup(fresh=True)
+
+    # ---- elastic (Trainer(elastic=True)) ------------------------------------------------------
+    regroups = True  # with elastic=True a broken group is re-formed (Trainer._run_epoch)
+
+    def check_elastic(self, run: Any) -> None:
+        """Elastic: the group re-forms through the job's store at full size."""
+
+    def regroup(self) -> None:
+        """After a failed step: leaves the broken group, forms the next one with the others
+        and a replacement, and takes the state of its lowest member that has one."""
+        collectives.destroy_process_group()
+        self.next_bucket = 0
+        for bucket in self.buckets:
+            bucket.reset(1.0)
+        for p in self.params:
+            p.grad = None
+        self._regroup(fresh=False)
+
+    def _regroup(self, fresh: bool) -> None:
+        trainer, job = self.trainer, self.elastic
+        rank, generation = trainer.run.rank, self.generation + 1
+        source = job.form_group(generation, rank, fresh)
+        self.generation = generation
+        state = job.hand_state(generation, source, rank, self._pack() if rank == source else b"")
+        if rank != source:
+            self._unpack(state)
+
+    def _pack(self) -> bytes:
+        t = self.trainer
+        state = {
+            "model": t.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "position": (t.global_step, t.epoch, t.batch_in_epoch),
+        }
+        out = io.BytesIO()
+        torch.save(state, out)
+        return out.getvalue()
+
+    def _unpack(self, data: bytes) -> None:
+        t = self.trainer
+        state = torch.load(io.BytesIO(data), weights_only=True)
+        t.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        t.global_step, t.epoch, t.batch_in_epoch = state["position"]
 
     def _landed_hook(self, index: int, position: int):
         def hook(param: Any) -> None:

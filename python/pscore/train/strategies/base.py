@@ -14,6 +14,7 @@ class Strategy:
     """One way of training on a cluster. The Trainer calls, on each training process:
 
     check(run)            before anything starts: ValueError when the cluster cannot run it
+    check_elastic(run)    with Trainer(elastic=True): ValueError unless it trains elastically
     setup(trainer)        once, before the first step: same initial weights everywhere (the
                           chief's, or the servers' tables), optimizer built; self.timeline is
                           the Trainer's recorder (pscore.train.timeline) from then on
@@ -36,6 +37,8 @@ class Strategy:
     needs_servers = False  # a cluster without parameter servers cannot run it
     lockstep = True  # every worker takes every step together (collectives each step)
     timeline: Timeline = Timeline(-1, record=False)  # the Trainer's, from setup on
+    elastic: Any = None  # the Trainer's elastic.ElasticJob with elastic=True
+    regroups = False  # elastic: re-forms its collective group after a failed step (regroup())
 
     def __init__(self, **options: Any):
         if options:
@@ -51,6 +54,12 @@ class Strategy:
                 "them with pscore-run --servers M, list ps tasks in TF_CONFIG / ClusterSpec, or "
                 "run pserver and set PSCORE_STORE"
             )
+
+    def check_elastic(self, run: Any) -> None:  # noqa: ARG002 - the elastic ones look at it
+        raise ValueError(
+            f"strategy {self.name!r} does not train elastically; elastic=True takes "
+            "allreduce, ps-sync, ps-async, ssp and hogwild (see docs/train.md, Elastic training)"
+        )
 
     def setup(self, trainer: Any) -> None:
         self.trainer = trainer

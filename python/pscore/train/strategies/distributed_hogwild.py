@@ -68,6 +68,9 @@ class DistributedHogwild(Hogwild):
                 include_state=self.include_state,
             )
 
+    def check_elastic(self, run: Any) -> None:
+        Strategy.check_elastic(self, run)  # its machines' leaders reduce every few steps
+
     def _join_machine(self) -> None:
         """Every worker makes every group, in the same order: one per machine, then the
         leaders'; and every machine starts from the chief's weights."""

@@ -13,6 +13,7 @@ final weights as ordinary tensors and the tables are released."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ... import collectives
@@ -68,9 +69,13 @@ class Hogwild(Strategy):
     def setup(self, trainer: Any) -> None:
         super().setup(trainer)
         kind, args = hogwild_optimizer(self.name, trainer.optimizer_choice)
-        self.machine = machines.this_machine(trainer.run)
-        self._join_machine()
-        self._share(trainer.model, kind, args)
+        if self.elastic is not None:
+            self.machine = self._elastic_machine(trainer.run)
+            self._share_elastic(trainer.model, kind, args)
+        else:
+            self.machine = machines.this_machine(trainer.run)
+            self._join_machine()
+            self._share(trainer.model, kind, args)
         self.optimizer = self.shared.optimizer(trainer.model)
 
     def _join_machine(self) -> None:
@@ -92,6 +97,37 @@ class Hogwild(Strategy):
             for t in self.shared.tables.values():
                 t.unlink()  # the mappings stay; no name outlives the job, even a killed one
 
+    # ---- elastic (Trainer(elastic=True): the job's store instead of collectives) ----------
+    def check_elastic(self, run: Any) -> None:
+        """Elastic: one machine's workers share the tables; a replacement attaches to them."""
+
+    def _elastic_machine(self, run: Any) -> machines.Machine:
+        ranks = list(range(run.world_size))  # check(): every worker is on this machine
+        token = f"{int.from_bytes(os.urandom(4), 'little'):08x}"
+        chosen = self.elastic.leaders_value("hogwild_prefix", token, run.rank == 0)
+        return machines.Machine(ranks, [ranks], machines.table_prefix(chosen, 0))
+
+    def _share_elastic(self, model: Any, kind: str, args: dict) -> None:
+        """The leader makes the tables (a replacement leader attaches to its predecessor's);
+        the names stay until every worker is done, so that a replacement can attach."""
+        prefix = self.machine.prefix
+        if self.is_leader and not self.elastic.tables_exist():
+            self.shared = SharedParameters(model, optimizer=kind, prefix=prefix, **args)
+            self.elastic.tables_created()
+        else:
+            self.elastic.wait_tables()
+            self.shared = SharedParameters.attach(model, prefix, optimizer=kind, **args)
+
+    def _finish_elastic(self) -> None:
+        """Every worker done (the tables hold the final weights); the leader unlinks the names."""
+        with self.timeline.span("wait workers done", WAIT):
+            self.elastic.worker_done(self.trainer.run.rank)
+            self.elastic.wait_all_done()
+        if self.is_leader:
+            for t in self.shared.tables.values():
+                t.unlink()
+        self._release()
+
     # ---- training -------------------------------------------------------------------------
     def update(self) -> None:
         if self.optimizer is None:
@@ -104,6 +140,9 @@ class Hogwild(Strategy):
         self.optimizer.zero_grad()
 
     def finish(self) -> None:
+        if self.elastic is not None:
+            self._finish_elastic()
+            return
         self._end_training()
         self._release()
 
@@ -114,13 +153,14 @@ class Hogwild(Strategy):
 
     def _release(self) -> None:
         """Each worker's model gets the final weights as ordinary tensors; the tables go.
-        Buffers (never shared) are made the chief's everywhere."""
+        Buffers (never shared) are made the chief's everywhere (elastic: each keeps its own)."""
         model = self.trainer.model
         self.shared.unbind(model)
         self.shared.close()
         self.shared = self.optimizer = None
-        for b in model.buffers():
-            collectives.broadcast(b.data, src=0)
+        if self.elastic is None:
+            for b in model.buffers():
+                collectives.broadcast(b.data, src=0)
 
     # ---- checkpoints ----------------------------------------------------------------------
     def _state_arrays(self):

@@ -45,6 +45,11 @@ class Hybrid(AllReduce):
     name = "hybrid"
     needs_servers = True
 
+    regroups = False
+
+    def check_elastic(self, run: Any) -> None:
+        Strategy.check_elastic(self, run)  # its embedding tables' servers are not elastic yet
+
     def __init__(
         self,
         min_rows: int = 0,

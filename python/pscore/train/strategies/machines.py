@@ -12,7 +12,7 @@ from typing import Any
 
 from ... import _config, collectives
 
-__all__ = ["Machine", "this_machine"]
+__all__ = ["Machine", "table_prefix", "this_machine"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,5 +79,9 @@ def this_machine(run: Any) -> Machine:
     ranks = next(m for m in machines if run.rank in m)
     # The job id keeps jobs apart, worker 0's random token runs of the same job id, the leader
     # the machines (several may share one host's /dev/shm).
-    prefix = f"{_safe(_config.JOB_ID.get())}-{int(every[0][2]):08x}-m{ranks[0]}"
-    return Machine(ranks, machines, prefix)
+    return Machine(ranks, machines, table_prefix(f"{int(every[0][2]):08x}", ranks[0]))
+
+
+def table_prefix(token: str, leader: int) -> str:
+    """The shared tables' name prefix of the machine led by `leader`, in a run `token` names."""
+    return f"{_safe(_config.JOB_ID.get())}-{token}-m{leader}"

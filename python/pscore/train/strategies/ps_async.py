@@ -38,6 +38,15 @@ class PSAsync(PSStrategy):
                 "workers evenly (give a number of groups that divides the workers)"
             )
 
+    def check_elastic(self, run: Any) -> None:
+        """Elastic only with every worker its own group: a group's all_reduce would break."""
+        if run.world_size > 1 and run.worker_groups != run.world_size:
+            raise ValueError(
+                f"strategy {self.name!r} with elastic=True needs every worker in its own group "
+                f"(a group's all_reduce breaks with a member): give {run.world_size} worker "
+                f"groups (pscore-run --worker-groups {run.world_size}), not {run.worker_groups}"
+            )
+
     def setup(self, trainer: Any) -> None:
         run = trainer.run
         size = run.world_size // run.worker_groups

@@ -78,13 +78,17 @@ class PSStrategy(Strategy):
             t: _TableTrace(self.timeline, t, self.consistency, p) for t, p in self.tables.items()
         }
         self.dense_nbytes = sum(p.nbytes for p in self.tables.values())
-        if self.trainer.run.is_chief:
+        is_chief = self.trainer.run.is_chief
+        if is_chief:
             settings = self.table_settings()
             for table, p in self.tables.items():
                 self.client.create_dense(table, init=p.detach(), **settings)
-        collectives.barrier()  # the others look the tables up once the chief made them
-        for b in self.trainer.model.buffers():
-            collectives.broadcast(b.data, src=0)
+        if self.elastic is not None:  # no collectives: each worker keeps its own buffers
+            self.elastic.tables_created() if is_chief else self.elastic.wait_tables()
+        else:
+            collectives.barrier()  # the others look the tables up once the chief made them
+            for b in self.trainer.model.buffers():
+                collectives.broadcast(b.data, src=0)
         self.sync_model()
 
     def pull_into_model(self) -> None:
@@ -160,7 +164,11 @@ class PSStrategy(Strategy):
             return
         self.client.worker_done()
         with self.timeline.span("wait workers done", WAIT):
-            collectives.barrier()
+            if self.elastic is None:
+                collectives.barrier()
+            else:
+                self.elastic.worker_done(self.trainer.run.rank)
+                self.elastic.wait_all_done()
         self.pull_into_model()
         self.final_step = self.client.global_step()
         self.ended = True

@@ -38,6 +38,9 @@ class PSSync(PSStrategy):
                 f"close a round of {run.world_size} workers (give 0 .. {run.world_size - 1})"
             )
 
+    def check_elastic(self, run: Any) -> None:
+        """Elastic: a dead worker's replacement pushes into the open round where it left."""
+
     def table_settings(self) -> dict:
         return {**super().table_settings(), "backup_workers": self.backup_workers}
 

@@ -1,0 +1,112 @@
+"""Elastic training (Trainer(elastic=True)): a worker that dies does not end the job, and its
+replacement (started by pscore-run --max-restarts, or by Kubernetes) joins the running job. The
+PS strategies and hogwild form no collective group at all; allreduce re-forms its group through
+the store after a failed step (AllReduce.regroup).
+
+What the workers would agree on through collectives they agree on through the job's store
+(servers.job_store), under pscore/train/<job id>/elastic/:
+  tables_ready      set by the chief once the dense tables exist (the others wait for it)
+  position/<rank>   "epoch batch_in_epoch" after each of that worker's steps: a replacement
+                    goes on from there instead of retraining its shard
+  done/<rank>       set when that worker is done training: every worker takes the final
+                    weights once all of them are set (the same weights everywhere at the end)
+  hogwild_prefix    hogwild: the name prefix of the shared tables, chosen by the leader
+  generation        allreduce: the last group formed; group<g>/ holds group g's rendezvous,
+                    which members came with no state (fresh/<rank>) and the state its source
+                    (the lowest member that has one) hands to the others
+A replacement pulls the servers' current values at setup (PSStrategy.create_dense_tables), or
+attaches to the machine's shared tables (Hogwild)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["STORE_WAIT_S", "ElasticJob"]
+
+STORE_WAIT_S = 600.0  # how long a worker waits for the chief's tables or the others' end
+
+
+class ElasticJob:
+    """The elastic keys of one job in its store."""
+
+    def __init__(self, end: Any, world_size: int):
+        """`end`: the job's servers.JobEnd (its store and key prefix)."""
+        self.store, self.world_size = end.store, world_size
+        self.prefix = f"{end.prefix}/elastic"
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/{name}"
+
+    def reset(self) -> None:
+        """Clears what an earlier job under the same id left (a ps task, before serving)."""
+        names = ["tables_ready", "hogwild_prefix", "generation"]
+        for rank in range(self.world_size):
+            names += [f"position/{rank}", f"done/{rank}"]
+        for name in names:
+            self.store.delete_key(self._key(name))
+
+    def tables_created(self) -> None:
+        self.store.set(self._key("tables_ready"), b"1")
+
+    def wait_tables(self, timeout: float = STORE_WAIT_S) -> None:
+        self.store.wait([self._key("tables_ready")], timeout)
+
+    def leaders_value(self, name: str, value: str, is_leader: bool) -> str:
+        """The value the leader set under `name` first: a replacement leader keeps it."""
+        key = self._key(name)
+        if is_leader and not self.store.check([key]):
+            self.store.set(key, value.encode())
+        self.store.wait([key], STORE_WAIT_S)
+        return self.store.get(key).decode()
+
+    def tables_exist(self) -> bool:
+        return self.store.check([self._key("tables_ready")])
+
+    def last_generation(self) -> int:
+        key = self._key("generation")
+        return int(self.store.get(key)) if self.store.check([key]) else 0
+
+    def form_group(self, generation: int, rank: int, fresh: bool) -> int:
+        """Joins group `generation` of every worker through the store; returns the rank whose
+        state everyone takes (the lowest one that is not fresh, else 0)."""
+        from .. import collectives
+        from ..store.prefix import PrefixStore
+
+        store = PrefixStore(self._key(f"group{generation}"), self.store)
+        store.set(f"fresh/{rank}", b"1" if fresh else b"0")
+        collectives.init_process_group(
+            store=store, rank=rank, world_size=self.world_size, timeout=STORE_WAIT_S
+        )
+        keys = [f"fresh/{r}" for r in range(self.world_size)]
+        store.wait(keys, STORE_WAIT_S)
+        holders = [r for r in range(self.world_size) if store.get(keys[r]) == b"0"]
+        if rank == 0:
+            self.store.set(self._key("generation"), str(generation).encode())
+        return holders[0] if holders else 0
+
+    def hand_state(self, generation: int, source: int, rank: int, state: Any) -> Any:
+        """`state` (bytes) from `source` to every member of group `generation`."""
+        key = self._key(f"group{generation}/state")
+        if rank == source:
+            self.store.set(key, state)
+            return state
+        self.store.wait([key], STORE_WAIT_S)
+        return self.store.get(key)
+
+    def record_position(self, rank: int, epoch: int, batch_in_epoch: int) -> None:
+        self.store.set(self._key(f"position/{rank}"), f"{epoch} {batch_in_epoch}".encode())
+
+    def position(self, rank: int) -> tuple[int, int] | None:
+        """(epoch, batch_in_epoch) the last worker of this rank reached; None at its start."""
+        key = self._key(f"position/{rank}")
+        if not self.store.check([key]):
+            return None
+        epoch, batch = self.store.get(key).split()
+        return int(epoch), int(batch)
+
+    def worker_done(self, rank: int) -> None:
+        self.store.set(self._key(f"done/{rank}"), b"1")
+
+    def wait_all_done(self, timeout: float = STORE_WAIT_S) -> None:
+        keys = [self._key(f"done/{rank}") for rank in range(self.world_size)]
+        self.store.wait(keys, timeout)
