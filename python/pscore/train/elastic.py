@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["STORE_WAIT_S", "ElasticJob"]
+from .. import _config
+
+__all__ = ["STORE_WAIT_S", "ElasticJob", "check_request", "open_job"]
 
 STORE_WAIT_S = 600.0  # how long a worker waits for the chief's tables or the others' end
 
@@ -110,3 +112,41 @@ class ElasticJob:
     def wait_all_done(self, timeout: float = STORE_WAIT_S) -> None:
         keys = [self._key(f"done/{rank}") for rank in range(self.world_size)]
         self.store.wait(keys, timeout)
+
+
+def check_request(
+    elastic: bool, run: Any, strategy: Any, checkpoint_dir: Any, timeline_path: Any
+) -> None:
+    """Whether this Trainer may run as asked: elastic with a strategy and options that allow
+    it; a restarted worker (PSCORE_RESTART_COUNT) only in an elastic job."""
+    if not isinstance(elastic, bool):
+        raise TypeError(f"elastic must be True or False, not {elastic!r}")
+    if not elastic:
+        restarts = _config.RESTART_COUNT.get()
+        if restarts and not run.is_server:
+            raise RuntimeError(
+                f"worker {run.rank} was restarted ({_config.RESTART_COUNT.name}={restarts}) but "
+                "this Trainer is not elastic: a restarted worker cannot rejoin the job (give "
+                "Trainer(elastic=True), or pscore-run --max-restarts 0)"
+            )
+        return
+    strategy.check_elastic(run)
+    if checkpoint_dir is not None or timeline_path:
+        raise ValueError(
+            "elastic=True does not take checkpoint_dir or timeline yet (both gather the workers "
+            "through collectives, which an elastic job does without)"
+        )
+
+
+def open_job(end: Any, run: Any, strategy: Any) -> ElasticJob:
+    """The job's elastic keys in `end`'s store (a servers.JobEnd, None when the job has no
+    store), handed to the strategy."""
+    if end is None:
+        raise ValueError(
+            "elastic=True keeps the workers' agreement in the job's store and this job has none: "
+            "run it under pscore-run --servers, TF_CONFIG or Slurm, or set "
+            f"{_config.STORE.name}"
+        )
+    job = ElasticJob(end, run.world_size)
+    strategy.elastic = job
+    return job

@@ -14,6 +14,7 @@ from typing import Any
 from .. import _config, collectives, errors
 from ..collectives import registration
 from . import agreement, checkpoint, servers, stopping, strategies
+from . import elastic as elastic_job
 from .checks import check_int
 from .data import ShardedData, as_dataset
 from .elastic import ElasticJob
@@ -76,7 +77,9 @@ class Trainer:
         self.optimizer_choice = resolve(optimizer, optimizer_args)
         self.strategy = strategies.make(strategy, self.run, model, strategy_args)
         self.strategy.check(self.run)
-        self._check_elastic(elastic, checkpoint_dir)
+        elastic_job.check_request(
+            elastic, self.run, self.strategy, checkpoint_dir, self.timeline_path
+        )
         self.hooks: list[Hook] = list(hooks)
         if tensorboard:
             self.hooks.append(TensorBoardHook(tensorboard))
@@ -111,40 +114,13 @@ class Trainer:
             self.strategy.serve(self)
             raise SystemExit(0)
         registration.describe(role=self.run.role, strategy=self.strategy.name)
-        self._elastic: ElasticJob | None = self._open_elastic() if elastic else None
+        self._elastic: ElasticJob | None = None
+        if elastic:
+            self._elastic = elastic_job.open_job(
+                servers.JobEnd.open(self.run), self.run, self.strategy
+            )
         if self._elastic is None and not collectives.is_initialized():
             collectives.init_process_group()
-
-    def _check_elastic(self, elastic: bool, checkpoint_dir: Any) -> None:
-        if not isinstance(elastic, bool):
-            raise TypeError(f"elastic must be True or False, not {elastic!r}")
-        if not elastic:
-            restarts = _config.RESTART_COUNT.get()
-            if restarts and not self.run.is_server:
-                raise RuntimeError(
-                    f"worker {self.run.rank} was restarted ({_config.RESTART_COUNT.name}="
-                    f"{restarts}) but this Trainer is not elastic: a restarted worker cannot "
-                    "rejoin the job (give Trainer(elastic=True), or pscore-run --max-restarts 0)"
-                )
-            return
-        self.strategy.check_elastic(self.run)
-        if checkpoint_dir is not None or self.timeline_path:
-            raise ValueError(
-                "elastic=True does not take checkpoint_dir or timeline yet (both gather "
-                "the workers through collectives, which an elastic job does without)"
-            )
-
-    def _open_elastic(self) -> ElasticJob:
-        end = servers.JobEnd.open(self.run)
-        if end is None:
-            raise ValueError(
-                "elastic=True keeps the workers' agreement in the job's store and this job has "
-                f"none: run it under pscore-run --servers, TF_CONFIG or Slurm, or set "
-                f"{_config.STORE.name}"
-            )
-        job = ElasticJob(end, self.run.world_size)
-        self.strategy.elastic = job
-        return job
 
     @property
     def checkpoint_dir(self) -> str | None:
