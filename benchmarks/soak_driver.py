@@ -10,7 +10,8 @@ pushes the workers logged as acknowledged:
   deltas of some of the steps in flight at a worker kill.
 
 A worker that acknowledges nothing for --hang-s seconds, or does not exit within --hang-s of
-the stop, counts as a hang. Prints a JSON summary; exit status 1 on a mismatch or a hang.
+the stop, counts as a hang; one that exits on its own, as an unexpected exit (both restarted).
+Prints a JSON summary; exit status 1 on a mismatch, a hang or an unexpected exit.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class Soak:
         self.stop_file = os.path.join(workdir, "stop")
         self.procs: dict[str, subprocess.Popen] = {}
         self.kills = {"server": 0, "worker": 0}
-        self.hangs: list[str] = []
+        self.hangs: list[str] = []  # workers that stopped acknowledging, or did not stop
+        self.exits: list[str] = []  # workers that exited on their own (an error)
 
     def _log(self, name: str) -> str:
         return os.path.join(self.workdir, f"{name}.log")
@@ -97,7 +99,10 @@ class Soak:
             log = self._log(name)
             stale = os.path.exists(log) and now - os.path.getmtime(log) > hang_s
             if proc.poll() is not None or stale:
-                self.hangs.append(f"{name}: exit {proc.poll()}" if not stale else f"{name}: stale")
+                if stale:
+                    self.hangs.append(f"{name}: no acknowledged push for {hang_s:.0f} s")
+                else:
+                    self.exits.append(f"{name}: exit status {proc.returncode}")
                 proc.kill()
                 proc.wait()
                 self.start(name)
@@ -113,7 +118,7 @@ class Soak:
                     self.hangs.append(f"{name}: did not stop")
                     proc.kill()
                 if proc.returncode not in (0, -signal.SIGKILL):
-                    self.hangs.append(f"{name}: exit {proc.returncode} at stop")
+                    self.exits.append(f"{name}: exit status {proc.returncode} at stop")
 
 
 def _read_log(path: str) -> tuple[dict[int, int], dict[int, int]]:
@@ -202,7 +207,6 @@ def main() -> int:
         soak.stop_workers(args.hang_s)
         report = {"seconds": round(time.monotonic() - t0, 1), "kills": soak.kills}
         report.update(verify(args.workdir, store))
-        report["hangs"] = soak.hangs
     finally:
         for proc in [*soak.procs.values(), store_proc]:
             if proc.poll() is None:
@@ -212,9 +216,10 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     soak.hangs.append(f"pid {proc.pid}: did not exit on SIGTERM")
                     proc.kill()
-    report["hangs"] = soak.hangs
+    report["hangs"], report["unexpected_exits"] = soak.hangs, soak.exits
     print(json.dumps(report, indent=1))
-    bad = report["lost"] + report["duplicated"] + report["dense_mismatch_parts"] + len(soak.hangs)
+    bad = report["lost"] + report["duplicated"] + report["dense_mismatch_parts"]
+    bad += len(soak.hangs) + len(soak.exits)
     return 1 if bad else 0
 
 
