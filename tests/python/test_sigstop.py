@@ -38,6 +38,21 @@ def _touch(path, text=""):
         f.write(text)
 
 
+def _stop(pid, timeout=30.0):
+    """SIGSTOPs `pid` and returns once every thread of it is stopped (state T in /proc)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(state in "Tt" for state in states):
+            return
+        time.sleep(0.01)
+    raise TimeoutError(f"pid {pid} did not stop within {timeout} s")
+
+
 def _until_failure(op, limit=3):
     """Runs `op` until it raises, at most `limit` times: (calls that succeeded, exception type,
     message, seconds the failing call took). A call the stopped rank had already done its part
@@ -69,7 +84,7 @@ def stopped_rank(rank, _world, op, where, tmp):
         time.sleep(0.3)  # "inside": let the victim block in the collective
         with open(f"{tmp}/pid-{victim}") as f:
             victim_pid = int(f.read())
-        os.kill(victim_pid, signal.SIGSTOP)
+        _stop(victim_pid)
         _touch(f"{tmp}/stopped")
     _wait_file(f"{tmp}/stopped")
     first = _until_failure(op)
@@ -108,3 +123,73 @@ def test_stopped_rank_is_named_and_fails_after_resume(tmp_path, transport, op, w
     assert kind != "no error", "the resumed rank's collectives succeeded on a broken group"
     assert done <= min(results[r][0][0] for r in range(VICTIM)), "it finished a call they failed"
     assert elapsed < TIMEOUT + SLACK, (elapsed, msg)
+
+
+PS_TIMEOUT = 3.0
+DENSE = 32768  # 128 KB: split over both shards
+TIMED_OUT_DELTA = (1000, 10000)  # by worker; sums of any subset tell each apart
+
+
+def _push(client, delta):
+    client.push("w", np.full(DENSE, -delta, np.float32))  # SGD(lr=1) adds delta
+
+
+def _timed_out(call):
+    start = time.monotonic()
+    try:
+        call()
+    except TimeoutError as e:
+        return type(e), str(e), time.monotonic() - start
+    return None, "", time.monotonic() - start
+
+
+def test_stopped_pserver_shard_times_out_then_serves():
+    from test_ps_support import address_from_banner, pserver_process
+
+    from pscore.ps import SGD, PSClient
+
+    procs = [
+        pserver_process("--port", "0", "--shard", str(s), "--num-shards", "2", "--num-workers", "2")
+        for s in range(2)
+    ]
+    addrs = [address_from_banner(p.banner) for p in procs]
+    clients = []
+    try:
+        clients = [PSClient(addrs, worker_id=w, timeout=PS_TIMEOUT) for w in range(2)]
+        for c in clients:
+            c.create_dense("w", (DENSE,), initializer="zeros", optimizer=SGD(lr=1.0))
+        acked = 0
+        for step in range(5):
+            for c in clients:
+                _push(c, step + 1)
+                acked += step + 1
+        _stop(procs[1].pid)
+        pushes = [
+            _timed_out(lambda c=c, w=w: _push(c, TIMED_OUT_DELTA[w])) for w, c in enumerate(clients)
+        ]
+        pulls = [_timed_out(lambda c=c: c.pull("w")) for c in clients]
+        os.kill(procs[1].pid, signal.SIGCONT)
+        for kind, msg, elapsed in pushes + pulls:
+            print(f"stopped shard: {kind.__name__ if kind else None} after {elapsed:.2f} s: {msg}")
+            assert kind is pscore.TimeoutError, msg
+            assert "shard 1" in msg and addrs[1] in msg, msg
+            assert elapsed < PS_TIMEOUT + SLACK, (elapsed, msg)
+        # resumed: the old connections and a new one are served, and each acknowledged push
+        # counts once; a timed-out one counts at most once on each shard
+        for c in clients:
+            _push(c, 1)
+            acked += 1
+        with PSClient(addrs, worker_id=-1, timeout=30) as fresh:
+            values = fresh.pull("w")
+        subsets = {0, TIMED_OUT_DELTA[0], TIMED_OUT_DELTA[1], sum(TIMED_OUT_DELTA)}
+        got = {int(v) for v in np.unique(values)}
+        print(f"acknowledged sum {acked}, values {sorted(got)}")
+        assert np.all(values == np.round(values)) and all(v - acked in subsets for v in got), got
+        assert np.array_equal(clients[0].pull("w"), values)
+    finally:
+        for c in clients:
+            c.close()
+        for p in procs:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait()
