@@ -112,12 +112,15 @@ def test_stopped_rank_is_named_and_fails_after_resume(tmp_path, transport, op, w
     )
     for rank in range(VICTIM):
         (done, kind, msg, elapsed), (_, again_kind, again_msg, again_s) = results[rank]
-        print(f"{transport} {op} {where}: rank {rank} {kind} after {elapsed:.2f} s: {msg}")
+        print(
+            f"{transport} {op} {where}: rank {rank} {kind} after {elapsed:.2f} s, next call "
+            f"after {again_s * 1e3:.1f} ms: {msg}"
+        )
         assert kind == "TimeoutError", (rank, kind, msg)
         assert f"rank {VICTIM}" in msg and op in msg, msg
         assert elapsed < TIMEOUT + SLACK, (rank, elapsed, msg)
         assert again_kind != "no error" and "broken" in again_msg, (again_kind, again_msg)
-        assert again_s < 1.0, again_s
+        assert again_s < 0.5, again_s  # no second wait for the accounts (0.75 s)
     done, kind, msg, elapsed = results[VICTIM]
     print(f"{transport} {op} {where}: victim {kind} after {done} calls, {elapsed:.2f} s: {msg}")
     assert kind != "no error", "the resumed rank's collectives succeeded on a broken group"
