@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <utility>
+
+#include "common/error.h"
 
 namespace pscore {
 
@@ -17,8 +20,14 @@ void ring_doorbell(ShmHeader* h) {
               nullptr, 0);
 }
 
-ShmChannel::ShmChannel(RingView out, RingView in, ShmHeader* peer_header)
-    : out_(out), in_(in), peer_(peer_header) {}
+void throw_if_aborted(const ShmHeader* h, const std::string& peer_name) {
+  if (h->aborted.load(std::memory_order_acquire) != 1) return;
+  std::string reason(h->reason, strnlen(h->reason, kShmReasonBytes));
+  throw NetworkError(peer_name + " left the group: " + reason);
+}
+
+ShmChannel::ShmChannel(RingView out, RingView in, ShmHeader* peer_header, std::string peer_name)
+    : out_(out), in_(in), peer_(peer_header), peer_name_(std::move(peer_name)) {}
 
 void ShmChannel::ring_peer() { ring_doorbell(peer_); }
 
@@ -32,7 +41,10 @@ void copy_in(const RingView& r, uint64_t pos, const char* src, size_t n) {
 }
 }  // namespace
 
+// A rank that only writes (a broadcast's root) would otherwise fill the ring of a peer that
+// gave up on the group, and succeed.
 size_t ShmChannel::write_some(const void* a, size_t na, const void* b, size_t nb) {
+  throw_if_aborted(peer_, peer_name_);
   uint64_t head = out_.header->head.load(std::memory_order_relaxed);
   uint64_t tail = out_.header->tail.load(std::memory_order_acquire);
   uint64_t space = out_.capacity - (head - tail);

@@ -17,8 +17,8 @@ struct RingView {
 class ShmChannel : public Channel {
  public:
   // `peer_header` is rung after each write and each read (the peer is both our consumer and
-  // our producer).
-  ShmChannel(RingView out, RingView in, ShmHeader* peer_header);
+  // our producer); writes fail once it has aborted the group. `peer_name` names it in errors.
+  ShmChannel(RingView out, RingView in, ShmHeader* peer_header, std::string peer_name);
   size_t write_some(const void* a, size_t na, const void* b, size_t nb) override;
   size_t read_some(size_t max, size_t granule, const Sink& sink) override;
   size_t peek(void* dst, size_t n) override;
@@ -29,7 +29,11 @@ class ShmChannel : public Channel {
   RingView out_;
   RingView in_;
   ShmHeader* peer_;
+  std::string peer_name_;
 };
+
+// Throws NetworkError naming `peer_name` when the rank owning `h` has aborted the group.
+void throw_if_aborted(const ShmHeader* h, const std::string& peer_name);
 
 // Bumps a doorbell and wakes its sleepers, if any.
 void ring_doorbell(ShmHeader* h);

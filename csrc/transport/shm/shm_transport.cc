@@ -78,7 +78,8 @@ void ShmTransport::connect(const std::vector<std::string>& names,
     for (int lane = 0; lane < kNumLanes; ++lane) {
       RingView out = ring(peers_[p], rank_, lane);
       RingView in = ring(own_, p, lane);
-      channels_[p * kNumLanes + lane] = std::make_unique<ShmChannel>(out, in, peer_header(p));
+      channels_[p * kNumLanes + lane] =
+          std::make_unique<ShmChannel>(out, in, peer_header(p), rank_name(p));
     }
   }
 }
@@ -115,10 +116,7 @@ void ShmTransport::end_wait() { header()->sleepers.fetch_sub(1, std::memory_orde
 
 void ShmTransport::check_peer(int peer) {
   ShmHeader* h = peer_header(peer);
-  if (h && h->aborted.load(std::memory_order_acquire) == 1) {
-    std::string reason(h->reason, strnlen(h->reason, kShmReasonBytes));
-    throw NetworkError(rank_name(peer) + " left the group: " + reason);
-  }
+  if (h) throw_if_aborted(h, rank_name(peer));
   int fd = pidfds_[peer];
   if (fd >= 0) {
     pollfd p{fd, POLLIN, 0};

@@ -14,7 +14,10 @@ namespace {
 constexpr size_t kStagingBytes = 1 << 20;
 
 [[noreturn]] void throw_io(const std::string& peer, const char* op, int err) {
-  if (err == 0) throw NetworkError("connection closed by " + peer + " (peer exited or died)");
+  // EOF, or the reset of a peer that aborted the group (shutdown() below) or died with bytes
+  // unread.
+  if (err == 0 || err == ECONNRESET || err == EPIPE)
+    throw NetworkError("connection closed by " + peer + " (it aborted the group, exited or died)");
   throw NetworkError(errno_message(std::string(op) + " to/from " + peer, err));
 }
 
@@ -86,9 +89,17 @@ size_t TcpChannel::read_some(size_t max, size_t granule, const Sink& sink) {
   return aligned;
 }
 
+// Resets both connections (connect(AF_UNSPEC) disconnects a TCP socket with an RST), so the
+// peer fails its next send or receive at once, even if it was stopped meanwhile and only
+// sends (a broadcast's root): after a plain FIN its sends would still be taken into its socket
+// buffer. The descriptors stay open, so threads still using them just see errors.
 void TcpChannel::shutdown() {
-  for (const Socket* s : {&tx_, &rx_})
-    if (s->valid()) ::shutdown(s->fd(), SHUT_RDWR);
+  sockaddr unspec{};
+  unspec.sa_family = AF_UNSPEC;
+  for (const Socket* s : {&tx_, &rx_}) {
+    if (!s->valid()) continue;
+    if (::connect(s->fd(), &unspec, sizeof(unspec)) != 0) ::shutdown(s->fd(), SHUT_RDWR);
+  }
 }
 
 }  // namespace pscore

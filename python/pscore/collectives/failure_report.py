@@ -10,6 +10,8 @@ that died (or hangs), and the error names it first:
     rank 2 died or hangs (...): rank 1 <- rank 0: ... [rank 0 reported: ...; rank 3 reported: ...]
 
 A rank whose own message already blames the silent rank keeps its form and says so at the end.
+When the account that blames the silent rank timed out (the rank hangs: SIGSTOP, a deadlock),
+every rank's error is a TimeoutError, whatever its own peer did (closed its connection).
 Bounded in time: an unreachable store or a long trail adds at most REPORT_BUDGET_S (+ JOIN_SLACK_S).
 
 When the store itself is unreachable (it refuses this rank's account, or has not taken it
@@ -52,6 +54,7 @@ def _wait_for_unfinished_reports() -> None:
 
 atexit.register(_wait_for_unfinished_reports)
 
+_TIMED_OUT = " timed out after "  # what every pscore TimeoutError of a transfer says
 _BLAMED_RANK = re.compile(r"(?:closed by|<- |-> )rank (\d+)")
 
 
@@ -151,6 +154,15 @@ def explain(store, rank: int, exc: BaseException, store_host: str | None = None)
         return _store_unreachable(exc, text, store_host)
     if silent is None:
         return type(exc)(text) if accounts else exc
+    kind = _kind_of_silence(exc, accounts)
     if accounts:  # the rank this one blames is not the one that failed: name that one first
-        return type(exc)(f"rank {silent} died or hangs (it posted no account): {text}")
-    return type(exc)(f"{text} [rank {silent} posted no account: it died or hangs]")
+        return kind(f"rank {silent} died or hangs (it posted no account): {text}")
+    return kind(f"{text} [rank {silent} posted no account: it died or hangs]")
+
+
+def _kind_of_silence(exc: BaseException, accounts: list[tuple[int, str]]) -> type:
+    """TimeoutError when the silent rank hangs: the account that blames it (the last one read,
+    or this rank's own) timed out waiting for it. A dead rank's peers see its connections
+    close instead, and `exc`'s class stays."""
+    blaming = accounts[-1][1] if accounts else str(exc)
+    return PscoreTimeoutError if _TIMED_OUT in blaming else type(exc)

@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 BACKENDS = ("tcp", "pscore", "cpu")
+_BROKEN = ": the group is broken: "  # how a call on a group broken earlier fails (C++)
 
 
 class ProcessGroup:
@@ -64,6 +65,9 @@ class ProcessGroup:
         the same error (the torch backend's completer and the caller both wait on a work) share
         one report rather than racing on the store."""
         key = (type(exc), str(exc))
+        known = self._known_cause(str(exc))
+        if known is not None:
+            return type(exc)(known)
         with self._explaining:
             if key not in self._explained:
                 self._explained[key] = failure_report.explain(
@@ -71,6 +75,19 @@ class ProcessGroup:
                 )
             explained = self._explained[key]
         return type(explained)(str(explained)) if explained is not exc else exc
+
+    def _known_cause(self, message: str) -> str | None:
+        """A later call's "<op>: the group is broken: <cause>" with the cause as it was
+        explained when it happened; None when that failure was not explained here. The
+        accounts are not read again: the ranks that posted none would cost another wait."""
+        prefix, broken, cause = message.partition(_BROKEN)
+        if not broken:
+            return None
+        with self._explaining:
+            for (_, text), explained in self._explained.items():
+                if text == cause:
+                    return f"{prefix}{broken}{explained}"
+        return None
 
     def _store_host_name(self) -> str | None:
         """How this group's messages name the rank serving the store: "rank R" in this group's

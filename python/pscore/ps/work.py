@@ -13,6 +13,8 @@ from ..collectives.work import Work
 
 __all__ = ["PSWork"]
 
+_NO_REPLY = "(no reply within "  # how a link dropped for a request's timeout is reported
+
 _STATUS = ("applied", "duplicate", "dropped")
 
 
@@ -55,15 +57,20 @@ class PSWork(Work):
             except errors.NetworkError as e:
                 if not self._handle.retryable:
                     raise
+                # A shard dropped for not replying hangs (SIGSTOP, a deadlock): it gets one more
+                # request timeout to answer a reconnect, not retry_timeout, which is for restarts.
+                hung = _NO_REPLY in str(e)
                 if retry_until is None:
-                    retry_until = time.monotonic() + self._client.retry_timeout
+                    wait_s = self._client.timeout if hung else self._client.retry_timeout
+                    retry_until = time.monotonic() + min(wait_s, self._client.retry_timeout)
                 shards = self._handle.failed_shards()
                 if not shards:
                     raise
                 try:
                     self._client._reconnect(shards, retry_until)
                 except errors.NetworkError as again:
-                    raise errors.NetworkError(f"{e} (retrying failed: {again})") from e
+                    kind = errors.TimeoutError if hung else errors.NetworkError
+                    raise kind(f"{e} (retrying failed: {again})") from e
                 self._client._cpp.retry(self._handle)
 
     def status(self) -> dict:
