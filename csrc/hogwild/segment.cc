@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -31,37 +32,66 @@ char* map_fd(int fd, uint64_t nbytes, bool populate, const std::string& what) {
   return static_cast<char*>(p);
 }
 
+// One thread of this process at a time, waited for with a timeout. A flag under a mutex and a
+// condition variable rather than std::timed_mutex: libstdc++'s try_lock_for goes through
+// pthread_mutex_clocklock, which ThreadSanitizer (GCC 12) does not see, so every unlock after a
+// timed lock was reported as the unlock of an unlocked mutex.
+class ThreadGate {
+ public:
+  // Enters the gate; false if another thread kept it for longer than timeout_ms (< 0: forever).
+  bool enter(int64_t timeout_ms) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto free = [this] { return !held_; };
+    if (timeout_ms < 0) {
+      changed_.wait(lock, free);
+    } else if (!changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), free)) {
+      return false;
+    }
+    held_ = true;
+    return true;
+  }
+  void leave() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      held_ = false;
+    }
+    changed_.notify_one();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool held_ = false;
+};
+
 // The registry lock: a lease on kRegistryLease orders processes (and goes with a process that
-// dies holding it); a process-wide mutex orders this process's threads, whose leases on one
+// dies holding it); a process-wide gate orders this process's threads, whose leases on one
 // open file description would not exclude each other.
 class RegistryGuard {
  public:
   RegistryGuard(int fd, int64_t timeout_ms, const std::string& what) : fd_(fd) {
-    const bool forever = timeout_ms < 0;
-    if (forever) {
-      threads().lock();
-    } else if (!threads().try_lock_for(std::chrono::milliseconds(timeout_ms))) {
+    if (!threads().enter(timeout_ms)) {
       throw TimeoutError(what + ": another thread held the registry for more than " +
                          std::to_string(timeout_ms) + " ms");
     }
     try {
       take_lease(fd_, kRegistryLease, timeout_ms, what);
     } catch (...) {
-      threads().unlock();
+      threads().leave();
       throw;
     }
   }
   ~RegistryGuard() {
     release_lease(fd_, kRegistryLease);
-    threads().unlock();
+    threads().leave();
   }
   RegistryGuard(const RegistryGuard&) = delete;
   RegistryGuard& operator=(const RegistryGuard&) = delete;
 
  private:
-  static std::timed_mutex& threads() {
-    static std::timed_mutex m;
-    return m;
+  static ThreadGate& threads() {
+    static ThreadGate gate;
+    return gate;
   }
   int fd_;
 };

@@ -328,10 +328,10 @@ TEST(CollectivesProgress, NamesTheRunningCollectiveAndThePeerItWaitsOn) {
   auto work = g[0]->allreduce(x[0].data(), x[0].size(), DType::kFloat32, ReduceOp::kSum, true);
   OpSnapshot p;
   const Deadline give_up(10000);
-  do {
+  do {  // until the lane has begun allreduce #1: waiting_on still names #0's peer before that
     std::this_thread::yield();
     p = g[0]->progress();
-  } while (p.waiting_on != 1 && !give_up.expired());
+  } while ((p.entered != 2 || p.waiting_on != 1) && !give_up.expired());
   EXPECT_TRUE(p.running);
   EXPECT_EQ(p.entered, 2u);  // allreduce #1
   EXPECT_EQ(p.kind, OpKind::kAllreduce);
