@@ -89,7 +89,7 @@ TEST(PsSafetensors, RoundTripAndCorruptFiles) {
   write_raw(with_header(R"({"x":{"dtype":"Q9","shape":[1],"data_offsets":[0,4]}})") +
             std::string(4, '\0'));
   EXPECT_THROW(SafetensorsReader{path}, std::invalid_argument);
-  // Found by fuzz_checkpoint: 2^40 x 2^24 elements wrapped around to 0, matching an empty range.
+  // Found writing fuzz_checkpoint: 2^40 x 2^24 elements wrapped around to 0, matching no bytes.
   write_raw(with_header(
       R"({"x":{"dtype":"F32","shape":[1099511627776,16777216],"data_offsets":[0,0]}})"));
   EXPECT_THROW(SafetensorsReader{path}, std::invalid_argument);
