@@ -71,21 +71,14 @@ bool Exchange::step_send(Item& it, Channel& ch) {
 }
 
 void Exchange::check_header(const Item& it) const {
-  const MessageHeader& h = it.header;
-  auto fail = [&](const std::string& what) { throw NetworkError(describe(it) + ": " + what); };
-  if (h.magic != kMessageMagic) fail("stream out of step (bad message magic); the group is broken");
-  if (h.op != static_cast<uint8_t>(ctx_.kind) || h.seq != ctx_.seq)
-    fail("ranks disagree on the operation: the peer sent " +
-         std::string(op_kind_name(static_cast<OpKind>(h.op))) + " #" + std::to_string(h.seq));
-  if (h.dtype != static_cast<uint8_t>(ctx_.dtype))
-    fail("dtype mismatch: the peer sent " + std::string(dtype_name(static_cast<DType>(h.dtype))) +
-         ", this rank has " + dtype_name(ctx_.dtype));
-  if (h.nbytes != it.nbytes)
-    fail("size mismatch: the peer sent " + std::to_string(h.nbytes) + " bytes, this rank expects " +
-         std::to_string(it.nbytes));
-  if (h.tag != ctx_.tag)
-    fail("tag mismatch: the peer sent tag " + std::to_string(h.tag) + ", this rank expects " +
-         std::to_string(ctx_.tag));
+  MessageHeader expected;
+  expected.op = static_cast<uint8_t>(ctx_.kind);
+  expected.dtype = static_cast<uint8_t>(ctx_.dtype);
+  expected.seq = ctx_.seq;
+  expected.nbytes = it.nbytes;
+  expected.tag = ctx_.tag;
+  const std::string why = message_header_mismatch(it.header, expected);
+  if (!why.empty()) throw NetworkError(describe(it) + ": " + why);
 }
 
 // A receive reads the header (checked), then the payload into or onto dst, then the padding.

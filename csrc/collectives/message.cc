@@ -1,5 +1,7 @@
 #include "collectives/message.h"
 
+#include <string>
+
 namespace pscore {
 
 const char* op_kind_name(OpKind k) {
@@ -26,6 +28,24 @@ const char* op_kind_name(OpKind k) {
       return "send/recv";
   }
   return "unknown op";
+}
+
+std::string message_header_mismatch(const MessageHeader& h, const MessageHeader& want) {
+  if (h.magic != kMessageMagic)
+    return "stream out of step (bad message magic); the group is broken";
+  if (h.op != want.op || h.seq != want.seq)
+    return "ranks disagree on the operation: the peer sent " +
+           std::string(op_kind_name(static_cast<OpKind>(h.op))) + " #" + std::to_string(h.seq);
+  if (h.dtype != want.dtype)
+    return "dtype mismatch: the peer sent " + std::string(dtype_name(static_cast<DType>(h.dtype))) +
+           ", this rank has " + dtype_name(static_cast<DType>(want.dtype));
+  if (h.nbytes != want.nbytes)
+    return "size mismatch: the peer sent " + std::to_string(h.nbytes) +
+           " bytes, this rank expects " + std::to_string(want.nbytes);
+  if (h.tag != want.tag)
+    return "tag mismatch: the peer sent tag " + std::to_string(h.tag) + ", this rank expects " +
+           std::to_string(want.tag);
+  return "";
 }
 
 }  // namespace pscore

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/dtype.h"
 
@@ -36,6 +37,11 @@ struct MessageHeader {
   uint32_t reserved2 = 0;
 };
 static_assert(sizeof(MessageHeader) == 32, "message header is 32 bytes");
+
+// Why a received header does not belong to the message this rank expects (a stream out of step,
+// ranks that disagree on the operation, its sequence number, dtype, size or tag), or "" when it
+// does. Reads only the header's fields, so any 32 bytes from the network are safe to judge.
+std::string message_header_mismatch(const MessageHeader& received, const MessageHeader& expected);
 
 // Messages are padded so every message starts 8-byte aligned in a byte stream.
 inline uint64_t padding_for(uint64_t nbytes) { return (8 - nbytes % 8) % 8; }

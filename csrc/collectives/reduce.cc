@@ -15,7 +15,7 @@ void reduce_binomial(Comm& c, void* buf, size_t count, ReduceOp op, int root, vo
   // Non-roots accumulate in scratch so their input is left as it was.
   void* acc = buf;
   if (v != 0) {
-    std::memcpy(scratch, buf, nbytes);
+    if (nbytes) std::memcpy(scratch, buf, nbytes);  // an empty tensor may have no buffers at all
     acc = scratch;
   }
   for (int mask = 1; mask < n; mask <<= 1) {

@@ -17,7 +17,7 @@ void reduce_scatter_ring(Comm& c, const std::vector<const char*>& inputs,
   size_t off = 0;
   for (int b = 0; b < n; ++b) {
     blocks[b] = scratch + off;
-    std::memcpy(blocks[b], inputs[b], counts[b] * esize);
+    if (counts[b]) std::memcpy(blocks[b], inputs[b], counts[b] * esize);  // empty: maybe no buffer
     off += counts[b] * esize;
   }
   const int right = (r + 1) % n;
@@ -31,7 +31,7 @@ void reduce_scatter_ring(Comm& c, const std::vector<const char*>& inputs,
     x.recv_reduce(left, blocks[in], counts[in] * esize, op);
     x.run();
   }
-  std::memcpy(output, blocks[r], counts[r] * esize);
+  if (counts[r]) std::memcpy(output, blocks[r], counts[r] * esize);
 }
 
 }  // namespace pscore

@@ -91,6 +91,10 @@ TEST(PsSafetensors, RoundTripAndCorruptFiles) {
   write_raw(with_header(R"({"x":{"dtype":"Q9","shape":[1],"data_offsets":[0,4]}})") +
             std::string(4, '\0'));
   EXPECT_THROW(SafetensorsReader{path}, std::invalid_argument);
+  // Found writing fuzz_checkpoint: 2^40 x 2^24 elements wrapped around to 0, matching no bytes.
+  write_raw(with_header(
+      R"({"x":{"dtype":"F32","shape":[1099511627776,16777216],"data_offsets":[0,0]}})"));
+  EXPECT_THROW(SafetensorsReader{path}, std::invalid_argument);
   EXPECT_THROW(SafetensorsReader{dir + "/absent"}, pscore::Error);
 }
 
@@ -238,6 +242,38 @@ TEST(PsUpdateLog, ReplayStopsAtTornTail) {
   EXPECT_LT(intact, static_cast<uint64_t>(f.tellg()));
 }
 
+// Found by fuzz_update_log: a record header whose length runs past the end of the file is a torn
+// tail, and replay stops there before allocating that length.
+TEST(PsUpdateLog, ReplayStopsAtALengthPastTheEndOfTheFile) {
+  std::string path = temp_dir() + "/long.wal";
+  {
+    UpdateLog log(path, 0, false);
+    int64_t step = 7;
+    log.append(LogKind::kGlobalStep, {{&step, 8}});
+  }
+  uint64_t intact = 0;
+  UpdateLog::replay(path, 0, [](LogKind, uint64_t, WireReader&) {}, &intact);
+  {
+    const uint32_t magic = 0x4c575350;  // "PSWL"
+    const uint8_t kind_and_reserved[4] = {static_cast<uint8_t>(LogKind::kGlobalStep), 0, 0, 0};
+    const uint64_t index = 1, length = uint64_t(1) << 39;
+    std::ofstream f(path, std::ios::binary | std::ios::app);
+    f.write(reinterpret_cast<const char*>(&magic), 4);
+    f.write(reinterpret_cast<const char*>(kind_and_reserved), 4);
+    f.write(reinterpret_cast<const char*>(&index), 8);
+    f.write(reinterpret_cast<const char*>(&length), 8);
+    f << "a few bytes, not 2^39";
+  }
+  std::vector<int64_t> seen;
+  uint64_t intact_after = 0;
+  const uint64_t next = UpdateLog::replay(
+      path, 0, [&](LogKind, uint64_t, WireReader& r) { seen.push_back(r.i64("step")); },
+      &intact_after);
+  EXPECT_EQ(seen, (std::vector<int64_t>{7}));
+  EXPECT_EQ(next, 1u);
+  EXPECT_EQ(intact_after, intact);
+}
+
 // A snapshot marks the log, the shard goes on appending while the snapshot is written, then the
 // records before the mark are dropped: those after it stay, with their indices, and appending
 // goes on into the new file.
@@ -325,6 +361,17 @@ TEST(PsSeqWindow, OutOfOrderRetriesAreNewDuplicatesAreNot) {
   EXPECT_TRUE(coarse.contains(50));
   EXPECT_TRUE(coarse.contains(49));
   EXPECT_FALSE(coarse.contains(51));
+}
+
+// Found by fuzz_ps_wire: two dimensions within the limit whose product overflows int64 (and
+// wrapped to 0, passing the element cap) are too many elements.
+TEST(PsTableSpec, ShapeWhoseProductOverflowsIsRejected) {
+  TableSpec s;
+  s.name = "t";
+  s.shape = {int64_t(1) << 40, int64_t(1) << 30};
+  EXPECT_THROW(s.validate(1), std::invalid_argument);
+  s.shape = {int64_t(1) << 20, int64_t(1) << 20};
+  EXPECT_NO_THROW(s.validate(1));
 }
 
 TEST(PsTableSpec, DifferencesNameEachSettingWithBothValues) {

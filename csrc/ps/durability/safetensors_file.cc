@@ -110,12 +110,9 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   struct stat st{};
   ::fstat(fd, &st);
   map_bytes_ = static_cast<size_t>(st.st_size);
-  auto bad = [&](const std::string& why) {
-    throw std::invalid_argument("checkpoint " + path + " is not a valid safetensors file: " + why);
-  };
   if (map_bytes_ < 8) {
     ::close(fd);
-    bad("shorter than 8 bytes");
+    invalid("shorter than 8 bytes");
   }
   map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -123,7 +120,22 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     map_ = nullptr;
     throw Error(errno_message("cannot map checkpoint " + path, errno));
   }
+  try {
+    read_header();
+  } catch (...) {  // the destructor does not run for a constructor that throws
+    ::munmap(map_, map_bytes_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+void SafetensorsReader::invalid(const std::string& why) const {
+  throw std::invalid_argument("checkpoint " + path_ + " is not a valid safetensors file: " + why);
+}
+
+void SafetensorsReader::read_header() {
   auto* base = static_cast<const uint8_t*>(map_);
+  auto bad = [&](const std::string& why) { invalid(why); };
   uint64_t header_len = 0;
   std::memcpy(&header_len, base, 8);
   if (header_len > kMaxHeaderBytes || header_len > map_bytes_ - 8)
@@ -146,8 +158,10 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
       int64_t v = d.as_int("shape");
       if (v < 0 || v > (int64_t(1) << 40)) bad("tensor " + name + " has a bad shape");
       e.shape.push_back(v);
+      // Checked before multiplying: a product that wrapped around could match a short range.
+      if (v != 0 && numel > (uint64_t(1) << 42) / static_cast<uint64_t>(v))
+        bad("tensor " + name + " is too large");
       numel *= static_cast<uint64_t>(v);
-      if (numel > (uint64_t(1) << 42)) bad("tensor " + name + " is too large");
     }
     const auto& off = t.at("data_offsets").as_array("data_offsets");
     if (off.size() != 2) bad("tensor " + name + " needs two data offsets");

@@ -44,11 +44,15 @@ class SafetensorsReader {
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   // The tensor `name`, checking its dtype; throws std::invalid_argument when absent or mistyped.
   const TensorEntry& get(const std::string& name, const std::string& dtype) const;
+  const std::map<std::string, TensorEntry>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   std::string metadata_value(const std::string& key) const;
   const std::string& path() const { return path_; }
 
  private:
+  void read_header();  // validates the mapped header and fills tensors_ and metadata_
+  [[noreturn]] void invalid(const std::string& why) const;
+
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;

@@ -169,11 +169,17 @@ uint64_t UpdateLog::replay(const std::string& path, uint64_t from_index,
   uint64_t next = from_index;
   *intact_bytes = 0;
   if (!in) return next;
+  in.seekg(0, std::ios::end);
+  const uint64_t file_bytes = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
   std::vector<uint8_t> payload;
   for (;;) {
     RecordHeader h;
     if (!in.read(reinterpret_cast<char*>(&h), sizeof(h))) break;
-    if (h.magic != kLogMagic || h.length > (uint64_t(1) << 40)) break;
+    // A length past the end of the file is a torn (or garbled) tail: stop before allocating it.
+    const uint64_t left = file_bytes - *intact_bytes - sizeof(h);
+    if (h.magic != kLogMagic || left < sizeof(uint32_t) || h.length > left - sizeof(uint32_t))
+      break;
     payload.resize(h.length);
     uint32_t sum = 0;
     if (!in.read(reinterpret_cast<char*>(payload.data()), static_cast<std::streamsize>(h.length)))

@@ -100,8 +100,8 @@ void TableSpec::validate(int num_workers) const {
   int64_t n = 1;
   for (int64_t d : shape) {
     require(d >= 0 && d <= kMaxNumel, name, "bad dimension " + std::to_string(d));
+    require(d == 0 || n <= kMaxNumel / d, name, "too many elements");  // before n * d overflows
     n *= d;
-    require(n <= kMaxNumel, name, "too many elements");
   }
   require(capacity >= 0 && capacity <= kMaxNumel, name, "bad capacity " + std::to_string(capacity));
   require(max_rows_per_shard >= 0 && max_rows_per_shard < (int64_t{1} << 32), name,

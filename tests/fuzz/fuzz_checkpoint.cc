@@ -1,0 +1,52 @@
+// A shard checkpoint file (safetensors: header length, JSON header, tensors) as a recovering
+// parameter server reads it: the input is written as the snapshot in the recover directory and
+// ShardState::recover() loads it (header, metadata JSON, table layouts, tensor sizes, values).
+// The safetensors reader's own contract is checked too: every tensor it accepts lies inside the
+// file and has exactly the bytes its dtype and shape call for.
+#include <string>
+
+#include "fuzz_support.h"
+#include "ps/durability/safetensors_file.h"
+#include "ps/server/shard_state.h"
+
+using namespace pscore;
+using namespace pscore::ps;
+
+namespace {
+
+uint64_t element_bytes(const std::string& dtype) {
+  if (dtype == "F32" || dtype == "I32") return 4;
+  if (dtype == "I64" || dtype == "F64") return 8;
+  if (dtype == "F16" || dtype == "BF16") return 2;
+  return 1;
+}
+
+// The reader's contract for every tensor it accepts: inside the file, and exactly the bytes its
+// dtype and shape call for (counted without overflow).
+void check_tensor(const TensorEntry& e) {
+  unsigned __int128 bytes = element_bytes(e.dtype);
+  for (int64_t d : e.shape) bytes *= static_cast<uint64_t>(d);
+  fuzz::require(bytes == e.nbytes, "a tensor's bytes do not match its shape");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  ShardOptions opts;
+  opts.recover_dir = fuzz::scratch_dir();
+  opts.num_workers = 2;
+  ShardState probe(opts);
+  const std::string snapshot = probe.snapshot_path(opts.recover_dir);
+  fuzz::write_file(snapshot, data, size);
+  fuzz::expect_documented_errors([&] {
+    SafetensorsReader file(snapshot);
+    for (const auto& [name, value] : file.metadata()) file.metadata_value(name);
+    for (const auto& [name, tensor] : file.tensors()) check_tensor(tensor);
+  });
+  std::remove((snapshot.substr(0, snapshot.size() - 12) + ".wal").c_str());
+  fuzz::expect_documented_errors([&] {
+    ShardState shard(opts);
+    shard.recover();
+  });
+  return 0;
+}
