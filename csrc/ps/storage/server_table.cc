@@ -147,10 +147,11 @@ void ServerTable::apply_dense_into(const float* grad, float* out) {
   ++dense_step_;
   constexpr int64_t kSlice = 16 * 1024;  // 64 KB of values
   const int64_t n = part_.numel;
+  float* state = state_.data();  // null for a stateless optimizer (SGD without momentum)
   for (int64_t at = 0; at < n; at += kSlice) {
     const int64_t len = std::min(kSlice, n - at);
-    apply_optimizer(spec().optimizer, values_.data() + at, grad + at, state_.data() + at, len,
-                    dense_step_, n);
+    apply_optimizer(spec().optimizer, values_.data() + at, grad + at,
+                    state == nullptr ? nullptr : state + at, len, dense_step_, n);
     std::memcpy(out + at, values_.data() + at, static_cast<size_t>(len) * sizeof(float));
   }
 }
