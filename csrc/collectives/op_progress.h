@@ -32,7 +32,9 @@ class OpProgress {
  private:
   std::atomic<uint64_t> entered_{0};
   std::atomic<bool> running_{false};
-  std::atomic<uint8_t> kind_{0}, dtype_{0};
+  // Before the first collective a snapshot reads OpSnapshot's defaults, valid enum values.
+  std::atomic<uint8_t> kind_{static_cast<uint8_t>(OpKind::kAllreduce)};
+  std::atomic<uint8_t> dtype_{static_cast<uint8_t>(DType::kUInt8)};
   std::atomic<uint64_t> nbytes_{0};
   std::atomic<int64_t> started_us_{0};
   std::atomic<int> waiting_on_{-1};

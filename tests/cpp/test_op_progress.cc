@@ -23,8 +23,11 @@ OpContext context_of(uint64_t seq) {
 
 TEST(OpProgress, SnapshotsFromAnotherThreadSeeWhatTheLaneWrote) {
   OpProgress progress;
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false}, reading{false};
   std::thread lane([&] {
+    while (!reading.load(std::memory_order_acquire)) {  // the reader is running: they overlap
+      std::this_thread::yield();
+    }
     for (uint64_t seq = 0; seq < kOps; ++seq) {
       progress.begin(context_of(seq));
       progress.waiting_on()->store(static_cast<int>(seq % 4), std::memory_order_relaxed);
@@ -36,6 +39,7 @@ TEST(OpProgress, SnapshotsFromAnotherThreadSeeWhatTheLaneWrote) {
   uint64_t snapshots = 0;
   while (!done.load(std::memory_order_acquire)) {
     const OpSnapshot s = progress.snapshot();
+    reading.store(true, std::memory_order_release);
     ASSERT_GE(s.entered, last_entered) << "the count of started collectives went back";
     last_entered = s.entered;
     EXPECT_TRUE(s.kind == OpKind::kAllreduce || s.kind == OpKind::kBroadcast);
