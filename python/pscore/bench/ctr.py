@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import subprocess
@@ -272,6 +273,11 @@ def _ddp_worker(args) -> tuple[int, float]:
     batches = _batches(args, dist.get_rank(), dist.get_world_size())
     seconds = _time_steps(step, batches, args.warmup, dist.barrier)
     rank = dist.get_rank()
+    # DDP's reducer holds the gloo group inside reference cycles: free it now, not during
+    # interpreter teardown, where a gloo group's threads can abort the process (seen once in CI:
+    # "terminate called without an active exception").
+    model = optimizers = step = None
+    gc.collect()
     dist.destroy_process_group()
     return rank, seconds
 
