@@ -9,30 +9,16 @@ import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from train_ps_helpers import ROOT, environment, launch
 
-import pscore
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-# The children import the pscore these tests import (a CI checkout has no built extension).
-CHILD_ENV = {
-    **{k: v for k, v in os.environ.items() if not k.startswith(("PSCORE_", "RANK", "MASTER_"))},
-    "PYTHONPATH": os.path.dirname(os.path.dirname(pscore.__file__)),
-}
+EXAMPLES = os.path.join(ROOT, "examples")
 
 
-def _launch(script: str, env: dict) -> list[str]:
+def _launch(script: str, **extra: str) -> list[str]:
     """`pscore-run -n 2 examples/SCRIPT`: its lines without the rank prefixes, sorted."""
-    run = subprocess.run(
-        [sys.executable, "-m", "pscore.launch", "-n", "2", str(EXAMPLES / script)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    run = launch(["-n", "2", os.path.join(EXAMPLES, script)], ROOT, **extra)
     assert run.returncode == 0, run.stderr
     return sorted(re.sub(r"^\[rank\d\]: ", "", line) for line in run.stdout.splitlines())
 
@@ -62,17 +48,17 @@ def _stop(proc: subprocess.Popen) -> int:
 
 
 def test_first_collective_sums_the_ranks():
-    assert _launch("quickstart_collective.py", CHILD_ENV) == [
+    assert _launch("quickstart_collective.py") == [
         "rank 0 of 2: [3. 3. 3. 3.]",
         "rank 1 of 2: [3. 3. 3. 3.]",
     ]
 
 
 def test_first_ps_job_applies_the_mean_gradient():
-    store, line = _start("pscore.store.server", "--port", "0", env=CHILD_ENV, ready="serving")
+    store, line = _start("pscore.store.server", "--port", "0", env=environment(), ready="serving")
     try:
         url = line.split("serving ", 1)[1].strip()
-        env = {**CHILD_ENV, "PSCORE_STORE": url}
+        env = environment(PSCORE_STORE=url)
         server, _ = _start(
             "pscore.ps.pserver",
             "--shard",
@@ -85,7 +71,7 @@ def test_first_ps_job_applies_the_mean_gradient():
             ready="serving on",
         )
         try:
-            lines = _launch("quickstart_ps.py", env)
+            lines = _launch("quickstart_ps.py", PSCORE_STORE=url)
         finally:
             assert _stop(server) == 0
     finally:
