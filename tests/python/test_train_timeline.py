@@ -12,6 +12,7 @@ import os
 import pytest
 from train_ps_helpers import launch, write
 
+from pscore.collectives.work import CompletedWork
 from pscore.train import tensorboard, timeline
 
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
@@ -208,6 +209,20 @@ def test_a_timeline_that_does_not_record_only_counts_bytes():
         pass
     quiet.add("push_pull t", timeline.COMMUNICATION, quiet.now(), 2, nbytes=20)
     assert quiet.comm_bytes == 120 and quiet.payload("rank 0")["events"] == []
+    quiet.wait(CompletedWork(), "push_pull u", "wait u", quiet.now(), 3, nbytes=30)
+    assert quiet.comm_bytes == 150 and quiet.payload("rank 0")["events"] == []
+
+
+def test_waiting_for_an_asynchronous_operation_records_the_wait_and_its_lane():
+    t = timeline.Timeline(0, record=True)
+    lane = t.lane("push_pull t")
+    t.wait(CompletedWork(), "push_pull t", "wait t", t.now(), lane, nbytes=8)
+    events = [(e[0], e[1], e[2], e[5]) for e in t.payload("rank 0")["events"]]
+    assert events == [
+        ("wait t", timeline.WAIT, timeline.TRAIN_LANE, None),
+        ("push_pull t", timeline.COMMUNICATION, lane, {"bytes": 8}),
+    ]
+    assert t.comm_bytes == 8
 
 
 def test_pausing_keeps_what_was_recorded():

@@ -7,7 +7,8 @@ What the workers would agree on through collectives they agree on through the jo
 (servers.job_store), under pscore/train/<job id>/elastic/:
   tables_ready      set by the chief once the dense tables exist (the others wait for it)
   position/<rank>   "epoch batch_in_epoch" after each of that worker's steps: a replacement
-                    goes on from there instead of retraining its shard
+                    goes on from there instead of retraining its shard (not allreduce: its
+                    group hands the position with the state)
   done/<rank>       set when that worker is done training: every worker takes the final
                     weights once all of them are set (the same weights everywhere at the end)
   hogwild_prefix    hogwild: the name prefix of the shared tables, chosen by the leader

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .timeline import COMMUNICATION, WAIT, Timeline
+from .timeline import COMMUNICATION, Timeline
 
 __all__ = ["ServerEmbedding", "find_embeddings"]
 
@@ -197,7 +197,5 @@ class ServerEmbedding:
 
     def wait_push(self, work: Any) -> None:
         """Waits for push_async's `work` (a sync table answers once the round closed)."""
-        with self.timeline.span(self._wait_label, WAIT):
-            work.wait()
         started, nbytes = self._push_started
-        self.timeline.add(self._push_label, COMMUNICATION, started, self._lane, nbytes)
+        self.timeline.wait(work, self._push_label, self._wait_label, started, self._lane, nbytes)

@@ -83,6 +83,7 @@ class Timeline:
 
     span(name, cat, lane, nbytes, **args)   a context manager timing its block
     add(name, cat, start_ns, lane, nbytes)  an event from start_ns (a now() taken earlier) to now
+    wait(work, name, wait_name, ...)        waits for an asynchronous communication, adding both
     lane(name)                              the lane id of a named lane, made on first use
     """
 
@@ -121,6 +122,20 @@ class Timeline:
         if self.events is not None:
             args = {"bytes": nbytes} if nbytes else None
             self.events.append((name, cat, lane, start_ns, _now(), args))
+
+    def wait(
+        self, work: Any, name: str, wait_name: str, start_ns: int, lane: int, nbytes: int
+    ) -> None:
+        """Waits for `work`, the asynchronous communication `name` started at start_ns (a now()
+        taken then), in a `wait_name` span; then adds `name` on its own `lane`, from its start
+        to now."""
+        if self.events is None:
+            work.wait()
+            self.comm_bytes += nbytes
+            return
+        with self.span(wait_name, WAIT):
+            work.wait()
+        self.add(name, COMMUNICATION, start_ns, lane, nbytes)
 
     def payload(self, label: str) -> dict:
         """This rank's events as JSON-ready data (what the chief merges): times in ns from

@@ -11,6 +11,7 @@ import json
 import numpy as np
 
 from .. import collectives
+from .agreement import gather_int
 from .timeline import Timeline, per_rank_path, trace, write
 
 __all__ = ["gather_payloads", "write_job_trace"]
@@ -20,18 +21,16 @@ def gather_payloads(payload: dict) -> list[dict] | None:
     """Every worker's payload on the chief (by rank), None on the others."""
     if not collectives.is_initialized() or collectives.get_world_size() == 1:
         return [payload]
-    world, rank = collectives.get_world_size(), collectives.get_rank()
     data = np.frombuffer(json.dumps(payload, separators=(",", ":")).encode(), dtype=np.uint8)
-    sizes = [np.zeros(1, dtype=np.int64) for _ in range(world)]
-    collectives.all_gather(sizes, np.array([data.size], dtype=np.int64))
-    longest = int(max(s[0] for s in sizes))
-    mine = np.zeros(longest, dtype=np.uint8)
+    sizes = gather_int(data.size)
+    mine = np.zeros(max(sizes), dtype=np.uint8)
     mine[: data.size] = data
-    every = [np.empty(longest, dtype=np.uint8) for _ in range(world)] if rank == 0 else None
+    chief = collectives.get_rank() == 0
+    every = [np.empty_like(mine) for _ in sizes] if chief else None
     collectives.gather(mine, every, dst=0)
     if every is None:
         return None
-    return [json.loads(every[r][: int(sizes[r][0])].tobytes()) for r in range(world)]
+    return [json.loads(e[:size].tobytes()) for e, size in zip(every, sizes)]
 
 
 def write_job_trace(timeline: Timeline, path: str, label: str, other: dict | None = None) -> None:

@@ -119,6 +119,9 @@ class Trainer:
             self._elastic = elastic_job.open_job(
                 servers.JobEnd.open(self.run), self.run, self.strategy
             )
+        # A store round trip per step, only where a replacement reads it: a strategy that
+        # regroups (allreduce) hands the position with its state (AllReduce._pack).
+        self._records_position = self._elastic is not None and not self.strategy.regroups
         if self._elastic is None and not collectives.is_initialized():
             collectives.init_process_group()
 
@@ -286,7 +289,7 @@ class Trainer:
     def _after_step(self, loss: float | None, samples: int) -> None:
         """The step boundary: hooks, the stop agreement, the bar, a checkpoint when due."""
         self.samples += samples
-        if self._elastic is not None:
+        if self._records_position:
             self._elastic.record_position(self.run.rank, self.epoch, self.batch_in_epoch)
         for h in self.hooks:
             h.after_step(self, loss)
@@ -397,7 +400,7 @@ class Trainer:
 
     def _rejoin_where_left(self) -> None:
         """Elastic: a replacement worker goes on from the position its predecessor reached."""
-        found = None if self._elastic is None else self._elastic.position(self.run.rank)
+        found = self._elastic.position(self.run.rank) if self._records_position else None
         if found is not None and found > (self.epoch, self.batch_in_epoch):
             self.epoch, self.batch_in_epoch = found
             self.log(

@@ -27,7 +27,7 @@ import torch
 from ... import collectives
 from ...collectives.work import CompletedWork
 from ..state import load_optimizer_tensors, optimizer_tensors
-from ..timeline import COMMUNICATION, COMPUTE, TRAIN_LANE, WAIT
+from ..timeline import COMMUNICATION, COMPUTE, TRAIN_LANE
 from .base import Strategy
 
 __all__ = ["AllReduce"]
@@ -217,10 +217,8 @@ class AllReduce(Strategy):
             if bucket.started_ns is None:  # reduced on this thread
                 bucket.work.wait()
             else:  # its own lane shows the reduce from its start to the end of this wait
-                with timeline.span(bucket.wait_label, WAIT):
-                    bucket.work.wait()
-                nbytes = bucket.flat.nbytes
-                timeline.add(bucket.label, COMMUNICATION, bucket.started_ns, bucket.lane, nbytes)
+                label, started, nbytes = bucket.label, bucket.started_ns, bucket.flat.nbytes
+                timeline.wait(bucket.work, label, bucket.wait_label, started, bucket.lane, nbytes)
             count = float(bucket.flat[-1])
             counts.append(count)
             if 0 < count < self.world:  # the sum was pre-divided by every worker

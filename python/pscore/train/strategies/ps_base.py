@@ -105,9 +105,7 @@ class PSStrategy(Strategy):
             for t, g in grads.items()
         ]
         for trace, started, work in works:
-            with timeline.span(trace.wait_label, WAIT):
-                work.wait()
-            timeline.add(trace.label, COMMUNICATION, started, trace.lane, trace.nbytes)
+            timeline.wait(work, trace.label, trace.wait_label, started, trace.lane, trace.nbytes)
 
     def increment_global_step(self) -> None:
         with self.timeline.span("increment_global_step", COMMUNICATION, nbytes=16):
