@@ -3,11 +3,11 @@
 // ShardState::recover() loads it (header, metadata JSON, table layouts, tensor sizes, values).
 // The safetensors reader's own contract is checked too: every tensor it accepts lies inside the
 // file and has exactly the bytes its dtype and shape call for.
+#include <cstdio>
 #include <string>
 
-#include "fuzz_support.h"
 #include "ps/durability/safetensors_file.h"
-#include "ps/server/shard_state.h"
+#include "recovering_shard.h"
 
 using namespace pscore;
 using namespace pscore::ps;
@@ -32,20 +32,16 @@ void check_tensor(const TensorEntry& e) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  ShardOptions opts;
-  opts.recover_dir = fuzz::scratch_dir();
-  opts.num_workers = 2;
-  ShardState probe(opts);
-  const std::string snapshot = probe.snapshot_path(opts.recover_dir);
-  fuzz::write_file(snapshot, data, size);
+  const fuzz::RecoveringShard& files = fuzz::recovering_shard();
+  fuzz::write_file(files.snapshot, data, size);
   fuzz::expect_documented_errors([&] {
-    SafetensorsReader file(snapshot);
+    SafetensorsReader file(files.snapshot);
     for (const auto& [name, value] : file.metadata()) file.metadata_value(name);
     for (const auto& [name, tensor] : file.tensors()) check_tensor(tensor);
   });
-  std::remove((snapshot.substr(0, snapshot.size() - 12) + ".wal").c_str());
+  std::remove(files.log.c_str());
   fuzz::expect_documented_errors([&] {
-    ShardState shard(opts);
+    ShardState shard(files.opts);
     shard.recover();
   });
   return 0;

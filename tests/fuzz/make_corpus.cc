@@ -14,12 +14,11 @@
 
 #include "collectives/message.h"
 #include "common/frame.h"
-#include "fuzz_support.h"
 #include "ps/durability/checkpoint_metadata.h"
-#include "ps/server/shard_state.h"
 #include "ps/wire/ps_handshake.h"
 #include "ps/wire/ps_protocol.h"
 #include "ps/wire/table_spec.h"
+#include "recovering_shard.h"
 #include "store/store_handshake.h"
 #include "store/store_protocol.h"
 
@@ -155,15 +154,11 @@ void fill_shard(ShardState& shard) {
 }
 
 void durable_seeds(const std::string& data_dir) {
-  ShardOptions opts;
-  opts.recover_dir = fuzz::scratch_dir();
-  opts.num_workers = 2;
+  const auto& [opts, snap, log] = fuzz::recovering_shard();
   {
     ShardState shard(opts);
     fill_shard(shard);
     ps_wire_seeds(shard);
-    const std::string snap = shard.snapshot_path(opts.recover_dir);
-    const std::string log = snap.substr(0, snap.size() - 12) + ".wal";
     seed("fuzz_update_log", "two_tables", read_file(log));
     shard.save(opts.recover_dir);
     seed("fuzz_checkpoint", "two_tables", read_file(snap));

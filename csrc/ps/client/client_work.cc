@@ -47,32 +47,27 @@ std::exception_ptr Work::exception() {
   return nullptr;
 }
 
-std::vector<int> Work::failed_shards() {
+// The shards of this work's sub-requests, and its children's, that pick() holds for: sorted, once.
+std::vector<int> Work::shards_where(bool (*pick)(const SubRequest&)) {
   std::vector<int> out;
   for (auto& child : children)
-    for (int s : child->failed_shards()) out.push_back(s);
+    for (int s : child->shards_where(pick)) out.push_back(s);
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& s : subs)
-      if (s->done && s->error && s->retryable_error) out.push_back(s->shard);
+      if (pick(*s)) out.push_back(s->shard);
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
+std::vector<int> Work::failed_shards() {
+  return shards_where([](const SubRequest& s) { return s.done && s.error && s.retryable_error; });
+}
+
 std::vector<int> Work::pending_shards() {
-  std::vector<int> out;
-  for (auto& child : children)
-    for (int s : child->pending_shards()) out.push_back(s);
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (auto& s : subs)
-      if (!s->done) out.push_back(s->shard);
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
+  return shards_where([](const SubRequest& s) { return !s.done; });
 }
 
 int64_t Work::progress() {

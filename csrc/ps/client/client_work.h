@@ -82,6 +82,7 @@ class Work : public pscore::Work, public std::enable_shared_from_this<Work> {
 
  private:
   bool complete_locked() const;
+  std::vector<int> shards_where(bool (*pick)(const SubRequest&));
   bool retryable_ = true;
   std::mutex mu_;
   std::condition_variable cv_;
