@@ -141,7 +141,8 @@ class _Watchdog:
                 shortest = min(shortest, source.threshold_s)
             try:
                 source.publish()
-                items = source.in_flight()
+                # with reports off (threshold 0) only the dump asks what is in flight
+                items = source.in_flight() if source.threshold_s > 0 else []
             except Exception as e:  # noqa: BLE001 - a broken source must not stop the others
                 LOG.debug("pscore: stall watchdog: %s failed: %s", source, e)
                 continue

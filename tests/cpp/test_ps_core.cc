@@ -4,12 +4,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <thread>
 
 #include "common/error.h"
 #include "common/wire_codec.h"
@@ -192,6 +194,23 @@ TEST(PsConsistency, SspStalenessBound) {
   c.advance_clock(0, 10);
   c.set_done(1);  // a finished worker no longer holds others back
   EXPECT_TRUE(c.may_proceed(0));
+}
+
+TEST(PsConsistency, SspOldestParkedIsTheFirstParked) {
+  ConsistencySpec spec;
+  spec.mode = Consistency::kSsp;
+  spec.staleness = 0;
+  ConsistencyState c(spec, 2);
+  c.advance_clock(0, 1);
+  c.park(Waiter{0, 1, {}, nullptr});
+  const int64_t first = c.oldest_parked_us();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a later now_us for the second
+  c.park(Waiter{0, 2, {}, nullptr});
+  EXPECT_EQ(c.oldest_parked_us(), first);
+  EXPECT_EQ(c.parked_workers(), std::vector<int>{0});
+  c.advance_clock(1, 1);
+  EXPECT_EQ(c.release_ready().size(), 2u);
+  EXPECT_EQ(c.oldest_parked_us(), 0);
 }
 
 TEST(PsOptimizer, SgdMomentumNesterovAndClipping) {

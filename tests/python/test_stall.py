@@ -283,3 +283,26 @@ def test_threshold_is_half_the_timeout_unless_set(monkeypatch):
     monkeypatch.setenv("PSCORE_STALL_WARNING", "-1")
     with pytest.raises(ValueError, match="PSCORE_STALL_WARNING='-1'"):
         stall.threshold(60.0)
+
+
+def test_watchdog_publishes_but_does_not_inspect_a_source_with_reports_off():
+    from pscore import stall
+
+    class Source:
+        def __init__(self, threshold_s: float):
+            self.threshold_s = threshold_s
+            self.published = self.asked = 0
+
+        def publish(self) -> None:
+            self.published += 1
+
+        def in_flight(self) -> list:
+            self.asked += 1
+            return []
+
+    watchdog = stall._Watchdog()  # not started: check() runs here
+    off, on = Source(0.0), Source(5.0)
+    watchdog.sources.update((off, on))
+    assert watchdog.check() == 1.0  # a fifth of the only threshold
+    assert (off.published, off.asked) == (1, 0)
+    assert (on.published, on.asked) == (1, 1)

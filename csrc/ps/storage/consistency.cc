@@ -104,13 +104,6 @@ std::vector<int> ConsistencyState::parked_workers() const {
   return out;
 }
 
-int64_t ConsistencyState::oldest_parked_us() const {
-  int64_t oldest = 0;
-  for (const Waiter& w : ssp_waiters_)
-    if (oldest == 0 || w.parked_us < oldest) oldest = w.parked_us;
-  return oldest;
-}
-
 std::vector<Waiter> ConsistencyState::release_ready() {
   std::vector<Waiter> ready, still;
   for (Waiter& w : ssp_waiters_) (may_proceed(w.worker) ? ready : still).push_back(std::move(w));

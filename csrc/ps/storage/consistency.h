@@ -72,9 +72,11 @@ class ConsistencyState {
   bool may_proceed(int worker) const;
   void park(Waiter w);
   // The workers whose pushes wait behind the staleness bound, and since when the oldest does
-  // (now_us; 0 when none waits).
+  // (now_us; 0 when none waits): the first parked, as release_ready keeps their order.
   std::vector<int> parked_workers() const;
-  int64_t oldest_parked_us() const;
+  int64_t oldest_parked_us() const {
+    return ssp_waiters_.empty() ? 0 : ssp_waiters_.front().parked_us;
+  }
   // Removes and returns the parked ssp replies whose workers may now proceed.
   std::vector<Waiter> release_ready();
 

@@ -63,13 +63,13 @@ class GroupWatch:
         )
 
     def _report(self, seq: int, what: str) -> str | None:
-        """Which ranks have not entered collective #seq, from their published counts."""
+        """Which ranks have not entered collective #seq, from their published counts (the
+        watchdog has just published this rank's)."""
         if self.store_error is not None:
             return (
                 f"pscore: {what} has stalled; the other ranks' progress is unknown "
                 f"(store: {self.store_error})"
             )
-        self.publish()
         me = self.native.rank
         entered = {r: self.store.add(_key(r), 0) for r in range(self.native.size) if r != me}
         p = self.native.progress()
