@@ -48,9 +48,11 @@ SCRIPT = """
 """
 
 
-def run_job(tmp_path, strategy: str, elastic: bool, kill_rank: int, kill_step: int, restarts=1):
+def run_job(
+    tmp_path, strategy: str, elastic: bool, kill_rank: int, kill_step: int, restarts=1, flags=()
+):
     script = write(tmp_path, "elastic.py", SCRIPT)
-    flags = ["--workers", "3"]
+    flags = ["--workers", "3", *flags]
     if strategy not in ("allreduce", "hogwild"):  # ps-async / ssp: every worker its own group
         flags += ["--servers", "1", "--worker-groups", "1" if strategy == "ps-sync" else "3"]
     flags += ["--max-restarts", str(restarts), "--grace-period", "30"]
@@ -87,6 +89,39 @@ def test_a_killed_worker_is_replaced_and_the_job_ends_as_undisturbed(tmp_path, s
         accuracy, step = float(line.split()[4]), int(line.split()[-1])
         assert accuracy >= ACCURACY_BOUND, line
         assert step == server_steps(strategy), line
+
+
+def shrunk_server_steps(strategy: str, kill_rank: int, kill_step: int) -> int:
+    """The servers' global step when worker `kill_rank` died after its step `kill_step` and
+    nobody replaced it: every push it had acknowledged stays counted."""
+    if strategy == "ps-sync":  # the chief counts its own steps
+        return kill_step if kill_rank == 0 else STEPS_PER_WORKER
+    if strategy in ("ps-async", "ssp"):
+        return 2 * STEPS_PER_WORKER + kill_step
+    return -1
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "ps-sync", "ps-async", "ssp", "hogwild"])
+def test_a_killed_worker_with_no_restart_left_leaves_and_the_others_finish(tmp_path, strategy):
+    draw = random.Random(f"shrink {strategy}")
+    kill_rank, kill_step = draw.randrange(3), draw.randrange(2, STEPS_PER_WORKER - 2)
+    result = run_job(tmp_path, strategy, True, kill_rank, kill_step, 0, ["--elastic"])
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-6000:]
+    assert f"killing worker {kill_rank} after its step {kill_step}" in out
+    assert f"rank {kill_rank} (pid" in out and "the elastic job goes on without it" in out
+    if strategy == "allreduce":  # the survivors re-form a group of 2
+        survivor = min({0, 1, 2} - {kill_rank})
+        regrouped = f"worker {survivor} goes on in group generation 2 from global step {kill_step}"
+        assert regrouped in out
+    survivors = sorted({0, 1, 2} - {kill_rank})
+    lines = [ln for ln in out.splitlines() if "]: worker" in ln and " accuracy " in ln]
+    assert len(lines) == 2, out[-6000:]
+    for rank in survivors:
+        line = next(ln for ln in lines if f"]: worker {rank} accuracy" in ln)
+        accuracy, step = float(line.split()[4]), int(line.split()[-1])
+        assert accuracy >= ACCURACY_BOUND, line
+        assert step == shrunk_server_steps(strategy, kill_rank, kill_step), line
 
 
 def test_without_elastic_the_run_fails_naming_the_worker(tmp_path):

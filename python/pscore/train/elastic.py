@@ -10,22 +10,34 @@ What the workers would agree on through collectives they agree on through the jo
                     goes on from there instead of retraining its shard
   done/<rank>       set when that worker is done training: every worker takes the final
                     weights once all of them are set (the same weights everywhere at the end)
+  gone/<rank>       set by pscore-run --elastic when that worker died with no restart left:
+                    the job shrinks (the others stop waiting for it; the ps tasks send
+                    worker_done for it, so sync rounds and ssp bounds close without it)
   hogwild_prefix    hogwild: the name prefix of the shared tables, chosen by the leader
   generation        allreduce: the last group formed; group<g>/ holds group g's rendezvous,
                     which members came with no state (fresh/<rank>) and the state its source
-                    (the lowest member that has one) hands to the others
+                    (the lowest member that has one) hands to the others, and members (the
+                    ranks in it, fixed by the first to claim claim: the others minus the gone)
 A replacement pulls the servers' current values at setup (PSStrategy.create_dense_tables), or
 attaches to the machine's shared tables (Hogwild)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from .. import _config
+from .. import _config, errors
 
-__all__ = ["STORE_WAIT_S", "ElasticJob", "check_request", "open_job"]
+__all__ = ["STORE_WAIT_S", "ElasticJob", "check_request", "gone_key", "open_job"]
 
 STORE_WAIT_S = 600.0  # how long a worker waits for the chief's tables or the others' end
+_POLL_S = 0.1
+
+
+def gone_key(job_id: str, rank: int) -> str:
+    """The store key that says worker `rank` of job `job_id` died with no restart left (the
+    job-end prefix of servers.JobEnd, then the elastic keys')."""
+    return f"pscore/train/{job_id or 'default'}/elastic/gone/{rank}"
 
 
 class ElasticJob:
@@ -43,7 +55,7 @@ class ElasticJob:
         """Clears what an earlier job under the same id left (a ps task, before serving)."""
         names = ["tables_ready", "hogwild_prefix", "generation"]
         for rank in range(self.world_size):
-            names += [f"position/{rank}", f"done/{rank}"]
+            names += [f"position/{rank}", f"done/{rank}", f"gone/{rank}"]
         for name in names:
             self.store.delete_key(self._key(name))
 
@@ -68,23 +80,61 @@ class ElasticJob:
         key = self._key("generation")
         return int(self.store.get(key)) if self.store.check([key]) else 0
 
-    def form_group(self, generation: int, rank: int, fresh: bool) -> int:
-        """Joins group `generation` of every worker through the store; returns the rank whose
-        state everyone takes (the lowest one that is not fresh, else 0)."""
+    def gone(self) -> set:
+        """The ranks that died with no restart left (pscore-run --elastic marks them)."""
+        return {r for r in range(self.world_size) if self.store.check([self._key(f"gone/{r}")])}
+
+    def gone_unfinished(self) -> set:
+        """The gone ranks that had not set done/<rank> (the job's end counter lacks them)."""
+        return {r for r in self.gone() if not self.store.check([self._key(f"done/{r}")])}
+
+    def _wait_each(self, store: Any, name: str, what: str, timeout: float) -> set:
+        """Waits until every rank has set `name`/<rank> in `store` or is gone; returns the
+        gone ranks. TimeoutError naming the ranks still missing."""
+        deadline = time.monotonic() + timeout
+        while True:
+            gone = self.gone()
+            missing = [
+                r
+                for r in range(self.world_size)
+                if r not in gone and not store.check([f"{name}/{r}"])
+            ]
+            if not missing:
+                return gone
+            if time.monotonic() >= deadline:
+                raise errors.TimeoutError(
+                    f"elastic job: waited {timeout:g} s for worker(s) {missing} to {what} "
+                    "(neither there nor marked gone by pscore-run --elastic)"
+                )
+            time.sleep(_POLL_S)
+
+    def form_group(self, generation: int, rank: int, fresh: bool) -> tuple[int, list]:
+        """Joins group `generation` through the store with every worker not gone; returns the
+        rank whose state everyone takes (the lowest member that is not fresh, else the lowest
+        member) and the members (ranks, ascending: a member's index is its rank in the group)."""
         from .. import collectives
         from ..store.prefix import PrefixStore
 
         store = PrefixStore(self._key(f"group{generation}"), self.store)
         store.set(f"fresh/{rank}", b"1" if fresh else b"0")
+        gone = self._wait_each(store, "fresh", f"join group generation {generation}", STORE_WAIT_S)
+        if store.add("claim", 1) == 1:  # one member fixes who is in: all agree on it
+            members = [r for r in range(self.world_size) if r not in gone]
+            store.set("members", " ".join(map(str, members)).encode())
+        store.wait(["members"], STORE_WAIT_S)
+        members = [int(r) for r in store.get("members").split()]
+        if rank not in members:
+            raise RuntimeError(f"worker {rank} was marked gone from the elastic job")
         collectives.init_process_group(
-            store=store, rank=rank, world_size=self.world_size, timeout=STORE_WAIT_S
+            store=PrefixStore("pg", store),
+            rank=members.index(rank),
+            world_size=len(members),
+            timeout=STORE_WAIT_S,
         )
-        keys = [f"fresh/{r}" for r in range(self.world_size)]
-        store.wait(keys, STORE_WAIT_S)
-        holders = [r for r in range(self.world_size) if store.get(keys[r]) == b"0"]
-        if rank == 0:
+        holders = [r for r in members if store.get(f"fresh/{r}") == b"0"]
+        if rank == members[0]:
             self.store.set(self._key("generation"), str(generation).encode())
-        return holders[0] if holders else 0
+        return (holders[0] if holders else members[0]), members
 
     def hand_state(self, generation: int, source: int, rank: int, state: Any) -> Any:
         """`state` (bytes) from `source` to every member of group `generation`."""
@@ -110,8 +160,10 @@ class ElasticJob:
         self.store.set(self._key(f"done/{rank}"), b"1")
 
     def wait_all_done(self, timeout: float = STORE_WAIT_S) -> None:
-        keys = [self._key(f"done/{rank}") for rank in range(self.world_size)]
-        self.store.wait(keys, timeout)
+        """Until every worker is done or gone."""
+        from ..store.prefix import PrefixStore
+
+        self._wait_each(PrefixStore(self.prefix, self.store), "done", "be done", timeout)
 
 
 def check_request(
