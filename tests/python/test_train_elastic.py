@@ -48,13 +48,13 @@ SCRIPT = """
 """
 
 
-def run_job(
-    tmp_path, strategy: str, elastic: bool, kill_rank: int, kill_step: int, restarts=1, flags=()
-):
+def run_job(tmp_path, strategy, elastic, kill_rank, kill_step, restarts=1, flags=(), groups=None):
+    """groups: ps-async / ssp's --worker-groups (default 3: every worker its own group)."""
     script = write(tmp_path, "elastic.py", SCRIPT)
     flags = ["--workers", "3", *flags]
-    if strategy not in ("allreduce", "hogwild"):  # ps-async / ssp: every worker its own group
-        flags += ["--servers", "1", "--worker-groups", "1" if strategy == "ps-sync" else "3"]
+    if strategy not in ("allreduce", "hogwild"):
+        groups = groups or (1 if strategy == "ps-sync" else 3)
+        flags += ["--servers", "1", "--worker-groups", str(groups)]
     flags += ["--max-restarts", str(restarts), "--grace-period", "30"]
     marker = str(tmp_path / "killed")
     args = [strategy, "1" if elastic else "0", str(kill_rank), str(kill_step), marker]
@@ -124,6 +124,30 @@ def test_a_killed_worker_with_no_restart_left_leaves_and_the_others_finish(tmp_p
         assert step == shrunk_server_steps(strategy, kill_rank, kill_step), line
 
 
+@pytest.mark.parametrize(("strategy", "restarts"), [("ps-async", 1), ("ssp", 0)])
+def test_a_worker_group_of_three_re_forms_without_its_dead_member(tmp_path, strategy, restarts):
+    """One group of 3 workers: the survivors' group all_reduce fails, the group re-forms (with
+    the replacement, or without the dead member) and its lowest member pushes; the servers
+    count one push per step of the group (40), whoever led."""
+    draw = random.Random(f"group2 {strategy}")  # ssp: the leader dies
+    kill_rank, kill_step = draw.randrange(3), draw.randrange(2, STEPS_PER_WORKER - 2)
+    flags = ["--elastic"] if restarts == 0 else []
+    result = run_job(tmp_path, strategy, True, kill_rank, kill_step, restarts, flags, groups=1)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-6000:]
+    assert f"killing worker {kill_rank} after its step {kill_step}" in out
+    survivor = min({0, 1, 2} - {kill_rank})
+    assert f"worker {survivor} goes on in group generation 2 from global step {kill_step}" in out
+    ranks = {0, 1, 2} if restarts else {0, 1, 2} - {kill_rank}
+    lines = [ln for ln in out.splitlines() if "]: worker" in ln and " accuracy " in ln]
+    assert len(lines) == len(ranks), out[-6000:]
+    for rank in ranks:
+        line = next(ln for ln in lines if f"]: worker {rank} accuracy" in ln)
+        accuracy, step = float(line.split()[4]), int(line.split()[-1])
+        assert accuracy >= ACCURACY_BOUND, line
+        assert step == STEPS_PER_WORKER, line
+
+
 def test_without_elastic_the_run_fails_naming_the_worker(tmp_path):
     result = run_job(tmp_path, "ps-sync", False, 1, 5, restarts=0)
     text = result.stdout + result.stderr
@@ -158,7 +182,6 @@ def trainer_in_this_process(monkeypatch, strategy: str, groups: int, restarts=0,
     [
         ("hybrid", 1, {}, "strategy 'hybrid' does not train elastically"),
         ("distributed-hogwild", 1, {}, "strategy 'distributed-hogwild' does not train elastic"),
-        ("ssp", 1, {}, "'ssp' with elastic=True needs every worker in its own group"),
         ("ps-sync", 1, {"checkpoint_dir": "ckpt"}, "does not take checkpoint_dir or timeline"),
         ("ps-sync", 1, {"timeline": "t.json"}, "does not take checkpoint_dir or timeline"),
         ("ps-sync", 1, {"elastic": 1}, "elastic must be True or False, not 1"),

@@ -56,6 +56,7 @@ class ElasticJob:
         names = ["tables_ready", "hogwild_prefix", "generation"]
         for rank in range(self.world_size):
             names += [f"position/{rank}", f"done/{rank}", f"gone/{rank}"]
+            names.append(f"wgroup{rank}/generation")  # ps-async / ssp groups (by first rank)
         for name in names:
             self.store.delete_key(self._key(name))
 
@@ -76,8 +77,10 @@ class ElasticJob:
     def tables_exist(self) -> bool:
         return self.store.check([self._key("tables_ready")])
 
-    def last_generation(self) -> int:
-        key = self._key("generation")
+    def last_generation(self, group: str = "") -> int:
+        """The last generation formed of `group` ("": allreduce's group of every worker; a
+        ps-async / ssp worker group's name otherwise)."""
+        key = self._key(f"{group}generation")
         return int(self.store.get(key)) if self.store.check([key]) else 0
 
     def gone(self) -> set:
@@ -88,7 +91,9 @@ class ElasticJob:
         """The gone ranks that had not set done/<rank> (the job's end counter lacks them)."""
         return {r for r in self.gone() if not self.store.check([self._key(f"done/{r}")])}
 
-    def _wait_each(self, store: Any, name: str, what: str, timeout: float) -> set:
+    def _wait_each(
+        self, store: Any, name: str, what: str, timeout: float, ranks: Any = None
+    ) -> set:
         """Waits until every rank has set `name`/<rank> in `store` or is gone; returns the
         gone ranks. TimeoutError naming the ranks still missing."""
         deadline = time.monotonic() + timeout
@@ -96,7 +101,7 @@ class ElasticJob:
             gone = self.gone()
             missing = [
                 r
-                for r in range(self.world_size)
+                for r in (range(self.world_size) if ranks is None else ranks)
                 if r not in gone and not store.check([f"{name}/{r}"])
             ]
             if not missing:
@@ -108,18 +113,23 @@ class ElasticJob:
                 )
             time.sleep(_POLL_S)
 
-    def form_group(self, generation: int, rank: int, fresh: bool) -> tuple[int, list]:
-        """Joins group `generation` through the store with every worker not gone; returns the
-        rank whose state everyone takes (the lowest member that is not fresh, else the lowest
-        member) and the members (ranks, ascending: a member's index is its rank in the group)."""
+    def form_group(
+        self, generation: int, rank: int, fresh: bool, ranks: Any = None, group: str = ""
+    ) -> tuple[int, list]:
+        """Joins generation `generation` of `group` (of `ranks`, default every worker) through
+        the store with its members that are not gone; returns the rank whose state everyone
+        takes (the lowest member that is not fresh, else the lowest member) and the members
+        (ranks, ascending: a member's index is its rank in the collective group)."""
         from .. import collectives
         from ..store.prefix import PrefixStore
 
-        store = PrefixStore(self._key(f"group{generation}"), self.store)
+        ranks = list(range(self.world_size)) if ranks is None else list(ranks)
+        store = PrefixStore(self._key(f"{group}group{generation}"), self.store)
         store.set(f"fresh/{rank}", b"1" if fresh else b"0")
-        gone = self._wait_each(store, "fresh", f"join group generation {generation}", STORE_WAIT_S)
+        what = f"join {group or 'group'} generation {generation}"
+        gone = self._wait_each(store, "fresh", what, STORE_WAIT_S, ranks)
         if store.add("claim", 1) == 1:  # one member fixes who is in: all agree on it
-            members = [r for r in range(self.world_size) if r not in gone]
+            members = [r for r in ranks if r not in gone]
             store.set("members", " ".join(map(str, members)).encode())
         store.wait(["members"], STORE_WAIT_S)
         members = [int(r) for r in store.get("members").split()]
@@ -133,12 +143,14 @@ class ElasticJob:
         )
         holders = [r for r in members if store.get(f"fresh/{r}") == b"0"]
         if rank == members[0]:
-            self.store.set(self._key("generation"), str(generation).encode())
+            self.store.set(self._key(f"{group}generation"), str(generation).encode())
         return (holders[0] if holders else members[0]), members
 
-    def hand_state(self, generation: int, source: int, rank: int, state: Any) -> Any:
-        """`state` (bytes) from `source` to every member of group `generation`."""
-        key = self._key(f"group{generation}/state")
+    def hand_state(
+        self, generation: int, source: int, rank: int, state: Any, group: str = ""
+    ) -> Any:
+        """`state` (bytes) from `source` to every member of `group`'s generation `generation`."""
+        key = self._key(f"{group}group{generation}/state")
         if rank == source:
             self.store.set(key, state)
             return state
