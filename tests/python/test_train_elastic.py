@@ -260,3 +260,13 @@ def test_the_run_fails_once_the_restarts_are_used_up(tmp_path):
     assert result.returncode == 1, text
     assert "restarting it (restart 1 of 1)" in text and "restart 2" not in text
     assert "first failure: rank 1" in text and "rank 1 fails in attempt 1" in text
+
+
+def test_with_elastic_a_worker_out_of_restarts_leaves_and_the_run_succeeds(tmp_path):
+    script = write(tmp_path, "restarted.py", RESTARTED)
+    result = launch(["--workers", "2", "--max-restarts", "1", "--elastic", script, "5"], tmp_path)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text
+    assert "restarting it (restart 1 of 1)" in text and "rank 1 fails in attempt 1" in text
+    assert "no restart left (1 of 1 used): the elastic job goes on without it" in text
+    assert "rank 0 attempt 0" in text and "FAILED" not in text

@@ -367,7 +367,8 @@ def main(argv: list | None = None) -> int:
         node = node_config(args, os.environ)
         if args.elastic and not (roles and roles.store_port):
             raise ValueError(
-                "--elastic runs a Trainer job on one node (the launcher serves its store)"
+                "--elastic needs --workers N on one node (a Trainer job: the launcher serves "
+                "its store)"
             )
         _output_routes(args)  # checks --tee / --redirects before anything starts
         _make_log_dir(args.log_dir)

@@ -1,7 +1,9 @@
 """Elastic training (Trainer(elastic=True)): a worker that dies does not end the job, and its
-replacement (started by pscore-run --max-restarts, or by Kubernetes) joins the running job. The
-PS strategies and hogwild form no collective group at all; allreduce re-forms its group through
-the store after a failed step (AllReduce.regroup).
+replacement (started by pscore-run --max-restarts, or by Kubernetes) joins the running job, and
+with none coming (pscore-run --elastic marks the worker gone) the job shrinks. The PS strategies
+and hogwild form no job-wide collective group; allreduce (and hybrid's dense half, a ps-async /
+ssp group of several workers) re-forms its group through the store after a failed step
+(AllReduce.regroup, PSAsync.regroup).
 
 What the workers would agree on through collectives they agree on through the job's store
 (servers.job_store), under pscore/train/<job id>/elastic/:
@@ -17,7 +19,9 @@ What the workers would agree on through collectives they agree on through the jo
   generation        allreduce: the last group formed; group<g>/ holds group g's rendezvous,
                     which members came with no state (fresh/<rank>) and the state its source
                     (the lowest member that has one) hands to the others, and members (the
-                    ranks in it, fixed by the first to claim claim: the others minus the gone)
+                    ranks in it, fixed by the first to claim `claim`: all minus the gone).
+                    A ps-async / ssp group of several workers keeps the same keys under
+                    wgroup<its first rank>/.
 A replacement pulls the servers' current values at setup (PSStrategy.create_dense_tables), or
 attaches to the machine's shared tables (Hogwild)."""
 
