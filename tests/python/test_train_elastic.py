@@ -270,3 +270,11 @@ def test_with_elastic_a_worker_out_of_restarts_leaves_and_the_run_succeeds(tmp_p
     assert "restarting it (restart 1 of 1)" in text and "rank 1 fails in attempt 1" in text
     assert "no restart left (1 of 1 used): the elastic job goes on without it" in text
     assert "rank 0 attempt 0" in text and "FAILED" not in text
+
+
+def test_with_elastic_the_run_fails_when_every_worker_failed(tmp_path):
+    script = write(tmp_path, "fails.py", "import sys; sys.exit(3)\n")
+    result = launch(["--workers", "2", "--elastic", script], tmp_path)
+    text = result.stdout + result.stderr
+    assert result.returncode == 3, text
+    assert "the elastic job goes on without it" in text and "FAILED" in text

@@ -148,13 +148,16 @@ class Supervisor:
 
     def _left_job(self, rank: Rank) -> bool:
         """--elastic: a failed worker with no restart left leaves the job, which goes on;
-        whether it did."""
+        whether it did. The last worker does not leave when none succeeded: the job failed."""
         if (
             rank.role == "ps"
             or self.mark_gone is None
             or self.failure is not None
             or self.signalled is not None
         ):
+            return False
+        workers = [r for r in self.ranks.values() if r.role == "worker"]
+        if not self._live_roles("worker") and not any(r.returncode == 0 for r in workers):
             return False
         try:
             self.mark_gone(rank)
