@@ -233,6 +233,10 @@ def test_sigterm_to_the_launcher_is_forwarded(tmp_path):
             "give each node its --node-rank",
         ),
         (["--max-restarts", "-1", "x.py"], "--max-restarts must be >= 0, got -1"),
+        (
+            ["--nnodes", "2", "--node-rank", "0", "--master-addr", "h", "--elastic", "x.py"],
+            "--elastic needs --workers N on one node",
+        ),
         (["-m", "--no-python", "x"], "cannot be combined with --no-python"),
         (["--tee", "3", "x.py"], "--tee and --redirects say which streams go to --log-dir"),
         (["--log-dir", "d", "--tee", "4", "x.py"], "--tee '4': expected 0 (none)"),

@@ -143,6 +143,13 @@ def parser() -> argparse.ArgumentParser:
         "failed rank ends the run); for Trainer(elastic=True) jobs, see docs/train.md",
     )
     p.add_argument(
+        "--elastic",
+        action="store_true",
+        help="a Trainer(elastic=True) job on one node: a worker that fails with no restart "
+        "left is marked gone in the job's store and the others go on without it (the run "
+        "succeeds when they do); see docs/train.md",
+    )
+    p.add_argument(
         "-m", "--module", action="store_true", help="run the target as a module (python -m)"
     )
     p.add_argument(

@@ -320,7 +320,16 @@ def _watch(
         # a restart's files go to LOG_DIR/restart_N/: its predecessor's stay as they ended
         follow(again, args.log_dir and os.path.join(args.log_dir, f"restart_{count}"))
 
+    def mark_gone(failed: Rank) -> None:
+        from ..ps import discovery, environment
+        from ..train.elastic import gone_key
+
+        job_id = environment.job_id(_worker_environment(node, failed.local_rank, roles))
+        discovery.open_store(roles.store_url, 10.0).set(gone_key(job_id, failed.rank), b"1")
+
     supervisor.restart = restart
+    if args.elastic:
+        supervisor.mark_gone = mark_gone
     for r in list(ranks):
         follow(r)
     code = supervisor.run()
@@ -356,6 +365,11 @@ def main(argv: list | None = None) -> int:
     try:
         roles = job_roles.resolve(args, _node_count(args.nnodes), free_port)
         node = node_config(args, os.environ)
+        if args.elastic and not (roles and roles.store_port):
+            raise ValueError(
+                "--elastic needs --workers N on one node (a Trainer job: the launcher serves "
+                "its store)"
+            )
         _output_routes(args)  # checks --tee / --redirects before anything starts
         _make_log_dir(args.log_dir)
     except ValueError as e:

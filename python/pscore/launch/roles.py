@@ -70,7 +70,8 @@ def resolve(args, nnodes: int, pick_port) -> Roles | None:
         raise ValueError(
             f"--worker-groups {groups} does not divide --workers {workers} into equal groups"
         )
-    restarts = args.max_restarts > 0 and nnodes == 1  # an elastic job's store outlives ranks
+    # an elastic job's store outlives ranks
+    restarts = (args.max_restarts > 0 or args.elastic) and nnodes == 1
     if servers is None and groups == 1 and not restarts:
         return None
     if nnodes > 1:

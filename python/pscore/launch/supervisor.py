@@ -15,6 +15,8 @@ import socket
 import threading
 import time
 
+from .. import errors
+
 __all__ = ["Rank", "Supervisor", "describe", "exit_code", "failure_summary"]
 
 
@@ -67,6 +69,8 @@ class Supervisor:
         self.server_stopper: threading.Timer | None = None
         self.max_restarts, self.restarts = max_restarts, 0
         self.restart = None  # starts a failed worker again: (Rank, restart number) -> None
+        self.mark_gone = None  # --elastic: tells the job a worker is gone for good: Rank -> None
+        self.gone: list[Rank] = []
 
     def add(self, rank: Rank) -> None:
         with self.lock:
@@ -142,6 +146,32 @@ class Supervisor:
             return False
         return True
 
+    def _left_job(self, rank: Rank) -> bool:
+        """--elastic: a failed worker with no restart left leaves the job, which goes on;
+        whether it did. The last worker does not leave when none succeeded: the job failed."""
+        if (
+            rank.role == "ps"
+            or self.mark_gone is None
+            or self.failure is not None
+            or self.signalled is not None
+        ):
+            return False
+        workers = [r for r in self.ranks.values() if r.role == "worker"]
+        if not self._live_roles("worker") and not any(r.returncode == 0 for r in workers):
+            return False
+        try:
+            self.mark_gone(rank)
+        except (OSError, errors.Error) as e:
+            self.announce(f"pscore-run: cannot mark {rank.label} gone in the job's store: {e}")
+            return False
+        self.gone.append(rank)
+        self.announce(
+            f"pscore-run: {rank.label} (pid {rank.proc.pid}) {describe(rank.returncode)}; no "
+            f"restart left ({self.restarts} of {self.max_restarts} used): the elastic job goes "
+            "on without it"
+        )
+        return True
+
     def run(self) -> int:
         """Reaps every rank; returns the launcher's exit status."""
         while self.live:
@@ -159,7 +189,9 @@ class Supervisor:
                 self.live.discard(pid)
             if self.workers_succeeded:
                 continue  # a ps task ending after the workers' success: the run succeeded
-            if rank.returncode != 0 and self._restarted(rank):
+            if rank.returncode != 0 and (self._restarted(rank) or self._left_job(rank)):
+                if self._workers_all_succeeded(rank):  # the last worker left: ps tasks end
+                    self._after_workers()
                 continue
             if rank.returncode != 0 and self.failure is None and self.signalled is None:
                 self.failure = rank

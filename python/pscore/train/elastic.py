@@ -1,7 +1,9 @@
 """Elastic training (Trainer(elastic=True)): a worker that dies does not end the job, and its
-replacement (started by pscore-run --max-restarts, or by Kubernetes) joins the running job. The
-PS strategies and hogwild form no collective group at all; allreduce re-forms its group through
-the store after a failed step (AllReduce.regroup).
+replacement (started by pscore-run --max-restarts, or by Kubernetes) joins the running job, and
+with none coming (pscore-run --elastic marks the worker gone) the job shrinks. The PS strategies
+and hogwild form no job-wide collective group; allreduce (and hybrid's dense half, a ps-async /
+ssp group of several workers) re-forms its group through the store after a failed step
+(AllReduce.regroup, PSAsync.regroup).
 
 What the workers would agree on through collectives they agree on through the job's store
 (servers.job_store), under pscore/train/<job id>/elastic/:
@@ -11,22 +13,36 @@ What the workers would agree on through collectives they agree on through the jo
                     group hands the position with the state)
   done/<rank>       set when that worker is done training: every worker takes the final
                     weights once all of them are set (the same weights everywhere at the end)
+  gone/<rank>       set by pscore-run --elastic when that worker died with no restart left:
+                    the job shrinks (the others stop waiting for it; the ps tasks send
+                    worker_done for it, so sync rounds and ssp bounds close without it)
   hogwild_prefix    hogwild: the name prefix of the shared tables, chosen by the leader
   generation        allreduce: the last group formed; group<g>/ holds group g's rendezvous,
                     which members came with no state (fresh/<rank>) and the state its source
-                    (the lowest member that has one) hands to the others
+                    (the lowest member that has one) hands to the others, and members (the
+                    ranks in it, fixed by the first to claim `claim`: all minus the gone).
+                    A ps-async / ssp group of several workers keeps the same keys under
+                    wgroup<its first rank>/.
 A replacement pulls the servers' current values at setup (PSStrategy.create_dense_tables), or
 attaches to the machine's shared tables (Hogwild)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from .. import _config
+from .. import _config, errors
 
-__all__ = ["STORE_WAIT_S", "ElasticJob", "check_request", "open_job"]
+__all__ = ["STORE_WAIT_S", "ElasticJob", "check_request", "gone_key", "open_job"]
 
 STORE_WAIT_S = 600.0  # how long a worker waits for the chief's tables or the others' end
+_POLL_S = 0.1
+
+
+def gone_key(job_id: str, rank: int) -> str:
+    """The store key that says worker `rank` of job `job_id` died with no restart left (the
+    job-end prefix of servers.JobEnd, then the elastic keys')."""
+    return f"pscore/train/{job_id or 'default'}/elastic/gone/{rank}"
 
 
 class ElasticJob:
@@ -44,7 +60,8 @@ class ElasticJob:
         """Clears what an earlier job under the same id left (a ps task, before serving)."""
         names = ["tables_ready", "hogwild_prefix", "generation"]
         for rank in range(self.world_size):
-            names += [f"position/{rank}", f"done/{rank}"]
+            names += [f"position/{rank}", f"done/{rank}", f"gone/{rank}"]
+            names.append(f"wgroup{rank}/generation")  # ps-async / ssp groups (by first rank)
         for name in names:
             self.store.delete_key(self._key(name))
 
@@ -65,31 +82,80 @@ class ElasticJob:
     def tables_exist(self) -> bool:
         return self.store.check([self._key("tables_ready")])
 
-    def last_generation(self) -> int:
-        key = self._key("generation")
+    def last_generation(self, group: str = "") -> int:
+        """The last generation formed of `group` ("": allreduce's group of every worker; a
+        ps-async / ssp worker group's name otherwise)."""
+        key = self._key(f"{group}generation")
         return int(self.store.get(key)) if self.store.check([key]) else 0
 
-    def form_group(self, generation: int, rank: int, fresh: bool) -> int:
-        """Joins group `generation` of every worker through the store; returns the rank whose
-        state everyone takes (the lowest one that is not fresh, else 0)."""
+    def gone(self) -> set:
+        """The ranks that died with no restart left (pscore-run --elastic marks them)."""
+        return {r for r in range(self.world_size) if self.store.check([self._key(f"gone/{r}")])}
+
+    def gone_unfinished(self) -> set:
+        """The gone ranks that had not set done/<rank> (the job's end counter lacks them)."""
+        return {r for r in self.gone() if not self.store.check([self._key(f"done/{r}")])}
+
+    def _wait_each(
+        self, store: Any, name: str, what: str, timeout: float, ranks: Any = None
+    ) -> set:
+        """Waits until every rank has set `name`/<rank> in `store` or is gone; returns the
+        gone ranks. TimeoutError naming the ranks still missing."""
+        deadline = time.monotonic() + timeout
+        while True:
+            gone = self.gone()
+            missing = [
+                r
+                for r in (range(self.world_size) if ranks is None else ranks)
+                if r not in gone and not store.check([f"{name}/{r}"])
+            ]
+            if not missing:
+                return gone
+            if time.monotonic() >= deadline:
+                raise errors.TimeoutError(
+                    f"elastic job: waited {timeout:g} s for worker(s) {missing} to {what} "
+                    "(neither there nor marked gone by pscore-run --elastic)"
+                )
+            time.sleep(_POLL_S)
+
+    def form_group(
+        self, generation: int, rank: int, fresh: bool, ranks: Any = None, group: str = ""
+    ) -> tuple[int, list]:
+        """Joins generation `generation` of `group` (of `ranks`, default every worker) through
+        the store with its members that are not gone; returns the rank whose state everyone
+        takes (the lowest member that is not fresh, else the lowest member) and the members
+        (ranks, ascending: a member's index is its rank in the collective group)."""
         from .. import collectives
         from ..store.prefix import PrefixStore
 
-        store = PrefixStore(self._key(f"group{generation}"), self.store)
+        ranks = list(range(self.world_size)) if ranks is None else list(ranks)
+        store = PrefixStore(self._key(f"{group}group{generation}"), self.store)
         store.set(f"fresh/{rank}", b"1" if fresh else b"0")
+        what = f"join {group or 'group'} generation {generation}"
+        gone = self._wait_each(store, "fresh", what, STORE_WAIT_S, ranks)
+        if store.add("claim", 1) == 1:  # one member fixes who is in: all agree on it
+            members = [r for r in ranks if r not in gone]
+            store.set("members", " ".join(map(str, members)).encode())
+        store.wait(["members"], STORE_WAIT_S)
+        members = [int(r) for r in store.get("members").split()]
+        if rank not in members:
+            raise RuntimeError(f"worker {rank} was marked gone from the elastic job")
         collectives.init_process_group(
-            store=store, rank=rank, world_size=self.world_size, timeout=STORE_WAIT_S
+            store=PrefixStore("pg", store),
+            rank=members.index(rank),
+            world_size=len(members),
+            timeout=STORE_WAIT_S,
         )
-        keys = [f"fresh/{r}" for r in range(self.world_size)]
-        store.wait(keys, STORE_WAIT_S)
-        holders = [r for r in range(self.world_size) if store.get(keys[r]) == b"0"]
-        if rank == 0:
-            self.store.set(self._key("generation"), str(generation).encode())
-        return holders[0] if holders else 0
+        holders = [r for r in members if store.get(f"fresh/{r}") == b"0"]
+        if rank == members[0]:
+            self.store.set(self._key(f"{group}generation"), str(generation).encode())
+        return (holders[0] if holders else members[0]), members
 
-    def hand_state(self, generation: int, source: int, rank: int, state: Any) -> Any:
-        """`state` (bytes) from `source` to every member of group `generation`."""
-        key = self._key(f"group{generation}/state")
+    def hand_state(
+        self, generation: int, source: int, rank: int, state: Any, group: str = ""
+    ) -> Any:
+        """`state` (bytes) from `source` to every member of `group`'s generation `generation`."""
+        key = self._key(f"{group}group{generation}/state")
         if rank == source:
             self.store.set(key, state)
             return state
@@ -111,8 +177,10 @@ class ElasticJob:
         self.store.set(self._key(f"done/{rank}"), b"1")
 
     def wait_all_done(self, timeout: float = STORE_WAIT_S) -> None:
-        keys = [self._key(f"done/{rank}") for rank in range(self.world_size)]
-        self.store.wait(keys, timeout)
+        """Until every worker is done or gone."""
+        from ..store.prefix import PrefixStore
+
+        self._wait_each(PrefixStore(self.prefix, self.store), "done", "be done", timeout)
 
 
 def check_request(

@@ -132,6 +132,18 @@ def _start_shard(run: Any, store: Any, store_url: str) -> PServer:
     return PServer(run.shard, run.num_servers, run.world_size, host=host, store=store)
 
 
+def _worker_gone(run: Any, rank: int) -> None:
+    """Worker `rank` died with no restart left (pscore-run --elastic): worker_done on its
+    behalf (to every shard: each ps task sends it, the servers take it once), so that sync
+    rounds and ssp bounds close without it."""
+    with PSClient(worker_id=rank, connect_timeout=30.0) as client:
+        client.worker_done()
+    print(
+        f"pscore: ps task (shard {run.shard}): worker {rank} is gone; the job goes on without it",
+        flush=True,
+    )
+
+
 def serve(run: Any, timeout: float = STORE_WAIT_S) -> None:
     """Serves this ps task's shard until every worker of the job has finished, then stops it
     and returns. SystemExit (non-zero, with a message) when the job's store cannot be reached
@@ -147,15 +159,21 @@ def serve(run: Any, timeout: float = STORE_WAIT_S) -> None:
             "--servers does) or run under TF_CONFIG or Slurm"
         )
     end.reset()
-    ElasticJob(end, run.world_size).reset()
+    elastic = ElasticJob(end, run.world_size)
+    elastic.reset()
     server = _start_shard(run, end.store, end.url)
     print(f"pscore: {who} serving on {server.address}", flush=True)
+    told: set = set()  # gone workers this shard was told worker_done for
     try:
         finished = 0
         while finished < run.world_size:
             time.sleep(_POLL_S)
             try:
-                finished = end.count(end.finished_key)
+                gone = elastic.gone_unfinished()
+                for rank in sorted(gone - told):
+                    _worker_gone(run, rank)
+                told |= gone
+                finished = end.count(end.finished_key) + len(gone)
             except (errors.Error, OSError) as e:
                 raise SystemExit(
                     f"{who}: the job's store at {end.url} stopped answering after {finished} of "

@@ -126,7 +126,7 @@ class AllReduce(Strategy):
     regroups = True  # with elastic=True a broken group is re-formed (Trainer._run_epoch)
 
     def check_elastic(self, run: Any) -> None:
-        """Elastic: the group re-forms through the job's store at full size."""
+        """Elastic: the group re-forms through the job's store, without the gone workers."""
 
     def regroup(self) -> None:
         """After a failed step: leaves the broken group, forms the next one with the others
@@ -142,8 +142,8 @@ class AllReduce(Strategy):
     def _regroup(self, fresh: bool) -> None:
         trainer, job = self.trainer, self.elastic
         rank, generation = trainer.run.rank, self.generation + 1
-        source = job.form_group(generation, rank, fresh)
-        self.generation = generation
+        source, members = job.form_group(generation, rank, fresh)
+        self.generation, self.world = generation, len(members)
         state = job.hand_state(generation, source, rank, self._pack() if rank == source else b"")
         if rank != source:
             self._unpack(state)

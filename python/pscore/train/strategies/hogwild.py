@@ -119,11 +119,12 @@ class Hogwild(Strategy):
             self.shared = SharedParameters.attach(model, prefix, optimizer=kind, **args)
 
     def _finish_elastic(self) -> None:
-        """Every worker done (the tables hold the final weights); the leader unlinks the names."""
+        """Every worker done (the tables hold the final weights); the lowest worker left (the
+        leader unless it is gone) unlinks the names."""
         with self.timeline.span("wait workers done", WAIT):
             self.elastic.worker_done(self.trainer.run.rank)
             self.elastic.wait_all_done()
-        if self.is_leader:
+        if self.trainer.run.rank == min(set(self.machine.ranks) - self.elastic.gone()):
             for t in self.shared.tables.values():
                 t.unlink()
         self._release()

@@ -45,11 +45,6 @@ class Hybrid(AllReduce):
     name = "hybrid"
     needs_servers = True
 
-    regroups = False
-
-    def check_elastic(self, run: Any) -> None:
-        Strategy.check_elastic(self, run)  # its embedding tables' servers are not elastic yet
-
     def __init__(
         self,
         min_rows: int = 0,
@@ -73,6 +68,8 @@ class Hybrid(AllReduce):
         self.tables: list[ServerEmbedding] = []
         self.client: Any = None
         self.dense = True  # the model has parameters left to allreduce
+        self.unanswered: list | None = None  # elastic: the row pushes of a step that failed
+        self.final_rounds: dict[str, int] = {}  # each sparse table's closed rounds at the end
 
     def setup(self, trainer: Any) -> None:
         found = find_embeddings(trainer.model, self.min_rows)
@@ -99,6 +96,7 @@ class Hybrid(AllReduce):
             for name, module in found
         ]
         self.dense = any(p.requires_grad for p in trainer.model.parameters())
+        self.regroups = self.dense  # elastic: with no dense half there is no group to re-form
         if self.dense:  # the dense half: what is left in model.parameters()
             super().setup(trainer)
         else:  # every parameter is on the servers
@@ -106,11 +104,19 @@ class Hybrid(AllReduce):
 
     def _with_rows_pushed(self, dense_step: Any) -> None:
         """Starts every table's push, runs the dense step meanwhile, then waits for the pushes
-        (a sync table answers once every worker's push of the step has arrived)."""
-        works = [t.push_async() for t in self.tables]
+        (a sync table answers once every worker's push of the step has arrived). Elastic: when
+        the dense step fails (a member died), its pushes stay in their round; the step taken
+        again in the re-formed group pushes no rows a second time but waits for those (the round
+        closes with the replacement's push, or without the gone worker)."""
+        if self.unanswered is None:
+            self.unanswered = [t.push_async() for t in self.tables]
+        else:
+            for t in self.tables:
+                t.gradient()  # the retaken step's rows: already pushed by the failed one
         dense_step()
-        for t, w in zip(self.tables, works):
+        for t, w in zip(self.tables, self.unanswered):
             t.wait_push(w)
+        self.unanswered = None
 
     def update(self) -> None:
         self._with_rows_pushed(super().update if self.dense else _nothing)
@@ -135,7 +141,12 @@ class Hybrid(AllReduce):
             return
         super().finish()
         self.client.worker_done()
-        collectives.barrier()
+        if self.elastic is None:
+            collectives.barrier()
+        else:  # no collective: a worker may be gone
+            self.elastic.worker_done(self.trainer.run.rank)
+            self.elastic.wait_all_done()
+        self.final_rounds = {t.table: self.client.table_step(t.table) for t in self.tables}
         if self.restore_at_end:
             for t in self.tables:
                 t.restore()

@@ -39,21 +39,20 @@ class PSAsync(PSStrategy):
             )
 
     def check_elastic(self, run: Any) -> None:
-        """Elastic only with every worker its own group: a group's all_reduce would break."""
-        if run.world_size > 1 and run.worker_groups != run.world_size:
-            raise ValueError(
-                f"strategy {self.name!r} with elastic=True needs every worker in its own group "
-                f"(a group's all_reduce breaks with a member): give {run.world_size} worker "
-                f"groups (pscore-run --worker-groups {run.world_size}), not {run.worker_groups}"
-            )
+        """Elastic: a group of several workers re-forms through the store (regroup)."""
 
     def setup(self, trainer: Any) -> None:
         run = trainer.run
         size = run.world_size // run.worker_groups
         first = run.rank // size * size
         self.leader, self.is_leader = first, run.rank == first
+        self.leader_src = first  # the leader's rank in the collectives' numbering
         self.group = None  # a worker alone in its group talks to the servers directly
-        if size > 1:  # every rank creates every group, in the same order (new_group's rule)
+        self.regroups = self.elastic is not None and size > 1
+        if self.regroups:  # no job-wide group: the worker group forms through the store
+            self.group_ranks, self.group_name = range(first, first + size), f"wgroup{first}/"
+            self.generation = self.elastic.last_generation(self.group_name)
+        elif size > 1:  # every rank creates every group, in the same order (new_group's rule)
             groups = [
                 collectives.new_group(list(range(g, g + size)))
                 for g in range(0, run.world_size, size)
@@ -61,10 +60,33 @@ class PSAsync(PSStrategy):
             self.group = groups[run.rank // size]
         self.lockstep = size > 1
         super().setup(trainer)
+        if self.regroups:
+            self._form_group(fresh=True)
         params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
         self.create_dense_tables(params)
         if not self.is_leader:
             self.client.worker_done()
+
+    # ---- elastic groups (Trainer(elastic=True), several workers per group) -----------------
+    def regroup(self) -> None:
+        """After a failed step: the worker group re-forms without the dead member (or with
+        its replacement); the lowest member left leads (pushes), all take its position."""
+        collectives.destroy_process_group()
+        self.zero_grad()
+        self._form_group(fresh=False)
+        if self.tables:
+            self.pull_into_model()  # the leader broadcasts after each push; a new one too
+
+    def _form_group(self, fresh: bool) -> None:
+        t, job, rank = self.trainer, self.elastic, self.trainer.run.rank
+        generation = self.generation + 1
+        source, members = job.form_group(generation, rank, fresh, self.group_ranks, self.group_name)
+        self.generation, self.leader = generation, members[0]
+        self.is_leader, self.leader_src = rank == members[0], 0  # the group is the job's group
+        position = f"{t.global_step} {t.epoch} {t.batch_in_epoch}".encode()
+        state = job.hand_state(generation, source, rank, position, self.group_name)
+        if not fresh or rank != source:  # a fresh worker's own position comes from fit()
+            t.global_step, t.epoch, t.batch_in_epoch = map(int, state.split())
 
     def _push_pull(self, grads: dict) -> None:
         self.push_pull(grads)
@@ -92,7 +114,7 @@ class PSAsync(PSStrategy):
             self._push_pull(mean)
         params = torch.cat([p.data.reshape(-1) for p in self.tables.values()])
         with self.timeline.span("broadcast group weights", COMMUNICATION, nbytes=params.nbytes):
-            collectives.broadcast(params, src=self.leader, group=self.group)
+            collectives.broadcast(params, src=self.leader_src, group=self.group)
         at = 0
         for p in self.tables.values():
             p.data.copy_(params[at : at + p.numel()].view_as(p))
@@ -100,7 +122,7 @@ class PSAsync(PSStrategy):
 
     def update(self) -> None:
         self.check_running()
-        if self.group is None:
+        if not self.lockstep:  # alone in its group
             self._push_pull(self.gradients())
         else:
             self._group_step(True)
