@@ -3,7 +3,8 @@ replacement (started by pscore-run --max-restarts, or by Kubernetes) joins the r
 with none coming (pscore-run --elastic marks the worker gone) the job shrinks. The PS strategies
 and hogwild form no job-wide collective group; allreduce (and hybrid's dense half, a ps-async /
 ssp group of several workers) re-forms its group through the store after a failed step
-(AllReduce.regroup, PSAsync.regroup).
+(AllReduce.regroup, PSAsync.regroup), and distributed-hogwild its machine leaders' averaging
+group after a failed round or when a new leader joins (strategies/leaders.py).
 
 What the workers would agree on through collectives they agree on through the job's store
 (servers.job_store), under pscore/train/<job id>/elastic/:

@@ -164,6 +164,7 @@ class DistributedHogwild(Hogwild):
             self._regroup(f"the final average failed ({e})")
             return
         self.leaders.set_final()
+        self.averaging = None
         for t in self.shared.tables.values():
             t.unlink()  # every worker of the machine is done: no replacement will attach
 
