@@ -1,9 +1,9 @@
-"""Elastic training (Trainer(elastic=True), pscore-run --max-restarts): for each strategy that
-trains elastically (allreduce, ps-sync, ps-async, ssp, hogwild) one of 3 workers is killed with
-SIGKILL after a step drawn from a seeded random; its replacement joins with the current weights
-where it left, the job ends with the undisturbed run's accuracy and, with servers, their step
-count (no acknowledged update lost, none applied twice). Without elastic the run fails naming
-the worker."""
+"""Elastic training (Trainer(elastic=True), pscore-run --max-restarts): for each strategy one of
+3 workers is killed with SIGKILL after a step drawn from a seeded random; its replacement joins
+with the current weights where it left, the job ends with the undisturbed run's accuracy and,
+with servers, their step count (no acknowledged update lost, none applied twice).
+distributed-hogwild runs on two machines of this host (workers 0 and 1, and worker 2) and loses
+a machine leader or a machine-mate. Without elastic the run fails naming the worker."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from train_ps_helpers import launch, write
 
 torch = pytest.importorskip("torch")
+import pscore.train  # after torch's skip
 
 # 3 workers, 960 samples, batches of 16, 2 epochs: every worker takes 20 steps per epoch.
 STEPS_PER_WORKER = 40
@@ -56,9 +57,15 @@ SCRIPT = """
 
     if strategy == "hybrid":
         model = WithEmbedding()
+    options = {}
+    if strategy == "distributed-hogwild":  # two machines of this host: workers 0 and 1, and 2
+        rank = int(os.environ["PSCORE_RANK"])
+        local = ("0", "1") if rank == 2 else (str(rank), "2")
+        os.environ["PSCORE_LOCAL_RANK"], os.environ["PSCORE_LOCAL_WORLD_SIZE"] = local
+        options = {"sync_every": 4}
     trainer = pscore.Trainer(model, torch.nn.functional.cross_entropy, strategy=strategy,
                              optimizer_args={"lr": 0.3}, elastic=elastic == "1",
-                             hooks=[KillOnce()])
+                             hooks=[KillOnce()], strategy_args=options)
     trainer.fit((x[:960], y[:960]), epochs=2, batch_size=16)
     accuracy = trainer.evaluate((x[960:], y[960:]))["accuracy"]
     if strategy == "hybrid":  # the sync rounds its embedding table closed
@@ -73,7 +80,7 @@ def run_job(tmp_path, strategy, elastic, kill_rank, kill_step, restarts=1, flags
     """groups: ps-async / ssp's --worker-groups (default 3: every worker its own group)."""
     script = write(tmp_path, "elastic.py", SCRIPT)
     flags = ["--workers", "3", *flags]
-    if strategy not in ("allreduce", "hogwild"):
+    if strategy not in ("allreduce", "hogwild", "distributed-hogwild"):
         groups = groups or (3 if strategy in ("ps-async", "ssp") else 1)
         flags += ["--servers", "1", "--worker-groups", str(groups)]
     flags += ["--max-restarts", str(restarts), "--grace-period", "30"]
@@ -91,6 +98,7 @@ def server_steps(strategy: str) -> int:
         "hybrid": STEPS_PER_WORKER,
         "allreduce": -1,
         "hogwild": -1,
+        "distributed-hogwild": -1,
     }
     return steps.get(strategy, 3 * STEPS_PER_WORKER)
 
@@ -181,6 +189,46 @@ def test_a_worker_group_of_three_re_forms_without_its_dead_member(tmp_path, stra
         assert step == STEPS_PER_WORKER, line
 
 
+# distributed-hogwild, machines [0, 1] and [2]: (killed worker, restarts) -> the leaders'
+# generation 2 that forms, None when the leaders' group never breaks (a machine-mate died).
+DHOG_REGROUPS = {
+    (0, 1): "worker 0 averages machine 0's tables in leaders' generation 2 with [0, 2]",
+    (0, 0): "worker 1 averages machine 0's tables in leaders' generation 2 with [1, 2]",
+    (1, 1): None,
+    (1, 0): None,
+    (2, 0): "worker 0 averages machine 0's tables in leaders' generation 2 with [0]",
+}
+
+
+@pytest.mark.parametrize(("kill_rank", "restarts"), list(DHOG_REGROUPS))
+def test_distributed_hogwild_loses_a_leader_or_a_machine_mate(tmp_path, kill_rank, restarts):
+    """A dead leader's replacement leads its machine again; a gone one's machine-mate takes
+    over; a machine with no one left is no longer averaged. Every worker left ends with the
+    same weights (the same accuracy) and the undisturbed run's accuracy."""
+    draw = random.Random(f"distributed-hogwild {kill_rank} {restarts}")
+    kill_step = draw.randrange(2, STEPS_PER_WORKER - 2)
+    flags = ["--elastic"] if restarts == 0 else []
+    result = run_job(tmp_path, "distributed-hogwild", True, kill_rank, kill_step, restarts, flags)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-6000:]
+    assert f"killing worker {kill_rank} after its step {kill_step}" in out
+    ended = "restarting it (restart 1 of 1)" if restarts else "the elastic job goes on without it"
+    assert f"rank {kill_rank} (pid" in out and ended in out
+    if restarts:
+        epoch, batch = divmod(kill_step, STEPS_PER_WORKER // 2)
+        assert f"worker {kill_rank} rejoins the job at epoch {epoch}, batch {batch}" in out
+    regrouped = DHOG_REGROUPS[kill_rank, restarts]
+    if regrouped:
+        assert regrouped in out
+    else:
+        assert "generation 2" not in out
+    ranks = {0, 1, 2} if restarts else {0, 1, 2} - {kill_rank}
+    lines = [ln for ln in out.splitlines() if "]: worker" in ln and " accuracy " in ln]
+    assert len(lines) == len(ranks), out[-6000:]
+    accuracies = {float(ln.split()[4]) for ln in lines}
+    assert len(accuracies) == 1 and min(accuracies) >= bound("distributed-hogwild"), lines
+
+
 def test_without_elastic_the_run_fails_naming_the_worker(tmp_path):
     result = run_job(tmp_path, "ps-sync", False, 1, 5, restarts=0)
     text = result.stdout + result.stderr
@@ -210,10 +258,16 @@ def trainer_in_this_process(monkeypatch, strategy: str, groups: int, restarts=0,
     return pscore.Trainer(model, torch.nn.functional.mse_loss, strategy=strategy, **options)
 
 
+class NotElastic(pscore.train.Strategy):
+    """A strategy of the user's own keeps the default: it does not train elastically."""
+
+    name = "not-elastic"
+
+
 @pytest.mark.parametrize(
     ("strategy", "groups", "options", "message"),
     [
-        ("distributed-hogwild", 1, {}, "strategy 'distributed-hogwild' does not train elastic"),
+        (NotElastic(), 1, {}, "strategy 'not-elastic' does not train elastically"),
         ("ps-sync", 1, {"checkpoint_dir": "ckpt"}, "does not take checkpoint_dir or timeline"),
         ("ps-sync", 1, {"timeline": "t.json"}, "does not take checkpoint_dir or timeline"),
         ("ps-sync", 1, {"elastic": 1}, "elastic must be True or False, not 1"),

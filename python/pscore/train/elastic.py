@@ -3,11 +3,14 @@ replacement (started by pscore-run --max-restarts, or by Kubernetes) joins the r
 with none coming (pscore-run --elastic marks the worker gone) the job shrinks. The PS strategies
 and hogwild form no job-wide collective group; allreduce (and hybrid's dense half, a ps-async /
 ssp group of several workers) re-forms its group through the store after a failed step
-(AllReduce.regroup, PSAsync.regroup).
+(AllReduce.regroup, PSAsync.regroup), and distributed-hogwild its machine leaders' averaging
+group after a failed round or when a new leader joins (strategies/leaders.py).
 
 What the workers would agree on through collectives they agree on through the job's store
 (servers.job_store), under pscore/train/<job id>/elastic/:
-  tables_ready      set by the chief once the dense tables exist (the others wait for it)
+  tables_ready      set by the chief once the dense tables exist (the others wait for it);
+                    hogwild strategies: tables_ready/m<first rank> per machine (its leader's
+                    shared tables)
   position/<rank>   "epoch batch_in_epoch" after each of that worker's steps: a replacement
                     goes on from there instead of retraining its shard (not allreduce: its
                     group hands the position with the state)
@@ -17,6 +20,8 @@ What the workers would agree on through collectives they agree on through the jo
                     the job shrinks (the others stop waiting for it; the ps tasks send
                     worker_done for it, so sync rounds and ssp bounds close without it)
   hogwild_prefix    hogwild: the name prefix of the shared tables, chosen by the leader
+  machine/<rank>    distributed-hogwild: that worker's "local_rank local_world_size"
+  leaders/          distributed-hogwild: its machine leaders' averaging group (leaders.py)
   generation        allreduce: the last group formed; group<g>/ holds group g's rendezvous,
                     which members came with no state (fresh/<rank>) and the state its source
                     (the lowest member that has one) hands to the others, and members (the
@@ -33,7 +38,14 @@ from typing import Any
 
 from .. import _config, errors
 
-__all__ = ["STORE_WAIT_S", "ElasticJob", "check_request", "gone_key", "open_job"]
+__all__ = [
+    "STORE_WAIT_S",
+    "ElasticJob",
+    "check_request",
+    "gone_key",
+    "open_job",
+    "start_group",
+]
 
 STORE_WAIT_S = 600.0  # how long a worker waits for the chief's tables or the others' end
 _POLL_S = 0.1
@@ -58,18 +70,25 @@ class ElasticJob:
 
     def reset(self) -> None:
         """Clears what an earlier job under the same id left (a ps task, before serving)."""
-        names = ["tables_ready", "hogwild_prefix", "generation"]
+        names = ["tables_ready", "hogwild_prefix", "generation", "leaders/generation"]
         for rank in range(self.world_size):
-            names += [f"position/{rank}", f"done/{rank}", f"gone/{rank}"]
+            names += [f"position/{rank}", f"done/{rank}", f"gone/{rank}", f"machine/{rank}"]
+            names += [f"tables_ready/m{rank}", f"leaders/final/{rank}"]
             names.append(f"wgroup{rank}/generation")  # ps-async / ssp groups (by first rank)
         for name in names:
             self.store.delete_key(self._key(name))
 
-    def tables_created(self) -> None:
-        self.store.set(self._key("tables_ready"), b"1")
+    @staticmethod
+    def _tables_name(machine: int | None) -> str:
+        """The key of the job's dense tables (None), or of the shared tables of the machine
+        whose first rank is `machine` (the hogwild strategies)."""
+        return "tables_ready" if machine is None else f"tables_ready/m{machine}"
 
-    def wait_tables(self, timeout: float = STORE_WAIT_S) -> None:
-        self.store.wait([self._key("tables_ready")], timeout)
+    def tables_created(self, machine: int | None = None) -> None:
+        self.store.set(self._key(self._tables_name(machine)), b"1")
+
+    def wait_tables(self, machine: int | None = None, timeout: float = STORE_WAIT_S) -> None:
+        self.store.wait([self._key(self._tables_name(machine))], timeout)
 
     def leaders_value(self, name: str, value: str, is_leader: bool) -> str:
         """The value the leader set under `name` first: a replacement leader keeps it."""
@@ -79,8 +98,20 @@ class ElasticJob:
         self.store.wait([key], STORE_WAIT_S)
         return self.store.get(key).decode()
 
-    def tables_exist(self) -> bool:
-        return self.store.check([self._key("tables_ready")])
+    def gather(self, name: str, rank: int, value: str, what: str) -> dict:
+        """Sets `name`/<rank> to `value` and waits until every worker set its own or is gone
+        (`what` they were to do names the wait in a TimeoutError); {rank: value} of those that
+        set one (a replacement finds its predecessor's)."""
+        from ..store.prefix import PrefixStore
+
+        store = PrefixStore(self.prefix, self.store)
+        store.set(f"{name}/{rank}", value.encode())
+        self._wait_each(store, name, what, STORE_WAIT_S)
+        keys = {r: f"{name}/{r}" for r in range(self.world_size)}
+        return {r: store.get(k).decode() for r, k in keys.items() if store.check([k])}
+
+    def tables_exist(self, machine: int | None = None) -> bool:
+        return self.store.check([self._key(self._tables_name(machine))])
 
     def last_generation(self, group: str = "") -> int:
         """The last generation formed of `group` ("": allreduce's group of every worker; a
@@ -88,13 +119,30 @@ class ElasticJob:
         key = self._key(f"{group}generation")
         return int(self.store.get(key)) if self.store.check([key]) else 0
 
+    def is_gone(self, rank: int) -> bool:
+        """Whether worker `rank` died with no restart left (pscore-run --elastic marks it)."""
+        return self.store.check([self._key(f"gone/{rank}")])
+
     def gone(self) -> set:
-        """The ranks that died with no restart left (pscore-run --elastic marks them)."""
-        return {r for r in range(self.world_size) if self.store.check([self._key(f"gone/{r}")])}
+        """The ranks that died with no restart left."""
+        return {r for r in range(self.world_size) if self.is_gone(r)}
 
     def gone_unfinished(self) -> set:
         """The gone ranks that had not set done/<rank> (the job's end counter lacks them)."""
         return {r for r in self.gone() if not self.store.check([self._key(f"done/{r}")])}
+
+    def _missing(self, store: Any, name: str, ranks: Any = None) -> tuple[list, set]:
+        """(the ranks, default every worker, that neither set `name`/<rank> in `store` nor
+        are gone; the gone ranks)."""
+        gone = self.gone()
+        ranks = range(self.world_size) if ranks is None else ranks
+        return [r for r in ranks if r not in gone and not store.check([f"{name}/{r}"])], gone
+
+    def unfinished(self, ranks: Any) -> list:
+        """Those of `ranks` neither done nor gone (does not wait)."""
+        from ..store.prefix import PrefixStore
+
+        return self._missing(PrefixStore(self.prefix, self.store), "done", ranks)[0]
 
     def _wait_each(
         self, store: Any, name: str, what: str, timeout: float, ranks: Any = None
@@ -103,12 +151,7 @@ class ElasticJob:
         gone ranks. TimeoutError naming the ranks still missing."""
         deadline = time.monotonic() + timeout
         while True:
-            gone = self.gone()
-            missing = [
-                r
-                for r in (range(self.world_size) if ranks is None else ranks)
-                if r not in gone and not store.check([f"{name}/{r}"])
-            ]
+            missing, gone = self._missing(store, name, ranks)
             if not missing:
                 return gone
             if time.monotonic() >= deadline:
@@ -125,7 +168,6 @@ class ElasticJob:
         the store with its members that are not gone; returns the rank whose state everyone
         takes (the lowest member that is not fresh, else the lowest member) and the members
         (ranks, ascending: a member's index is its rank in the collective group)."""
-        from .. import collectives
         from ..store.prefix import PrefixStore
 
         ranks = list(range(self.world_size)) if ranks is None else list(ranks)
@@ -133,19 +175,7 @@ class ElasticJob:
         store.set(f"fresh/{rank}", b"1" if fresh else b"0")
         what = f"join {group or 'group'} generation {generation}"
         gone = self._wait_each(store, "fresh", what, STORE_WAIT_S, ranks)
-        if store.add("claim", 1) == 1:  # one member fixes who is in: all agree on it
-            members = [r for r in ranks if r not in gone]
-            store.set("members", " ".join(map(str, members)).encode())
-        store.wait(["members"], STORE_WAIT_S)
-        members = [int(r) for r in store.get("members").split()]
-        if rank not in members:
-            raise RuntimeError(f"worker {rank} was marked gone from the elastic job")
-        collectives.init_process_group(
-            store=PrefixStore("pg", store),
-            rank=members.index(rank),
-            world_size=len(members),
-            timeout=STORE_WAIT_S,
-        )
+        members = start_group(store, rank, [r for r in ranks if r not in gone])
         holders = [r for r in members if store.get(f"fresh/{r}") == b"0"]
         if rank == members[0]:
             self.store.set(self._key(f"{group}generation"), str(generation).encode())
@@ -181,6 +211,28 @@ class ElasticJob:
         from ..store.prefix import PrefixStore
 
         self._wait_each(PrefixStore(self.prefix, self.store), "done", "be done", timeout)
+
+
+def start_group(store: Any, rank: int, members: list) -> list:
+    """The members of the group whose rendezvous keys `store` holds (the first to claim it
+    fixes them from its `members`: all agree), joined as this worker's default process group;
+    RuntimeError when `rank` is not one of them (it was marked gone)."""
+    from .. import collectives
+    from ..store.prefix import PrefixStore
+
+    if store.add("claim", 1) == 1:
+        store.set("members", " ".join(map(str, members)).encode())
+    store.wait(["members"], STORE_WAIT_S)
+    members = [int(r) for r in store.get("members").split()]
+    if rank not in members:
+        raise RuntimeError(f"worker {rank} was marked gone from the elastic job")
+    collectives.init_process_group(
+        store=PrefixStore("pg", store),
+        rank=members.index(rank),
+        world_size=len(members),
+        timeout=STORE_WAIT_S,
+    )
+    return members
 
 
 def check_request(

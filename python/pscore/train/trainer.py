@@ -46,10 +46,10 @@ class Trainer:
     every rank's steps at the end of fit, each worker its own next to it (pscore.train.timeline).
     `tensorboard`: a log directory where the chief writes TensorBoard scalars (TensorBoardHook).
 
-    `elastic`: a worker that dies does not end the job (allreduce, ps-sync, ps-async, ssp,
-    hogwild and hybrid; see pscore.train.elastic and docs/train.md): a replacement (pscore-run
-    --max-restarts K) joins with the job's current weights where the dead worker left; with no
-    replacement coming (pscore-run --elastic) the job shrinks."""
+    `elastic`: a worker that dies does not end the job (every strategy; see pscore.train.elastic
+    and docs/train.md): a replacement (pscore-run --max-restarts K) joins with the job's current
+    weights where the dead worker left; with no replacement coming (pscore-run --elastic) the
+    job shrinks."""
 
     def __init__(
         self,

@@ -57,8 +57,8 @@ class Strategy:
 
     def check_elastic(self, run: Any) -> None:  # noqa: ARG002 - the elastic ones look at it
         raise ValueError(
-            f"strategy {self.name!r} does not train elastically; elastic=True takes "
-            "allreduce, ps-sync, ps-async, ssp and hogwild (see docs/train.md, Elastic training)"
+            f"strategy {self.name!r} does not train elastically; elastic=True takes pscore's "
+            "strategies (see docs/train.md, Elastic training)"
         )
 
     def setup(self, trainer: Any) -> None:

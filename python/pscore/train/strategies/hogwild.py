@@ -13,7 +13,6 @@ final weights as ordinary tensors and the tables are released."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ... import collectives
@@ -103,19 +102,17 @@ class Hogwild(Strategy):
 
     def _elastic_machine(self, run: Any) -> machines.Machine:
         ranks = list(range(run.world_size))  # check(): every worker is on this machine
-        token = f"{int.from_bytes(os.urandom(4), 'little'):08x}"
-        chosen = self.elastic.leaders_value("hogwild_prefix", token, run.rank == 0)
-        return machines.Machine(ranks, [ranks], machines.table_prefix(chosen, 0))
+        return machines.Machine(ranks, [ranks], machines.elastic_table_prefix(run, self.elastic, 0))
 
     def _share_elastic(self, model: Any, kind: str, args: dict) -> None:
         """The leader makes the tables (a replacement leader attaches to its predecessor's);
         the names stay until every worker is done, so that a replacement can attach."""
-        prefix = self.machine.prefix
-        if self.is_leader and not self.elastic.tables_exist():
+        prefix, first = self.machine.prefix, self.machine.leader
+        if self.is_leader and not self.elastic.tables_exist(first):
             self.shared = SharedParameters(model, optimizer=kind, prefix=prefix, **args)
-            self.elastic.tables_created()
+            self.elastic.tables_created(first)
         else:
-            self.elastic.wait_tables()
+            self.elastic.wait_tables(first)
             self.shared = SharedParameters.attach(model, prefix, optimizer=kind, **args)
 
     def _finish_elastic(self) -> None:

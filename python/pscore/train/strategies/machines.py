@@ -1,7 +1,8 @@
 """Which workers share a machine (and so /dev/shm), for the Hogwild strategies: every worker's
 local rank and local world size (ClusterEnv's, from pscore-run, torchrun, Slurm...) gathered,
 checked to describe one block of consecutive ranks per machine, and a name prefix for the
-machine's shared tables that no other job, run or machine on the host uses."""
+machine's shared tables that no other job, run or machine on the host uses. In an elastic job
+(Trainer(elastic=True)) both go through the job's store instead of a collective."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from ... import _config, collectives
 
-__all__ = ["Machine", "table_prefix", "this_machine"]
+__all__ = ["Machine", "elastic_machine", "elastic_table_prefix", "table_prefix", "this_machine"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,3 +86,27 @@ def this_machine(run: Any) -> Machine:
 def table_prefix(token: str, leader: int) -> str:
     """The shared tables' name prefix of the machine led by `leader`, in a run `token` names."""
     return f"{_safe(_config.JOB_ID.get())}-{token}-m{leader}"
+
+
+def elastic_table_prefix(run: Any, job: Any, leader: int) -> str:
+    """table_prefix in an elastic job (`job`: its elastic.ElasticJob): worker 0's token, kept
+    in the job's store (a replacement worker 0 keeps its predecessor's)."""
+    token = f"{int.from_bytes(os.urandom(4), 'little'):08x}"
+    return table_prefix(job.leaders_value("hogwild_prefix", token, run.rank == 0), leader)
+
+
+def elastic_machine(run: Any, job: Any) -> Machine:
+    """This worker's machine in an elastic job: every worker's local rank and size gathered
+    through the job's store (this_machine without a collective). ValueError naming the workers
+    that left the job before saying where they ran."""
+    local_rank, local_size = _local(run)
+    said = job.gather("machine", run.rank, f"{local_rank} {local_size}", "say its machine")
+    silent = [r for r in range(run.world_size) if r not in said]
+    if silent:
+        raise ValueError(
+            f"worker(s) {silent} left the elastic job before saying which machine they ran on: "
+            "the Hogwild strategies cannot tell the machines apart"
+        )
+    machines = _machines([(int(a), int(b)) for a, b in (said[r].split() for r in sorted(said))])
+    ranks = next(m for m in machines if run.rank in m)
+    return Machine(ranks, machines, elastic_table_prefix(run, job, ranks[0]))
