@@ -214,8 +214,6 @@ def trainer_in_this_process(monkeypatch, strategy: str, groups: int, restarts=0,
     ("strategy", "groups", "options", "message"),
     [
         ("distributed-hogwild", 1, {}, "strategy 'distributed-hogwild' does not train elastic"),
-        ("ps-sync", 1, {"checkpoint_dir": "ckpt"}, "does not take checkpoint_dir or timeline"),
-        ("ps-sync", 1, {"timeline": "t.json"}, "does not take checkpoint_dir or timeline"),
         ("ps-sync", 1, {"elastic": 1}, "elastic must be True or False, not 1"),
     ],
 )
