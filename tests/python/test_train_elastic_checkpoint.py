@@ -140,3 +140,72 @@ def test_ps_sync_chief_replaced_keeps_checkpointing_and_resumes(tmp_path):
     assert sorted(names.values()) == ["rank 0 (chief)", "rank 1 (worker)", "rank 2 (worker)"]
     ends = resume(tmp_path, "ps-sync", [])
     assert all(acc >= 0.93 and servers == 60 for acc, _, servers in ends.values()), ends
+
+
+# ---- the store agreement in one process (threads stand for the workers) ---------------------
+def elastic_job(world_size: int):
+    import types
+
+    import pscore
+    from pscore.train.elastic import ElasticJob
+
+    end = types.SimpleNamespace(store=pscore.HashStore(), prefix="pscore/train/test")
+    return ElasticJob(end, world_size)
+
+
+def in_threads(*calls) -> list:
+    """Runs each call on its own thread; their results (an exception where one raised)."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(call) for call in calls]
+        return [f.exception() or f.result() for f in futures]
+
+
+def test_models_that_differ_are_named_through_the_store_and_a_gone_worker_is_not_awaited():
+    from pscore.train import agreement
+
+    job = elastic_job(3)
+    job.store.set(f"{job.prefix}/gone/2", b"1")  # as pscore-run --elastic marks it
+    same, wider = torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)
+    results = in_threads(
+        lambda: agreement.check_models_agree(same, 0, job),
+        lambda: agreement.check_models_agree(wider, 1, job),
+    )
+    for error in results:
+        assert isinstance(error, ValueError), results
+        assert "worker(s) [1] built a model" in str(error)
+
+
+def test_a_worker_that_is_neither_there_nor_gone_is_named_when_the_wait_times_out():
+    job = elastic_job(3)
+    job.post("timeline", 0, b"{}")
+    job.store.set(f"{job.prefix}/gone/1", b"1")
+    with pytest.raises(TimeoutError, match=r"worker\(s\) \[2\] to send its timeline"):
+        job.collect("timeline", "send its timeline", timeout=0.3)
+
+
+def test_the_lead_is_the_chief_and_with_it_gone_the_lowest_worker_left():
+    job = elastic_job(3)
+    assert [job.leads(r) for r in range(3)] == [True, False, False]
+    job.store.set(f"{job.prefix}/gone/0", b"1")
+    job.store.set(f"{job.prefix}/gone/1", b"1")
+    assert [job.leads(r) for r in range(1, 3)] == [False, True]
+
+
+def test_a_replacement_keeps_its_predecessors_position_and_reads_no_checkpoint(tmp_path):
+    import types
+
+    from pscore.train import agreement
+
+    job, run = elastic_job(2), types.SimpleNamespace(rank=1, world_size=2)
+    job.set_up(1, 1, 4, 24)  # the first worker of rank 1, set up at epoch 1, batch 4
+    job.record_position(1, 1, 7, 27)  # ... and after its step 27
+    job.set_up(1, 0, 0, 0)  # its replacement's setup does not move that back
+    assert job.position(1) == (1, 7, 27)
+    saver = checkpoint.Saver.create(str(tmp_path), 1, None, 5, writer=True)
+    model = torch.nn.Linear(2, 2)
+    saver.write(
+        3, checkpoint.pack(model.state_dict(), {}), {"format": checkpoint.FORMAT}, lambda d: None
+    )
+    assert agreement.resume_point(model, run, "ps-sync", saver, job) is None

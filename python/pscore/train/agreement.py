@@ -11,7 +11,7 @@ from typing import Any
 from .. import collectives
 from . import checkpoint
 
-__all__ = ["barrier", "check_models_agree", "gather_int", "read_checkpoint", "resume_point"]
+__all__ = ["check_models_agree", "gather_int", "read_checkpoint", "resume_point", "wait_resumed"]
 
 
 def gather_int(value: int) -> list[int]:
@@ -34,12 +34,18 @@ def _every(value: int, name: str, rank: int, elastic: Any) -> dict[int, int]:
     return {r: int(v) for r, v in elastic.collect(name, f"post its {name}").items()}
 
 
-def barrier(name: str, rank: int, elastic: Any = None) -> None:
-    """Until every worker got here (elastic: or is gone)."""
-    if elastic is not None:
-        _every(0, name, rank, elastic)
-    elif collectives.get_world_size() > 1:
-        collectives.barrier()
+def wait_resumed(rank: int, servers: bool, elastic: Any = None) -> None:
+    """After each worker loaded the checkpoint and the chief the servers' part: until every
+    worker got here (elastic: or is gone; with `servers`, a chief gone before it loaded them
+    fails the job rather than train on without the checkpoint)."""
+    if elastic is None:
+        if collectives.get_world_size() > 1:
+            collectives.barrier()
+    elif 0 not in _every(0, "resumed", rank, elastic) and servers:
+        raise RuntimeError(
+            "elastic job: the chief (worker 0) died before the servers held the checkpoint it "
+            "resumes from; start the job again"
+        )
 
 
 def check_models_agree(model: Any, rank: int, elastic: Any = None) -> None:

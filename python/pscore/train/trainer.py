@@ -133,7 +133,8 @@ class Trainer:
     def setup(self) -> Trainer:
         """Readies the job (fit, step and evaluate call it first): checks that the workers'
         models agree, resumes from checkpoint_dir's latest checkpoint when there is one (every
-        worker loads it), and sets the strategy up. Afterwards global_step, epoch and
+        worker loads it; elastic: after the strategy's setup, and a replacement joins the running
+        job instead), and sets the strategy up. Afterwards global_step, epoch and
         batch_in_epoch say where training stands."""
         if self._ready:
             return self
@@ -156,7 +157,7 @@ class Trainer:
         self.strategy.load_state_tensors(checkpoint.unpack(tensors)[1])
         if self.run.is_chief:
             self.strategy.load_servers(path)
-        agreement.barrier("resumed", self.run.rank, self._elastic)  # the servers hold it
+        agreement.wait_resumed(self.run.rank, self.strategy.needs_servers, self._elastic)
         self.strategy.after_resume()
         self.global_step = int(metadata["global_step"])
         self.epoch = int(metadata["epoch"])
