@@ -268,8 +268,6 @@ class NotElastic(pscore.train.Strategy):
     ("strategy", "groups", "options", "message"),
     [
         (NotElastic(), 1, {}, "strategy 'not-elastic' does not train elastically"),
-        ("ps-sync", 1, {"checkpoint_dir": "ckpt"}, "does not take checkpoint_dir or timeline"),
-        ("ps-sync", 1, {"timeline": "t.json"}, "does not take checkpoint_dir or timeline"),
         ("ps-sync", 1, {"elastic": 1}, "elastic must be True or False, not 1"),
     ],
 )

@@ -11,11 +11,19 @@ What the workers would agree on through collectives they agree on through the jo
   tables_ready      set by the chief once the dense tables exist (the others wait for it);
                     hogwild strategies: tables_ready/m<first rank> per machine (its leader's
                     shared tables)
-  position/<rank>   "epoch batch_in_epoch" after each of that worker's steps: a replacement
-                    goes on from there instead of retraining its shard (not allreduce: its
-                    group hands the position with the state)
+  position/<rank>   "epoch batch_in_epoch global_step" after each of that worker's steps (and
+                    at its setup): a replacement goes on from there instead of retraining its
+                    shard (not allreduce: its group hands the position with the state)
   done/<rank>       set when that worker is done training: every worker takes the final
                     weights once all of them are set (the same weights everywhere at the end)
+  model/<rank>, checkpoint/<rank>, resumed/<rank>
+                    at the job's start (agreement.py): its model's digest, the global step of
+                    the checkpoint it found (-1: none), and "the servers hold the checkpoint"
+                    (the barrier before the first step)
+  joined/<rank>     set once that worker is set up: its replacement joins the running job
+                    (the state of the others or the servers) instead of reading a checkpoint
+  timeline/<rank>   its timeline's events at the end (timeline_merge.py): the lead (the chief,
+                    or the lowest worker left with it gone) merges those there
   gone/<rank>       set by pscore-run --elastic when that worker died with no restart left:
                     the job shrinks (the others stop waiting for it; the ps tasks send
                     worker_done for it, so sync rounds and ssp bounds close without it)
@@ -49,6 +57,20 @@ __all__ = [
 
 STORE_WAIT_S = 600.0  # how long a worker waits for the chief's tables or the others' end
 _POLL_S = 0.1
+_PER_RANK_KEYS = (  # each worker's keys (the docstring above), formatted with its rank
+    "position/{}",
+    "done/{}",
+    "gone/{}",
+    "joined/{}",
+    "model/{}",
+    "checkpoint/{}",
+    "resumed/{}",
+    "timeline/{}",
+    "machine/{}",
+    "tables_ready/m{}",
+    "leaders/final/{}",
+    "wgroup{}/generation",  # ps-async / ssp groups (by first rank)
+)
 
 
 def gone_key(job_id: str, rank: int) -> str:
@@ -72,9 +94,7 @@ class ElasticJob:
         """Clears what an earlier job under the same id left (a ps task, before serving)."""
         names = ["tables_ready", "hogwild_prefix", "generation", "leaders/generation"]
         for rank in range(self.world_size):
-            names += [f"position/{rank}", f"done/{rank}", f"gone/{rank}", f"machine/{rank}"]
-            names += [f"tables_ready/m{rank}", f"leaders/final/{rank}"]
-            names.append(f"wgroup{rank}/generation")  # ps-async / ssp groups (by first rank)
+            names += [key.format(rank) for key in _PER_RANK_KEYS]
         for name in names:
             self.store.delete_key(self._key(name))
 
@@ -126,6 +146,13 @@ class ElasticJob:
     def gone(self) -> set:
         """The ranks that died with no restart left."""
         return {r for r in range(self.world_size) if self.is_gone(r)}
+
+    def leads(self, rank: int) -> bool:
+        """Whether `rank` writes for the job (checkpoints, the merged timeline): the chief, or
+        with it gone the lowest worker left."""
+        if rank == 0 or not self.store.check([self._key("gone/0")]):  # one look while it lives
+            return rank == 0
+        return rank == min(set(range(self.world_size)) - self.gone())
 
     def gone_unfinished(self) -> set:
         """The gone ranks that had not set done/<rank> (the job's end counter lacks them)."""
@@ -192,16 +219,41 @@ class ElasticJob:
         self.store.wait([key], STORE_WAIT_S)
         return self.store.get(key)
 
-    def record_position(self, rank: int, epoch: int, batch_in_epoch: int) -> None:
-        self.store.set(self._key(f"position/{rank}"), f"{epoch} {batch_in_epoch}".encode())
+    def record_position(self, rank: int, epoch: int, batch_in_epoch: int, step: int) -> None:
+        self.store.set(self._key(f"position/{rank}"), f"{epoch} {batch_in_epoch} {step}".encode())
 
-    def position(self, rank: int) -> tuple[int, int] | None:
-        """(epoch, batch_in_epoch) the last worker of this rank reached; None at its start."""
+    def position(self, rank: int) -> tuple[int, int, int] | None:
+        """(epoch, batch_in_epoch, global_step) the last worker of this rank reached; None at
+        its start."""
         key = self._key(f"position/{rank}")
         if not self.store.check([key]):
             return None
-        epoch, batch = self.store.get(key).split()
-        return int(epoch), int(batch)
+        epoch, batch, step = self.store.get(key).split()
+        return int(epoch), int(batch), int(step)
+
+    def joined(self, rank: int) -> bool:
+        """Whether a worker of this rank was set up before: this one replaces it."""
+        return self.store.check([self._key(f"joined/{rank}")])
+
+    def set_up(self, rank: int, epoch: int, batch_in_epoch: int, step: int) -> None:
+        """Worker `rank` is set up at this position (resumed, or the job's start; a replacement
+        keeps its predecessor's)."""
+        if not self.joined(rank):
+            self.record_position(rank, epoch, batch_in_epoch, step)
+        self.store.set(self._key(f"joined/{rank}"), b"1")
+
+    def post(self, name: str, rank: int, value: bytes) -> None:
+        """This worker's `value` under `name` (collect() gathers them)."""
+        self.store.set(self._key(f"{name}/{rank}"), value)
+
+    def collect(self, name: str, what: str, timeout: float = STORE_WAIT_S) -> dict:
+        """{rank: value} of what the workers post()ed under `name`, once every worker did or
+        is gone (a gone one's value when it posted before it died)."""
+        from ..store.prefix import PrefixStore
+
+        self._wait_each(PrefixStore(self.prefix, self.store), name, what, timeout)
+        keys = {r: self._key(f"{name}/{r}") for r in range(self.world_size)}
+        return {r: self.store.get(k) for r, k in keys.items() if self.store.check([k])}
 
     def worker_done(self, rank: int) -> None:
         self.store.set(self._key(f"done/{rank}"), b"1")
@@ -235,9 +287,7 @@ def start_group(store: Any, rank: int, members: list) -> list:
     return members
 
 
-def check_request(
-    elastic: bool, run: Any, strategy: Any, checkpoint_dir: Any, timeline_path: Any
-) -> None:
+def check_request(elastic: bool, run: Any, strategy: Any) -> None:
     """Whether this Trainer may run as asked: elastic with a strategy and options that allow
     it; a restarted worker (PSCORE_RESTART_COUNT) only in an elastic job."""
     if not isinstance(elastic, bool):
@@ -252,11 +302,6 @@ def check_request(
             )
         return
     strategy.check_elastic(run)
-    if checkpoint_dir is not None or timeline_path:
-        raise ValueError(
-            "elastic=True does not take checkpoint_dir or timeline yet (both gather the workers "
-            "through collectives, which an elastic job does without)"
-        )
 
 
 def open_job(end: Any, run: Any, strategy: Any) -> ElasticJob:

@@ -38,9 +38,10 @@ class Trainer:
     ends. After fit() the model on every worker holds the trained weights.
 
     With `checkpoint_dir`, the chief checkpoints every `save_every_steps` steps and/or
-    `save_every_secs` seconds and at the end of fit, keeping the last `keep_checkpoints`; a job
-    started over a directory holding a checkpoint resumes from it (same global step, epoch and
-    batch). `progress`: the chief's tqdm bar (None: when stderr is a terminal).
+    `save_every_secs` seconds and at the end of fit, keeping the last `keep_checkpoints` (elastic:
+    with the chief gone, the lowest worker left); a job started over a directory holding a
+    checkpoint resumes from it (same global step, epoch and batch). `progress`: the chief's tqdm
+    bar (None: when stderr is a terminal).
 
     `timeline`: a path (default PSCORE_TIMELINE) where the chief writes the job's Chrome trace of
     every rank's steps at the end of fit, each worker its own next to it (pscore.train.timeline).
@@ -78,9 +79,7 @@ class Trainer:
         self.optimizer_choice = resolve(optimizer, optimizer_args)
         self.strategy = strategies.make(strategy, self.run, model, strategy_args)
         self.strategy.check(self.run)
-        elastic_job.check_request(
-            elastic, self.run, self.strategy, checkpoint_dir, self.timeline_path
-        )
+        elastic_job.check_request(elastic, self.run, self.strategy)
         self.hooks: list[Hook] = list(hooks)
         if tensorboard:
             self.hooks.append(TensorBoardHook(tensorboard))
@@ -134,21 +133,22 @@ class Trainer:
     def setup(self) -> Trainer:
         """Readies the job (fit, step and evaluate call it first): checks that the workers'
         models agree, resumes from checkpoint_dir's latest checkpoint when there is one (every
-        worker loads it), and sets the strategy up. Afterwards global_step, epoch and
+        worker loads it; elastic: after the strategy's setup, and a replacement joins the running
+        job instead), and sets the strategy up. Afterwards global_step, epoch and
         batch_in_epoch say where training stands."""
         if self._ready:
             return self
         with self.timeline.span("setup", STEP):
-            if self._elastic is not None:  # no collectives: the tables are the agreement
-                self.strategy.setup(self)
-                self._ready = True
-                return self
-            agreement.check_models_agree(self.model, self.run.rank)
-            job = {"strategy": self.strategy.name, "world_size": self.run.world_size}
-            found = agreement.read_checkpoint(self._saver, self.model, job)
+            run, job = self.run, self._elastic
+            point = (self.model, run, self.strategy.name, self._saver, job)
+            found = agreement.resume_point(*point) if job is None else None
             self.strategy.setup(self)
+            if job is not None:  # through the store once set up: ps tasks clear it first
+                found = agreement.resume_point(*point)
             if found is not None:
                 self._resume(*found)
+            if job is not None:  # a replacement joins from here at the least
+                job.set_up(run.rank, self.epoch, self.batch_in_epoch, self.global_step)
         self._ready = True
         return self
 
@@ -157,8 +157,7 @@ class Trainer:
         self.strategy.load_state_tensors(checkpoint.unpack(tensors)[1])
         if self.run.is_chief:
             self.strategy.load_servers(path)
-        if collectives.get_world_size() > 1:
-            collectives.barrier()  # no worker steps before the servers hold the checkpoint
+        agreement.wait_resumed(self.run.rank, self.strategy.needs_servers, self._elastic)
         self.strategy.after_resume()
         self.global_step = int(metadata["global_step"])
         self.epoch = int(metadata["epoch"])
@@ -178,7 +177,7 @@ class Trainer:
         if self._saver is None:
             raise ValueError("save_checkpoint() needs the Trainer's checkpoint_dir")
         self.setup()
-        if not self.run.is_chief:
+        if not self._writes():
             return None
         with self.timeline.span("checkpoint", STEP):
             tensors = checkpoint.pack(self.model.state_dict(), self.strategy.state_tensors())
@@ -188,6 +187,10 @@ class Trainer:
         for h in self.hooks:
             h.after_checkpoint(self, path)
         return path
+
+    def _writes(self) -> bool:
+        """The chief writes for the job (elastic: with it gone, the lowest worker left)."""
+        return self.run.is_chief if self._elastic is None else self._elastic.leads(self.run.rank)
 
     def _checkpoint_metadata(self) -> dict:
         return {
@@ -202,7 +205,7 @@ class Trainer:
         }
 
     def _checkpoint_if_due(self) -> None:
-        if self._saver is not None and self.run.is_chief and self._saver.due(self.global_step):
+        if self._saver is not None and self._saver.due(self.global_step) and self._writes():
             self.save_checkpoint()
 
     # ---- stopping -------------------------------------------------------------------------
@@ -291,7 +294,8 @@ class Trainer:
         """The step boundary: hooks, the stop agreement, the bar, a checkpoint when due."""
         self.samples += samples
         if self._records_position:
-            self._elastic.record_position(self.run.rank, self.epoch, self.batch_in_epoch)
+            job, rank = self._elastic, self.run.rank
+            job.record_position(rank, self.epoch, self.batch_in_epoch, self.global_step)
         for h in self.hooks:
             h.after_step(self, loss)
         self._agree_on_stop()
@@ -402,8 +406,8 @@ class Trainer:
     def _rejoin_where_left(self) -> None:
         """Elastic: a replacement worker goes on from the position its predecessor reached."""
         found = self._elastic.position(self.run.rank) if self._records_position else None
-        if found is not None and found > (self.epoch, self.batch_in_epoch):
-            self.epoch, self.batch_in_epoch = found
+        if found is not None and found[:2] > (self.epoch, self.batch_in_epoch):
+            self.epoch, self.batch_in_epoch, self.global_step = found
             self.log(
                 f"pscore.train: worker {self.run.rank} rejoins the job at epoch {self.epoch}, "
                 f"batch {self.batch_in_epoch}"
@@ -440,7 +444,7 @@ class Trainer:
             role = "chief" if self.run.is_chief else "worker"
             other = {"strategy": self.strategy.name, "world_size": self.run.world_size}
             label = f"rank {self.run.rank} ({role})"
-            write_job_trace(self.timeline, self.timeline_path, label, other)
+            write_job_trace(self.timeline, self.timeline_path, label, other, self._elastic)
 
     # ---- evaluation -----------------------------------------------------------------------
     def evaluate(self, data: Any, batch_size: int = 1024) -> dict:
