@@ -1,9 +1,10 @@
 """Elastic training (Trainer(elastic=True)): a worker that dies does not end the job, and its
 replacement (started by pscore-run --max-restarts, or by Kubernetes) joins the running job, and
-with none coming (pscore-run --elastic marks the worker gone) the job shrinks. The PS strategies
-and hogwild form no job-wide collective group; allreduce (and hybrid's dense half, a ps-async /
-ssp group of several workers) re-forms its group through the store after a failed step
-(AllReduce.regroup, PSAsync.regroup).
+with none coming (pscore-run --elastic marks the worker gone, or, under any other launcher, the
+others do once its liveness beat stopped for PSCORE_ELASTIC_GONE_AFTER seconds) the job
+shrinks. The PS strategies and hogwild form no job-wide collective group; allreduce (and
+hybrid's dense half, a ps-async / ssp group of several workers) re-forms its group through the
+store after a failed step (AllReduce.regroup, PSAsync.regroup).
 
 What the workers would agree on through collectives they agree on through the job's store
 (servers.job_store), under pscore/train/<job id>/elastic/:
@@ -13,9 +14,16 @@ What the workers would agree on through collectives they agree on through the jo
                     group hands the position with the state)
   done/<rank>       set when that worker is done training: every worker takes the final
                     weights once all of them are set (the same weights everywhere at the end)
-  gone/<rank>       set by pscore-run --elastic when that worker died with no restart left:
-                    the job shrinks (the others stop waiting for it; the ps tasks send
-                    worker_done for it, so sync rounds and ssp bounds close without it)
+  gone/<rank>       set by pscore-run --elastic when that worker died with no restart left,
+                    or by whoever waits for it once its beat stopped for
+                    PSCORE_ELASTIC_GONE_AFTER s: the job shrinks (the others stop waiting
+                    for it; the ps tasks send worker_done for it, so sync rounds and ssp bounds
+                    close without it). A worker marked gone cannot rejoin: one that comes back
+                    (stopped, late, or a replacement started after the mark) exits with an error
+  beat/<rank>       a counter that worker's daemon thread adds 1 to every BEAT_S: a store-side
+                    count, so watchers compare it with their own clock (no skew between hosts)
+  ended/<rank>      set when that worker's fit() ended: under TF_CONFIG or Slurm the chief
+                    serves the store and stays until every worker ended or is gone
   hogwild_prefix    hogwild: the name prefix of the shared tables, chosen by the leader
   generation        allreduce: the last group formed; group<g>/ holds group g's rendezvous,
                     which members came with no state (fresh/<rank>) and the state its source
@@ -28,14 +36,19 @@ attaches to the machine's shared tables (Hogwild)."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import sys
+import threading
 import time
 from typing import Any
 
 from .. import _config, errors
 
-__all__ = ["STORE_WAIT_S", "ElasticJob", "check_request", "gone_key", "open_job"]
+__all__ = ["BEAT_S", "STORE_WAIT_S", "ElasticJob", "check_request", "gone_key", "open_job"]
 
 STORE_WAIT_S = 600.0  # how long a worker waits for the chief's tables or the others' end
+BEAT_S = 1.0  # how often an elastic worker beats (and a watcher looks at the beats)
 _POLL_S = 0.1
 
 
@@ -50,8 +63,11 @@ class ElasticJob:
 
     def __init__(self, end: Any, world_size: int):
         """`end`: the job's servers.JobEnd (its store and key prefix)."""
-        self.store, self.world_size = end.store, world_size
+        self.store, self.url, self.world_size = end.store, end.url, world_size
         self.prefix = f"{end.prefix}/elastic"
+        self.beats_seen: dict = {}  # rank -> (its beat count, when this process saw it change)
+        self.next_look = 0.0  # monotonic time of the next look at the beats
+        self.ended_here = False  # this process's fit() ended (the chief waits at exit then)
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}"
@@ -60,7 +76,8 @@ class ElasticJob:
         """Clears what an earlier job under the same id left (a ps task, before serving)."""
         names = ["tables_ready", "hogwild_prefix", "generation"]
         for rank in range(self.world_size):
-            names += [f"position/{rank}", f"done/{rank}", f"gone/{rank}"]
+            names += [f"position/{rank}", f"done/{rank}", f"gone/{rank}", f"beat/{rank}"]
+            names.append(f"ended/{rank}")
             names.append(f"wgroup{rank}/generation")  # ps-async / ssp groups (by first rank)
         for name in names:
             self.store.delete_key(self._key(name))
@@ -96,6 +113,85 @@ class ElasticJob:
         """The gone ranks that had not set done/<rank> (the job's end counter lacks them)."""
         return {r for r in self.gone() if not self.store.check([self._key(f"done/{r}")])}
 
+    def not_done(self) -> list:
+        """The ranks neither done nor gone (a ps task waits for them)."""
+        gone = self.gone()
+        return [
+            r
+            for r in range(self.world_size)
+            if r not in gone and not self.store.check([self._key(f"done/{r}")])
+        ]
+
+    def mark_stalled(self, ranks: Any) -> None:
+        """With PSCORE_ELASTIC_GONE_AFTER: marks gone each of `ranks` (ranks this process waits
+        for) whose beat this process saw stand still that long. A rank that never beat is not
+        marked (it may not have started yet); a replacement's beats move the same counter."""
+        after = _config.ELASTIC_GONE_AFTER.get()
+        now = time.monotonic()
+        if after is None or now < self.next_look:
+            return
+        self.next_look = now + BEAT_S
+        for rank in ranks:
+            beats = self.store.add(self._key(f"beat/{rank}"), 0)
+            seen = self.beats_seen.get(rank)
+            if seen is None or seen[0] != beats:
+                self.beats_seen[rank] = (beats, now)
+            elif beats and now - seen[1] >= after:
+                self.store.set(self._key(f"gone/{rank}"), b"1")
+                print(
+                    f"pscore: elastic worker {rank} sent no liveness beat for {after:g} s "
+                    f"({_config.ELASTIC_GONE_AFTER.name}): marked gone; the job goes on "
+                    "without it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    def check_not_gone(self, rank: int) -> None:
+        """RuntimeError when `rank` was marked gone: it cannot rejoin the job."""
+        if self.store.check([self._key(f"gone/{rank}")]):
+            raise RuntimeError(_gone_message(rank))
+
+    def start_beating(self, rank: int) -> None:
+        """A daemon thread adds 1 to beat/<rank> every BEAT_S over its own connection (the
+        main thread's may block in a long wait); once this rank is marked gone it ends the
+        process (it cannot rejoin; its updates must not reach the job that went on)."""
+        from ..ps import discovery as ps_discovery
+
+        store = ps_discovery.open_store(self.url, 30.0)
+        thread = threading.Thread(
+            target=self._beat, args=(rank, store), name=f"pscore-elastic-beat-{rank}", daemon=True
+        )
+        thread.start()
+
+    def _beat(self, rank: int, store: Any) -> None:
+        beat, gone = self._key(f"beat/{rank}"), self._key(f"gone/{rank}")
+        while True:
+            try:
+                if store.check([gone]):
+                    print(f"pscore: {_gone_message(rank)}", file=sys.stderr, flush=True)
+                    os._exit(1)
+                store.add(beat, 1)
+            except (errors.Error, OSError):
+                return  # the store went with the job's end; the main thread sees it if not
+            time.sleep(BEAT_S)
+
+    def fit_ended(self, rank: int) -> None:
+        self.store.set(self._key(f"ended/{rank}"), b"1")
+        self.ended_here = True
+
+    def wait_ended(self, timeout: float = STORE_WAIT_S) -> None:
+        """The chief that serves the store, at its exit after a fit() that ended: until every
+        worker's fit() ended or it is gone (the store goes with the chief)."""
+        from ..store.prefix import PrefixStore
+
+        if not self.ended_here:
+            return
+
+        try:
+            self._wait_each(PrefixStore(self.prefix, self.store), "ended", "end", timeout)
+        except (errors.Error, OSError) as e:
+            print(f"pscore: the chief leaves the elastic job's store: {e}", file=sys.stderr)
+
     def _wait_each(
         self, store: Any, name: str, what: str, timeout: float, ranks: Any = None
     ) -> set:
@@ -114,8 +210,10 @@ class ElasticJob:
             if time.monotonic() >= deadline:
                 raise errors.TimeoutError(
                     f"elastic job: waited {timeout:g} s for worker(s) {missing} to {what} "
-                    "(neither there nor marked gone by pscore-run --elastic)"
+                    "(neither there nor marked gone by pscore-run --elastic or "
+                    f"{_config.ELASTIC_GONE_AFTER.name})"
                 )
+            self.mark_stalled(missing)
             time.sleep(_POLL_S)
 
     def form_group(
@@ -139,7 +237,7 @@ class ElasticJob:
         store.wait(["members"], STORE_WAIT_S)
         members = [int(r) for r in store.get("members").split()]
         if rank not in members:
-            raise RuntimeError(f"worker {rank} was marked gone from the elastic job")
+            raise RuntimeError(_gone_message(rank))
         collectives.init_process_group(
             store=PrefixStore("pg", store),
             rank=members.index(rank),
@@ -163,6 +261,7 @@ class ElasticJob:
         return self.store.get(key)
 
     def record_position(self, rank: int, epoch: int, batch_in_epoch: int) -> None:
+        self.check_not_gone(rank)  # a worker that was stopped must not take another step
         self.store.set(self._key(f"position/{rank}"), f"{epoch} {batch_in_epoch}".encode())
 
     def position(self, rank: int) -> tuple[int, int] | None:
@@ -207,9 +306,19 @@ def check_request(
         )
 
 
+def _gone_message(rank: int) -> str:
+    return (
+        f"worker {rank} was marked gone from the elastic job (pscore-run --elastic saw it die, "
+        f"or its liveness beat stopped for {_config.ELASTIC_GONE_AFTER.name} s) and cannot "
+        "rejoin it: the job went on without it"
+    )
+
+
 def open_job(end: Any, run: Any, strategy: Any) -> ElasticJob:
     """The job's elastic keys in `end`'s store (a servers.JobEnd, None when the job has no
-    store), handed to the strategy."""
+    store), handed to the strategy; this worker beats in it from now on (under TF_CONFIG or
+    Slurm the chief serves that store and stays, at its exit, until every worker's fit()
+    ended). RuntimeError when this rank was marked gone."""
     if end is None:
         raise ValueError(
             "elastic=True keeps the workers' agreement in the job's store and this job has none: "
@@ -217,5 +326,9 @@ def open_job(end: Any, run: Any, strategy: Any) -> ElasticJob:
             f"{_config.STORE.name}"
         )
     job = ElasticJob(end, run.world_size)
+    job.check_not_gone(run.rank)
+    job.start_beating(run.rank)
+    if end.chief_hosts and run.is_chief:
+        atexit.register(job.wait_ended)
     strategy.elastic = job
     return job

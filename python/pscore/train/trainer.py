@@ -118,7 +118,7 @@ class Trainer:
         self._elastic: ElasticJob | None = None
         if elastic:
             self._elastic = elastic_job.open_job(
-                servers.JobEnd.open(self.run), self.run, self.strategy
+                servers.JobEnd.open(self.run, serve=True), self.run, self.strategy
             )
         # A store round trip per step, only where a replacement reads it: a strategy that
         # regroups (allreduce) hands the position with its state (AllReduce._pack).
@@ -436,6 +436,8 @@ class Trainer:
         with self.timeline.span("finish", STEP):
             self.strategy.finish()
         self._unfinished = False
+        if self._elastic is not None:
+            self._elastic.fit_ended(self.run.rank)
         if self.timeline_path:
             role = "chief" if self.run.is_chief else "worker"
             other = {"strategy": self.strategy.name, "world_size": self.run.world_size}
