@@ -21,7 +21,8 @@ What the workers would agree on through collectives they agree on through the jo
                     close without it). A worker marked gone cannot rejoin: one that comes back
                     (stopped, late, or a replacement started after the mark) exits with an error
   beat/<rank>       a counter that worker's daemon thread adds 1 to every BEAT_S: a store-side
-                    count, so watchers compare it with their own clock (no skew between hosts)
+                    count, so watchers compare it with their own clock (no skew between hosts);
+                    never reset (a worker may beat before a ps task resets the job's keys)
   ended/<rank>      set when that worker's fit() ended: under TF_CONFIG or Slurm the chief
                     serves the store and stays until every worker ended or is gone
   hogwild_prefix    hogwild: the name prefix of the shared tables, chosen by the leader
@@ -76,8 +77,7 @@ class ElasticJob:
         """Clears what an earlier job under the same id left (a ps task, before serving)."""
         names = ["tables_ready", "hogwild_prefix", "generation"]
         for rank in range(self.world_size):
-            names += [f"position/{rank}", f"done/{rank}", f"gone/{rank}", f"beat/{rank}"]
-            names.append(f"ended/{rank}")
+            names += [f"position/{rank}", f"done/{rank}", f"gone/{rank}", f"ended/{rank}"]
             names.append(f"wgroup{rank}/generation")  # ps-async / ssp groups (by first rank)
         for name in names:
             self.store.delete_key(self._key(name))
@@ -261,7 +261,6 @@ class ElasticJob:
         return self.store.get(key)
 
     def record_position(self, rank: int, epoch: int, batch_in_epoch: int) -> None:
-        self.check_not_gone(rank)  # a worker that was stopped must not take another step
         self.store.set(self._key(f"position/{rank}"), f"{epoch} {batch_in_epoch}".encode())
 
     def position(self, rank: int) -> tuple[int, int] | None:

@@ -254,6 +254,8 @@ class Trainer:
         if not self.model.training:  # train() walks every module: only when needed
             self.model.train()
         batch = tuple(batch)
+        if self._records_position:  # a worker that was stopped and marked gone takes no step
+            self._elastic.check_not_gone(self.run.rank)
         timeline = self.timeline
         with timeline.span("step", STEP, step=self.global_step + 1):
             with timeline.span("forward", COMPUTE):
