@@ -25,8 +25,9 @@ torch = pytest.importorskip("torch")
 
 JOB_ID = "elastic-k8s"
 GONE_AFTER_S = "3"
-# ps-async trains as ssp does here; hogwild shares one machine's memory, never pods (both pass).
-STRATEGIES = ["allreduce", "ps-sync", "ssp", "hybrid"]
+# Regrouping, sync rounds, both (hybrid). ps-async, ssp and hogwild pass too when added (about
+# 10 s each here); hogwild shares one machine's memory, so its workers are never separate pods.
+STRATEGIES = ["allreduce", "ps-sync", "hybrid"]
 KILL = "os.kill(os.getpid(), signal.SIGKILL)"
 assert KILL in SCRIPT
 # The worker stops itself with the signal the test names (SIGKILL unless told).
@@ -150,23 +151,28 @@ def test_a_replacement_with_the_dead_workers_environment_joins(tmp_path, jobs, s
         assert step == server_steps(strategy), text
 
 
-def test_with_gone_after_a_dead_worker_is_marked_gone_and_the_job_shrinks(tmp_path, jobs):
-    kill_rank, kill_step = drawn("shrink allreduce")
-    job = Job(tmp_path, "allreduce", kill_rank, kill_step, PSCORE_ELASTIC_GONE_AFTER=GONE_AFTER_S)
+@pytest.mark.parametrize("strategy", ["allreduce", "ps-sync"])
+def test_with_gone_after_a_dead_worker_is_marked_gone_and_the_job_shrinks(tmp_path, jobs, strategy):
+    """The chief serves the store and, with ps-sync, counts the gone worker at the job's end."""
+    kill_rank, kill_step = drawn(f"shrink {strategy}")
+    job = Job(tmp_path, strategy, kill_rank, kill_step, PSCORE_ELASTIC_GONE_AFTER=GONE_AFTER_S)
     jobs.append(job)
     procs = job.start_all()
     rcs = {task: job.wait(p) for task, p in procs.items()}
     victim = job.tasks[kill_rank]
     assert rcs.pop(victim) == -signal.SIGKILL, job.report()
-    assert list(rcs.values()) == [0, 0], job.report()
+    assert set(rcs.values()) == {0}, job.report()
     text = job.report()
     assert f"elastic worker {kill_rank} sent no liveness beat for 3 s" in text
-    assert f"worker 0 goes on in group generation 2 from global step {kill_step}" in text
+    if strategy == "allreduce":
+        assert f"worker 0 goes on in group generation 2 from global step {kill_step}" in text
+    else:
+        assert f"ps task (shard 0): worker {kill_rank} is gone" in text
     found = results(job)
     assert sorted(found) == sorted({0, 1, 2} - {kill_rank}), text
     for accuracy, step in found.values():
-        assert accuracy >= bound("allreduce"), text
-        assert step == shrunk_server_steps("allreduce", kill_rank, kill_step), text
+        assert accuracy >= bound(strategy), text
+        assert step == shrunk_server_steps(strategy, kill_rank, kill_step), text
 
 
 def test_a_stopped_worker_marked_gone_fails_clearly_when_it_goes_on(tmp_path, jobs):

@@ -48,8 +48,9 @@ class Trainer:
 
     `elastic`: a worker that dies does not end the job (allreduce, ps-sync, ps-async, ssp,
     hogwild and hybrid; see pscore.train.elastic and docs/train.md): a replacement (pscore-run
-    --max-restarts K) joins with the job's current weights where the dead worker left; with no
-    replacement coming (pscore-run --elastic) the job shrinks."""
+    --max-restarts K, or Kubernetes) joins with the job's current weights where the dead worker
+    left; with no replacement coming (pscore-run --elastic, elsewhere PSCORE_ELASTIC_GONE_AFTER)
+    the job shrinks."""
 
     def __init__(
         self,
