@@ -38,18 +38,36 @@ def addresses(count: int) -> list[str]:
     return [f"127.0.0.1:{free_port()}" for _ in range(count)]
 
 
+def slurm_env(procid: int, tasks: int, master_port: int) -> dict:
+    """What slurmd sets for task `procid` of a one-node step (block distribution)."""
+    return {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_NTASKS": str(tasks),
+        "SLURM_TASKS_PER_NODE": str(tasks),
+        "SLURM_DISTRIBUTION": "block",
+        "SLURM_PROCID": str(procid),
+        "SLURM_NODEID": "0",
+        "SLURM_LOCALID": str(procid),
+        "MASTER_PORT": str(master_port),
+    }
+
+
 class Job:
     """A chief, 2 workers and (for a PS strategy) a ps task, each a process started from its
-    TF_CONFIG; the chief serves the job's store unless `store` (a URL) is given."""
+    TF_CONFIG (or, `slurm`, from Slurm's variables on one node); the chief serves the job's
+    store unless PSCORE_STORE is given in `extra`."""
 
     def __init__(self, tmp_path, strategy: str, kill_rank: int, kill_step: int, how="SIGKILL",
-                 **extra: str):  # fmt: skip
-        self.tmp_path, self.strategy = tmp_path, strategy
+                 slurm=False, **extra: str):  # fmt: skip
+        self.tmp_path, self.strategy, self.slurm = tmp_path, strategy, slurm
         self.cluster = {"chief": addresses(1), "worker": addresses(2)}
         self.tasks = [("chief", 0), ("worker", 0), ("worker", 1)]  # ranks 0, 1, 2
         if strategy not in ("allreduce", "hogwild"):
             self.cluster["ps"] = addresses(1)
             self.tasks.append(("ps", 0))
+            extra.setdefault("PSCORE_NUM_SERVERS", "1")
+        self.master_port = free_port()
         script = write(tmp_path, "elastic.py", STOPPING_SCRIPT)
         marker = str(tmp_path / "stopped")
         self.argv = [sys.executable, script, strategy, "1", str(kill_rank), str(kill_step)]
@@ -59,6 +77,9 @@ class Job:
         self.procs: list[tuple[str, subprocess.Popen]] = []
 
     def env(self, task: tuple[str, int]) -> dict:
+        if self.slurm:
+            procid = self.tasks.index(task)
+            return environment(**slurm_env(procid, len(self.tasks), self.master_port), **self.extra)
         config = {"cluster": self.cluster, "task": {"type": task[0], "index": task[1]}}
         return environment(TF_CONFIG=json.dumps(config), **self.extra)
 
@@ -153,9 +174,12 @@ def test_a_replacement_with_the_dead_workers_environment_joins(tmp_path, jobs, s
 
 @pytest.mark.parametrize("strategy", ["allreduce", "ps-sync"])
 def test_with_gone_after_a_dead_worker_is_marked_gone_and_the_job_shrinks(tmp_path, jobs, strategy):
-    """The chief serves the store and, with ps-sync, counts the gone worker at the job's end."""
+    """The chief serves the store and, with ps-sync, counts the gone worker at the job's end.
+    allreduce's job runs from Slurm's variables."""
     kill_rank, kill_step = drawn(f"shrink {strategy}")
-    job = Job(tmp_path, strategy, kill_rank, kill_step, PSCORE_ELASTIC_GONE_AFTER=GONE_AFTER_S)
+    slurm = strategy == "allreduce"
+    job = Job(tmp_path, strategy, kill_rank, kill_step, slurm=slurm,
+              PSCORE_ELASTIC_GONE_AFTER=GONE_AFTER_S)  # fmt: skip
     jobs.append(job)
     procs = job.start_all()
     rcs = {task: job.wait(p) for task, p in procs.items()}

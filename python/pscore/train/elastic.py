@@ -113,8 +113,7 @@ class ElasticJob:
         """The gone ranks that had not set done/<rank> (the job's end counter lacks them)."""
         return {r for r in self.gone() if not self.store.check([self._key(f"done/{r}")])}
 
-    def not_done(self) -> list:
-        """The ranks neither done nor gone (a ps task waits for them)."""
+    def _not_done(self) -> list:
         gone = self.gone()
         return [
             r
@@ -122,16 +121,17 @@ class ElasticJob:
             if r not in gone and not self.store.check([self._key(f"done/{r}")])
         ]
 
-    def mark_stalled(self, ranks: Any) -> None:
-        """With PSCORE_ELASTIC_GONE_AFTER: marks gone each of `ranks` (ranks this process waits
-        for) whose beat this process saw stand still that long. A rank that never beat is not
-        marked (it may not have started yet); a replacement's beats move the same counter."""
+    def mark_stalled(self, ranks: Any = None) -> None:
+        """With PSCORE_ELASTIC_GONE_AFTER: marks gone each of `ranks` (the ranks this process
+        waits for; None: those neither done nor gone, as a ps task waits for) whose beat this
+        process saw stand still that long; it looks once per BEAT_S. A rank that never beat is
+        not marked (it may not have started yet); a replacement's beats move the same counter."""
         after = _config.ELASTIC_GONE_AFTER.get()
         now = time.monotonic()
         if after is None or now < self.next_look:
             return
         self.next_look = now + BEAT_S
-        for rank in ranks:
+        for rank in self._not_done() if ranks is None else ranks:
             beats = self.store.add(self._key(f"beat/{rank}"), 0)
             seen = self.beats_seen.get(rank)
             if seen is None or seen[0] != beats:

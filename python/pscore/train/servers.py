@@ -176,7 +176,7 @@ def serve(run: Any, timeout: float = STORE_WAIT_S) -> None:
         while finished < run.world_size:
             time.sleep(_POLL_S)
             try:
-                elastic.mark_stalled(elastic.not_done())
+                elastic.mark_stalled()
                 gone = elastic.gone_unfinished()
                 for rank in sorted(gone - told):
                     _worker_gone(run, rank)
