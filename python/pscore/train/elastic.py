@@ -153,19 +153,26 @@ class ElasticJob:
 
     def start_beating(self, rank: int) -> None:
         """A daemon thread adds 1 to beat/<rank> every BEAT_S over its own connection (the
-        main thread's may block in a long wait); once this rank is marked gone it ends the
-        process (it cannot rejoin; its updates must not reach the job that went on)."""
+        main thread's may block in a long wait) until the process exits; once this rank is
+        marked gone it ends the process (it cannot rejoin; its updates must not reach the job
+        that went on)."""
         from ..ps import discovery as ps_discovery
 
-        store = ps_discovery.open_store(self.url, 30.0)
+        store, stop = ps_discovery.open_store(self.url, 30.0), threading.Event()
         thread = threading.Thread(
-            target=self._beat, args=(rank, store), name=f"pscore-elastic-beat-{rank}", daemon=True
+            target=self._beat, args=(rank, store, stop), name=f"pscore-beat-{rank}", daemon=True
         )
         thread.start()
 
-    def _beat(self, rank: int, store: Any) -> None:
+        def stop_beating() -> None:  # not inside a store call when the interpreter goes
+            stop.set()
+            thread.join(BEAT_S * 5)
+
+        atexit.register(stop_beating)
+
+    def _beat(self, rank: int, store: Any, stop: threading.Event) -> None:
         beat, gone = self._key(f"beat/{rank}"), self._key(f"gone/{rank}")
-        while True:
+        while not stop.is_set():
             try:
                 if store.check([gone]):
                     print(f"pscore: {_gone_message(rank)}", file=sys.stderr, flush=True)
@@ -173,7 +180,7 @@ class ElasticJob:
                 store.add(beat, 1)
             except (errors.Error, OSError):
                 return  # the store went with the job's end; the main thread sees it if not
-            time.sleep(BEAT_S)
+            stop.wait(BEAT_S)
 
     def fit_ended(self, rank: int) -> None:
         self.store.set(self._key(f"ended/{rank}"), b"1")
@@ -186,7 +193,6 @@ class ElasticJob:
 
         if not self.ended_here:
             return
-
         try:
             self._wait_each(PrefixStore(self.prefix, self.store), "ended", "end", timeout)
         except (errors.Error, OSError) as e:

@@ -139,10 +139,10 @@ def _start_shard(run: Any, store: Any, store_url: str) -> PServer:
 
 
 def _worker_gone(run: Any, rank: int) -> None:
-    """Worker `rank` died with no restart left (pscore-run --elastic, or its beat stopped for
-    PSCORE_ELASTIC_GONE_AFTER s): worker_done on its
-    behalf (to every shard: each ps task sends it, the servers take it once), so that sync
-    rounds and ssp bounds close without it."""
+    """Worker `rank` is gone (pscore-run --elastic saw it die with no restart left, or its
+    beat stopped for PSCORE_ELASTIC_GONE_AFTER s): worker_done on its behalf (to every shard:
+    each ps task sends it, the servers take it once), so that sync rounds and ssp bounds close
+    without it."""
     with PSClient(worker_id=rank, connect_timeout=30.0) as client:
         client.worker_done()
     print(
