@@ -225,3 +225,35 @@ def test_a_stopped_worker_marked_gone_fails_clearly_when_it_goes_on(tmp_path, jo
     for accuracy, step in found.values():
         assert accuracy >= bound("ps-sync"), text
         assert step == shrunk_server_steps("ps-sync", stop_rank, stop_step), text
+
+
+def test_only_a_rank_whose_beat_stood_still_is_marked_gone(monkeypatch):
+    """The watcher's rule on a store of this process: a beat that moves, one that never began
+    (a pod not started yet) and the unset variable mark nobody; a beat that stood still for
+    PSCORE_ELASTIC_GONE_AFTER marks its rank."""
+    from pscore.store import TCPStore
+    from pscore.train import elastic, servers
+
+    monkeypatch.setattr(elastic, "BEAT_S", 0.05)
+    store = TCPStore("127.0.0.1", 0, is_master=True)
+    job = elastic.ElasticJob(servers.JobEnd(store, "unused", False), 3)
+    beat = lambda rank: store.add(f"{job.prefix}/beat/{rank}", 1)  # noqa: E731
+    beat(1)  # rank 1 beat once, then stopped; rank 2 never beat
+
+    def watch_until(done, guard_s: float = 30.0) -> float:
+        """Beats rank 0 and looks, until done() (a hang guard); the seconds it took."""
+        start = time.monotonic()
+        while not done() and time.monotonic() - start < guard_s:
+            beat(0)
+            job.mark_stalled([0, 1, 2])
+            time.sleep(0.06)
+        return time.monotonic() - start
+
+    monkeypatch.delenv("PSCORE_ELASTIC_GONE_AFTER", raising=False)
+    looks = iter(range(10))
+    watch_until(lambda: next(looks, None) is None)
+    assert job.gone() == set()
+    monkeypatch.setenv("PSCORE_ELASTIC_GONE_AFTER", "0.3")
+    took = watch_until(job.gone)
+    assert job.gone() == {1}
+    assert took >= 0.3
