@@ -184,6 +184,13 @@ RESTART_COUNT = Var(
     0,
     "how many times pscore-run --max-restarts restarted this worker (0: its first start)",
 )
+ELASTIC_GONE_AFTER = Var(
+    "PSCORE_ELASTIC_GONE_AFTER",
+    "seconds",
+    None,
+    "Trainer(elastic=True) outside pscore-run: a worker whose liveness beat in the job's store "
+    "stopped this long is marked gone and the job shrinks (unset: wait for a replacement)",
+)
 TIMELINE = Var(
     "PSCORE_TIMELINE",
     "str",

@@ -1,10 +1,12 @@
 """Elastic training (Trainer(elastic=True)): a worker that dies does not end the job, and its
 replacement (started by pscore-run --max-restarts, or by Kubernetes) joins the running job, and
-with none coming (pscore-run --elastic marks the worker gone) the job shrinks. The PS strategies
-and hogwild form no job-wide collective group; allreduce (and hybrid's dense half, a ps-async /
-ssp group of several workers) re-forms its group through the store after a failed step
-(AllReduce.regroup, PSAsync.regroup), and distributed-hogwild its machine leaders' averaging
-group after a failed round or when a new leader joins (strategies/leaders.py).
+with none coming (pscore-run --elastic marks the worker gone, or, under any other launcher, the
+others do once its liveness beat stopped for PSCORE_ELASTIC_GONE_AFTER seconds) the job
+shrinks. The PS strategies and hogwild form no job-wide collective group; allreduce (and
+hybrid's dense half, a ps-async / ssp group of several workers) re-forms its group through the
+store after a failed step (AllReduce.regroup, PSAsync.regroup), and distributed-hogwild
+its machine leaders' averaging group after a failed round or when a new leader joins
+(strategies/leaders.py).
 
 What the workers would agree on through collectives they agree on through the job's store
 (servers.job_store), under pscore/train/<job id>/elastic/:
@@ -24,9 +26,17 @@ What the workers would agree on through collectives they agree on through the jo
                     (the state of the others or the servers) instead of reading a checkpoint
   timeline/<rank>   its timeline's events at the end (timeline_merge.py): the lead (the chief,
                     or the lowest worker left with it gone) merges those there
-  gone/<rank>       set by pscore-run --elastic when that worker died with no restart left:
-                    the job shrinks (the others stop waiting for it; the ps tasks send
-                    worker_done for it, so sync rounds and ssp bounds close without it)
+  gone/<rank>       set by pscore-run --elastic when that worker died with no restart left,
+                    or by whoever waits for it once its beat stopped for
+                    PSCORE_ELASTIC_GONE_AFTER s: the job shrinks (the others stop waiting
+                    for it; the ps tasks send worker_done for it, so sync rounds and ssp bounds
+                    close without it). A worker marked gone cannot rejoin: one that comes back
+                    (stopped, late, or a replacement started after the mark) exits with an error
+  beat/<rank>       a counter that worker's daemon thread adds 1 to every BEAT_S: a store-side
+                    count, so watchers compare it with their own clock (no skew between hosts);
+                    never reset (a worker may beat before a ps task resets the job's keys)
+  ended/<rank>      set when that worker's fit() ended: under TF_CONFIG or Slurm the chief
+                    serves the store and stays until every worker ended or is gone
   hogwild_prefix    hogwild: the name prefix of the shared tables, chosen by the leader
   machine/<rank>    distributed-hogwild: that worker's "local_rank local_world_size"
   leaders/          distributed-hogwild: its machine leaders' averaging group (leaders.py)
@@ -41,12 +51,17 @@ attaches to the machine's shared tables (Hogwild)."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import sys
+import threading
 import time
 from typing import Any
 
 from .. import _config, errors
 
 __all__ = [
+    "BEAT_S",
     "STORE_WAIT_S",
     "ElasticJob",
     "check_request",
@@ -56,6 +71,7 @@ __all__ = [
 ]
 
 STORE_WAIT_S = 600.0  # how long a worker waits for the chief's tables or the others' end
+BEAT_S = 1.0  # how often an elastic worker beats (and a watcher looks at the beats)
 _POLL_S = 0.1
 _PER_RANK_KEYS = (  # each worker's keys (the docstring above), formatted with its rank
     "position/{}",
@@ -69,6 +85,7 @@ _PER_RANK_KEYS = (  # each worker's keys (the docstring above), formatted with i
     "machine/{}",
     "tables_ready/m{}",
     "leaders/final/{}",
+    "ended/{}",
     "wgroup{}/generation",  # ps-async / ssp groups (by first rank)
 )
 
@@ -84,8 +101,11 @@ class ElasticJob:
 
     def __init__(self, end: Any, world_size: int):
         """`end`: the job's servers.JobEnd (its store and key prefix)."""
-        self.store, self.world_size = end.store, world_size
+        self.store, self.url, self.world_size = end.store, end.url, world_size
         self.prefix = f"{end.prefix}/elastic"
+        self.beats_seen: dict = {}  # rank -> (its beat count, when this process saw it change)
+        self.next_look = 0.0  # monotonic time of the next look at the beats
+        self.ended_here = False  # this process's fit() ended (the chief waits at exit then)
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}"
@@ -171,6 +191,83 @@ class ElasticJob:
 
         return self._missing(PrefixStore(self.prefix, self.store), "done", ranks)[0]
 
+    def mark_stalled(self, ranks: Any = None) -> None:
+        """With PSCORE_ELASTIC_GONE_AFTER: marks gone each of `ranks` (the ranks this process
+        waits for; None: those neither done nor gone, as a ps task waits for) whose beat this
+        process saw stand still that long; it looks once per BEAT_S. A rank that never beat is
+        not marked (it may not have started yet); a replacement's beats move the same counter."""
+        after = _config.ELASTIC_GONE_AFTER.get()
+        now = time.monotonic()
+        if after is None or now < self.next_look:
+            return
+        self.next_look = now + BEAT_S
+        for rank in self.unfinished(range(self.world_size)) if ranks is None else ranks:
+            beats = self.store.add(self._key(f"beat/{rank}"), 0)
+            seen = self.beats_seen.get(rank)
+            if seen is None or seen[0] != beats:
+                self.beats_seen[rank] = (beats, now)
+            elif beats and now - seen[1] >= after:
+                self.store.set(self._key(f"gone/{rank}"), b"1")
+                print(
+                    f"pscore: elastic worker {rank} sent no liveness beat for {after:g} s "
+                    f"({_config.ELASTIC_GONE_AFTER.name}): marked gone; the job goes on "
+                    "without it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    def check_not_gone(self, rank: int) -> None:
+        """RuntimeError when `rank` was marked gone: it cannot rejoin the job."""
+        if self.store.check([self._key(f"gone/{rank}")]):
+            raise RuntimeError(_gone_message(rank))
+
+    def start_beating(self, rank: int) -> None:
+        """A daemon thread adds 1 to beat/<rank> every BEAT_S over its own connection (the
+        main thread's may block in a long wait) until the process exits; once this rank is
+        marked gone it ends the process (it cannot rejoin; its updates must not reach the job
+        that went on)."""
+        from ..ps import discovery as ps_discovery
+
+        store, stop = ps_discovery.open_store(self.url, 30.0), threading.Event()
+        thread = threading.Thread(
+            target=self._beat, args=(rank, store, stop), name=f"pscore-beat-{rank}", daemon=True
+        )
+        thread.start()
+
+        def stop_beating() -> None:  # not inside a store call when the interpreter goes
+            stop.set()
+            thread.join(BEAT_S * 5)
+
+        atexit.register(stop_beating)
+
+    def _beat(self, rank: int, store: Any, stop: threading.Event) -> None:
+        beat, gone = self._key(f"beat/{rank}"), self._key(f"gone/{rank}")
+        while not stop.is_set():
+            try:
+                if store.check([gone]):
+                    print(f"pscore: {_gone_message(rank)}", file=sys.stderr, flush=True)
+                    os._exit(1)
+                store.add(beat, 1)
+            except (errors.Error, OSError):
+                return  # the store went with the job's end; the main thread sees it if not
+            stop.wait(BEAT_S)
+
+    def fit_ended(self, rank: int) -> None:
+        self.store.set(self._key(f"ended/{rank}"), b"1")
+        self.ended_here = True
+
+    def wait_ended(self, timeout: float = STORE_WAIT_S) -> None:
+        """The chief that serves the store, at its exit after a fit() that ended: until every
+        worker's fit() ended or it is gone (the store goes with the chief)."""
+        from ..store.prefix import PrefixStore
+
+        if not self.ended_here:
+            return
+        try:
+            self._wait_each(PrefixStore(self.prefix, self.store), "ended", "end", timeout)
+        except (errors.Error, OSError) as e:
+            print(f"pscore: the chief leaves the elastic job's store: {e}", file=sys.stderr)
+
     def _wait_each(
         self, store: Any, name: str, what: str, timeout: float, ranks: Any = None
     ) -> set:
@@ -184,8 +281,10 @@ class ElasticJob:
             if time.monotonic() >= deadline:
                 raise errors.TimeoutError(
                     f"elastic job: waited {timeout:g} s for worker(s) {missing} to {what} "
-                    "(neither there nor marked gone by pscore-run --elastic)"
+                    "(neither there nor marked gone by pscore-run --elastic or "
+                    f"{_config.ELASTIC_GONE_AFTER.name})"
                 )
+            self.mark_stalled(missing)
             time.sleep(_POLL_S)
 
     def form_group(
@@ -277,7 +376,7 @@ def start_group(store: Any, rank: int, members: list) -> list:
     store.wait(["members"], STORE_WAIT_S)
     members = [int(r) for r in store.get("members").split()]
     if rank not in members:
-        raise RuntimeError(f"worker {rank} was marked gone from the elastic job")
+        raise RuntimeError(_gone_message(rank))
     collectives.init_process_group(
         store=PrefixStore("pg", store),
         rank=members.index(rank),
@@ -304,9 +403,19 @@ def check_request(elastic: bool, run: Any, strategy: Any) -> None:
     strategy.check_elastic(run)
 
 
+def _gone_message(rank: int) -> str:
+    return (
+        f"worker {rank} was marked gone from the elastic job (pscore-run --elastic saw it die, "
+        f"or its liveness beat stopped for {_config.ELASTIC_GONE_AFTER.name} s) and cannot "
+        "rejoin it: the job went on without it"
+    )
+
+
 def open_job(end: Any, run: Any, strategy: Any) -> ElasticJob:
     """The job's elastic keys in `end`'s store (a servers.JobEnd, None when the job has no
-    store), handed to the strategy."""
+    store), handed to the strategy; this worker beats in it from now on (under TF_CONFIG or
+    Slurm the chief serves that store and stays, at its exit, until every worker's fit()
+    ended). RuntimeError when this rank was marked gone."""
     if end is None:
         raise ValueError(
             "elastic=True keeps the workers' agreement in the job's store and this job has none: "
@@ -314,5 +423,9 @@ def open_job(end: Any, run: Any, strategy: Any) -> ElasticJob:
             f"{_config.STORE.name}"
         )
     job = ElasticJob(end, run.world_size)
+    job.check_not_gone(run.rank)
+    job.start_beating(run.rank)
+    if end.chief_hosts and run.is_chief:
+        atexit.register(job.wait_ended)
     strategy.elastic = job
     return job

@@ -21,6 +21,7 @@ from ..collectives.rendezvous import advertised_host
 from ..ps import PSClient, environment
 from ..ps import discovery as ps_discovery
 from ..ps.server import PServer
+from ..store.create import env_store
 from .elastic import ElasticJob
 
 __all__ = ["JOB_END_TIMEOUT_S", "JobEnd", "connect", "finish_job", "job_store", "serve"]
@@ -64,13 +65,16 @@ class JobEnd:
         self.released_key = f"{prefix}/servers_released"
 
     @classmethod
-    def open(cls, run: Any, timeout: float = STORE_WAIT_S) -> JobEnd | None:
+    def open(cls, run: Any, timeout: float = STORE_WAIT_S, serve: bool = False) -> JobEnd | None:
         """The job's store (job_store); None when the job has none (no ps task of a Trainer can
-        be waiting then)."""
+        be waiting then). `serve`: the chief starts the store where it serves it (an elastic
+        job, which forms no process group whose rendezvous would)."""
         found = job_store(run)
         if found is None:
             return None
         url, chief_hosts = found
+        if serve and chief_hosts and run.is_chief:
+            return cls(env_store(run.env, 0, run.world_size, timeout), url, chief_hosts)
         return cls(ps_discovery.open_store(url, timeout), url, chief_hosts)
 
     def count(self, key: str) -> int:
@@ -89,8 +93,10 @@ class JobEnd:
         """The chief, when it hosts the store: waits until every worker finished and every ps
         task saw it."""
         deadline = time.monotonic() + timeout
+        elastic = ElasticJob(self, run.world_size)
         while True:
             finished, released = self.count(self.finished_key), self.count(self.released_key)
+            finished += len(elastic.gone_unfinished())
             if finished >= run.world_size and released >= run.num_servers:
                 return
             if time.monotonic() >= deadline:
@@ -133,9 +139,10 @@ def _start_shard(run: Any, store: Any, store_url: str) -> PServer:
 
 
 def _worker_gone(run: Any, rank: int) -> None:
-    """Worker `rank` died with no restart left (pscore-run --elastic): worker_done on its
-    behalf (to every shard: each ps task sends it, the servers take it once), so that sync
-    rounds and ssp bounds close without it."""
+    """Worker `rank` is gone (pscore-run --elastic saw it die with no restart left, or its
+    beat stopped for PSCORE_ELASTIC_GONE_AFTER s): worker_done on its behalf (to every shard:
+    each ps task sends it, the servers take it once), so that sync rounds and ssp bounds close
+    without it."""
     with PSClient(worker_id=rank, connect_timeout=30.0) as client:
         client.worker_done()
     print(
@@ -169,6 +176,7 @@ def serve(run: Any, timeout: float = STORE_WAIT_S) -> None:
         while finished < run.world_size:
             time.sleep(_POLL_S)
             try:
+                elastic.mark_stalled()
                 gone = elastic.gone_unfinished()
                 for rank in sorted(gone - told):
                     _worker_gone(run, rank)

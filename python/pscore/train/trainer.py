@@ -48,9 +48,9 @@ class Trainer:
     `tensorboard`: a log directory where the chief writes TensorBoard scalars (TensorBoardHook).
 
     `elastic`: a worker that dies does not end the job (every strategy; see pscore.train.elastic
-    and docs/train.md): a replacement (pscore-run --max-restarts K) joins with the job's current
-    weights where the dead worker left; with no replacement coming (pscore-run --elastic) the
-    job shrinks."""
+    and docs/train.md): a replacement (pscore-run --max-restarts K, or Kubernetes) joins with the
+    job's current weights where the dead worker left; with no replacement coming (pscore-run
+    --elastic, elsewhere PSCORE_ELASTIC_GONE_AFTER) the job shrinks."""
 
     def __init__(
         self,
@@ -117,7 +117,7 @@ class Trainer:
         self._elastic: ElasticJob | None = None
         if elastic:
             self._elastic = elastic_job.open_job(
-                servers.JobEnd.open(self.run), self.run, self.strategy
+                servers.JobEnd.open(self.run, serve=True), self.run, self.strategy
             )
         # A store round trip per step, only where a replacement reads it: a strategy that
         # regroups (allreduce) hands the position with its state (AllReduce._pack).
@@ -257,6 +257,8 @@ class Trainer:
         if not self.model.training:  # train() walks every module: only when needed
             self.model.train()
         batch = tuple(batch)
+        if self._records_position:  # a worker that was stopped and marked gone takes no step
+            self._elastic.check_not_gone(self.run.rank)
         timeline = self.timeline
         with timeline.span("step", STEP, step=self.global_step + 1):
             with timeline.span("forward", COMPUTE):
@@ -440,6 +442,8 @@ class Trainer:
         with self.timeline.span("finish", STEP):
             self.strategy.finish()
         self._unfinished = False
+        if self._elastic is not None:
+            self._elastic.fit_ended(self.run.rank)
         if self.timeline_path:
             role = "chief" if self.run.is_chief else "worker"
             other = {"strategy": self.strategy.name, "world_size": self.run.world_size}
