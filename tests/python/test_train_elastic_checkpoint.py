@@ -209,3 +209,13 @@ def test_a_replacement_keeps_its_predecessors_position_and_reads_no_checkpoint(t
     tensors, metadata = checkpoint.pack(model.state_dict(), {}), {"format": checkpoint.FORMAT}
     saver.write(3, tensors, metadata, os.path.isdir)  # no servers' part to save
     assert agreement.resume_point(model, run, "ps-sync", saver, job) is None
+
+
+def test_a_stop_asked_by_one_worker_reaches_the_others_through_the_store():
+    job = elastic_job(3)
+    assert job.agree_on_stop(0, None, True) == (None, True)  # nobody asked yet
+    assert job.agree_on_stop(1, "loss is nan", False) == ("loss is nan", False)
+    assert job.agree_on_stop(0, None, True) == ("worker 1 stopped: loss is nan", False)
+    # a later asker keeps its own reason; the first one's stays for the rest
+    assert job.agree_on_stop(2, "patience ran out", True) == ("patience ran out", False)
+    assert job.agree_on_stop(0, None, True) == ("worker 1 stopped: loss is nan", False)

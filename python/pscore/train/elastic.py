@@ -113,6 +113,7 @@ class ElasticJob:
     def reset(self) -> None:
         """Clears what an earlier job under the same id left (a ps task, before serving)."""
         names = ["tables_ready", "hogwild_prefix", "generation", "leaders/generation"]
+        names += ["stop", "stop/claim"]
         for rank in range(self.world_size):
             names += [key.format(rank) for key in _PER_RANK_KEYS]
         for name in names:
@@ -137,18 +138,6 @@ class ElasticJob:
             self.store.set(key, value.encode())
         self.store.wait([key], STORE_WAIT_S)
         return self.store.get(key).decode()
-
-    def gather(self, name: str, rank: int, value: str, what: str) -> dict:
-        """Sets `name`/<rank> to `value` and waits until every worker set its own or is gone
-        (`what` they were to do names the wait in a TimeoutError); {rank: value} of those that
-        set one (a replacement finds its predecessor's)."""
-        from ..store.prefix import PrefixStore
-
-        store = PrefixStore(self.prefix, self.store)
-        store.set(f"{name}/{rank}", value.encode())
-        self._wait_each(store, name, what, STORE_WAIT_S)
-        keys = {r: f"{name}/{r}" for r in range(self.world_size)}
-        return {r: store.get(k).decode() for r, k in keys.items() if store.check([k])}
 
     def tables_exist(self, machine: int | None = None) -> bool:
         return self.store.check([self._key(self._tables_name(machine))])
@@ -353,6 +342,22 @@ class ElasticJob:
         self._wait_each(PrefixStore(self.prefix, self.store), name, what, timeout)
         keys = {r: self._key(f"{name}/{r}") for r in range(self.world_size)}
         return {r: self.store.get(k) for r, k in keys.items() if self.store.check([k])}
+
+    def agree_on_stop(
+        self, rank: int, reason: str | None, keep_checkpoint: bool
+    ) -> tuple[str | None, bool]:
+        """stopping.agree for a job with no collective group (the PS strategies, hogwild): the
+        first worker to ask posts its reason under `stop`, every worker reads it at its next
+        step boundary (no wait: another may be gone). As stopping.agree: (the reason, this
+        worker's own when it asked, else `worker r stopped: ...`; keep the final checkpoint)."""
+        key = self._key("stop")
+        if reason is not None and self.store.add(self._key("stop/claim"), 1) == 1:
+            said = f"{int(not keep_checkpoint)} worker {rank} stopped: {reason}"
+            self.store.set(key, said.encode())
+        if not self.store.check([key]):
+            return None, keep_checkpoint
+        skip, theirs = self.store.get(key).decode().split(" ", 1)
+        return (reason if reason is not None else theirs), keep_checkpoint and skip == "0"
 
     def worker_done(self, rank: int) -> None:
         self.store.set(self._key(f"done/{rank}"), b"1")

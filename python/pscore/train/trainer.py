@@ -225,18 +225,17 @@ class Trainer:
     def stop_reason(self) -> str | None:
         return self._stop_reason
 
-    def _stops_need_agreement(self) -> bool:
-        return (
-            self.strategy.lockstep
-            and collectives.get_world_size() > 1
-            and any(h.local_stop for h in self.hooks)
-        )
-
     def _agree_on_stop(self) -> None:
-        if self._stops_need_agreement():
-            self._stop_reason, self._checkpoint_at_stop = stopping.agree(
-                self._stop_reason, self._checkpoint_at_stop
-            )
+        """Lockstep workers stop together (stopping.py); an elastic job with no collective
+        group agrees through its store."""
+        if not (self.strategy.lockstep and any(h.local_stop for h in self.hooks)):
+            return
+        asked = self._stop_reason, self._checkpoint_at_stop
+        if self._elastic is not None and not collectives.is_initialized():
+            asked = self._elastic.agree_on_stop(self.run.rank, *asked)
+        elif collectives.get_world_size() > 1:
+            asked = stopping.agree(*asked)
+        self._stop_reason, self._checkpoint_at_stop = asked
 
     # ---- training -------------------------------------------------------------------------
     def log(self, line: str) -> None:

@@ -100,7 +100,8 @@ def elastic_machine(run: Any, job: Any) -> Machine:
     through the job's store (this_machine without a collective). ValueError naming the workers
     that left the job before saying where they ran."""
     local_rank, local_size = _local(run)
-    said = job.gather("machine", run.rank, f"{local_rank} {local_size}", "say its machine")
+    job.post("machine", run.rank, f"{local_rank} {local_size}".encode())
+    said = {r: v.decode() for r, v in job.collect("machine", "say its machine").items()}
     silent = [r for r in range(run.world_size) if r not in said]
     if silent:
         raise ValueError(
