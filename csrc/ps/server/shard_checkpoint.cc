@@ -102,6 +102,17 @@ void restore_table(ServerTable& t, const SafetensorsReader& f, const MetadataVal
                           int_vector<int64_t>(d["clock"]), {});
 }
 
+// A table read from a checkpoint is checked as one asked for over the wire is: a damaged or
+// crafted file must not build a table the server would have refused (a sparse row of width 0).
+TableLayout checked(TableLayout layout, const std::string& path, int num_workers) {
+  try {
+    layout.spec.validate(num_workers);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("checkpoint " + path + ": " + e.what());
+  }
+  return layout;
+}
+
 }  // namespace
 
 CheckpointImage ShardCheckpoint::capture(ShardState& shard, uint64_t wal_index) {
@@ -161,7 +172,7 @@ void ShardCheckpoint::read(ShardState& shard, const std::string& path, DoneWorke
   std::map<uint32_t, std::shared_ptr<ServerTable>> tables;
   Json table_root;
   for (const MetadataValue& d : meta.parsed("tables", table_root).elements()) {
-    TableLayout layout = meta.table_layout(d);
+    TableLayout layout = checked(meta.table_layout(d), path, o.num_workers);
     auto t = std::make_shared<ServerTable>(layout, o.shard, o.num_shards, o.num_workers,
                                            shard.log_.get());
     restore_table(*t, f, d);
@@ -171,7 +182,7 @@ void ShardCheckpoint::read(ShardState& shard, const std::string& path, DoneWorke
   std::vector<int64_t> bytes(o.num_shards, 0);
   Json catalog_root;
   for (const MetadataValue& entry : meta.parsed("catalog", catalog_root).elements()) {
-    TableLayout layout = meta.catalog_layout(entry);
+    TableLayout layout = checked(meta.catalog_layout(entry), path, o.num_workers);
     for (const DensePart& p : layout.parts)
       if (p.shard >= 0 && p.shard < o.num_shards) bytes[p.shard] += p.numel * 4;
     catalog[layout.spec.name] = std::move(layout);
