@@ -25,11 +25,9 @@ def bound(strategy: str) -> float:
     return HYBRID_BOUND if strategy == "hybrid" else ACCURACY_BOUND
 
 
-SCRIPT = """
-    import os, signal, sys, torch, pscore, pscore.train
-
-    strategy, elastic, kill_rank, kill_step, marker = sys.argv[1:6]
-
+# The job scripts' SIGKILL of one worker after a step, and their data and model (argv gives
+# kill_rank, kill_step and marker, the file that says the kill happened).
+KILL_ONCE_AND_MODEL = """
     class KillOnce(pscore.train.Hook):
         local_stop = False
 
@@ -45,7 +43,16 @@ SCRIPT = """
     y = (x @ torch.randn(8, 3, generator=g)).argmax(1)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
+"""
 
+SCRIPT = (
+    """
+    import os, signal, sys, torch, pscore, pscore.train
+
+    strategy, elastic, kill_rank, kill_step, marker = sys.argv[1:6]
+"""
+    + KILL_ONCE_AND_MODEL
+    + """
     class WithEmbedding(torch.nn.Module):  # hybrid: the first feature's bucket embedded
         def __init__(self):
             super().__init__()
@@ -74,6 +81,7 @@ SCRIPT = """
         step = trainer.strategy.global_step() if trainer.strategy.needs_servers else -1
     print(f"worker {trainer.run.rank} accuracy {accuracy:.3f} server step {step}", flush=True)
 """
+)
 
 
 def run_job(tmp_path, strategy, elastic, kill_rank, kill_step, restarts=1, flags=(), groups=None):

@@ -12,6 +12,7 @@ import json
 import os
 
 import pytest
+from test_train_elastic import KILL_ONCE_AND_MODEL
 from train_ps_helpers import launch, write
 
 torch = pytest.importorskip("torch")
@@ -21,26 +22,14 @@ from pscore.train import checkpoint
 STEPS_PER_EPOCH = 20  # 3 workers, 960 samples, batches of 16
 KILL_STEP = 13  # after the chief's checkpoint of step 10
 
-SCRIPT = """
+SCRIPT = (
+    """
     import os, signal, sys, torch, pscore, pscore.train
 
     strategy, kill_rank, kill_step, marker, ckpt, trace, epochs = sys.argv[1:8]
-
-    class KillOnce(pscore.train.Hook):
-        local_stop = False
-
-        def after_step(self, trainer, loss):
-            chosen = trainer.run.rank == int(kill_rank) and trainer.global_step == int(kill_step)
-            if chosen and not os.path.exists(marker):
-                open(marker, "w").close()
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(1160, 8, generator=g)
-    y = (x @ torch.randn(8, 3, generator=g)).argmax(1)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
-    trainer = pscore.Trainer(model, torch.nn.functional.cross_entropy, strategy=strategy,
+"""
+    + KILL_ONCE_AND_MODEL
+    + """    trainer = pscore.Trainer(model, torch.nn.functional.cross_entropy, strategy=strategy,
                              optimizer_args={"lr": 0.3}, elastic=True, hooks=[KillOnce()],
                              checkpoint_dir=ckpt, save_every_steps=10, timeline=trace)
     trainer.fit((x[:960], y[:960]), epochs=int(epochs), batch_size=16)
@@ -49,6 +38,7 @@ SCRIPT = """
     print(f"worker {trainer.run.rank} accuracy {accuracy:.3f} step {trainer.global_step} "
           f"servers {servers}", flush=True)
 """
+)
 
 
 def run_job(tmp_path, strategy: str, epochs: int, kill_rank: int, flags: list) -> str:
