@@ -59,13 +59,26 @@ _BITWISE = ("band", "bor", "bxor")
 _INTEGER_DTYPES = ("int8", "uint8", "int32", "int64")
 
 
-def _op_code(op: Any, dtype: str) -> _C.ReduceOp:
+_OPS_SEEN: dict = {}  # op as callers pass it -> (code, name): parsed once per distinct op
+
+
+def _parse_op(op: Any) -> tuple:
     name = op if isinstance(op, str) else str(op).split(".")[-1].split(":")[0]
     name = name.strip("<> ").lower()
     name = {"product": "prod"}.get(name, name)
     code = _REDUCE_OPS.get(name)
     if code is None:
         raise ValueError(f"reduce op {op!r} is not supported; use one of {sorted(_REDUCE_OPS)}")
+    return code, name
+
+
+def _op_code(op: Any, dtype: str) -> _C.ReduceOp:
+    try:
+        code, name = _OPS_SEEN[op]
+    except KeyError:
+        code, name = _OPS_SEEN[op] = _parse_op(op)
+    except TypeError:  # an unhashable op object
+        code, name = _parse_op(op)
     if name in _BITWISE and dtype not in _INTEGER_DTYPES:
         raise TypeError(f"reduce op {name} needs an integer dtype, got {dtype}")
     return code
