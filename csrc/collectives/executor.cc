@@ -20,6 +20,14 @@ void Executor::run(Task& t) {
   }
 }
 
+void Executor::release() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
+}
+
 bool Executor::idle() {
   std::lock_guard<std::mutex> lock(mu_);
   return queue_.empty() && !busy_;
@@ -33,19 +41,12 @@ std::shared_ptr<TaskWork> Executor::submit(const std::string& what, std::functio
 std::shared_ptr<TaskWork> Executor::submit(std::shared_ptr<TaskWork> work, std::function<void()> fn,
                                            bool async) {
   Task task{std::move(fn), work};
+  if (!async && run_here_if_idle([&] { run(task); })) {  // inline, in order
+    work->wait();
+    return work;
+  }
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!async && queue_.empty() && !busy_) {  // fast path: run inline, in order
-      busy_ = true;
-      lock.unlock();
-      run(task);
-      lock.lock();
-      busy_ = false;
-      lock.unlock();
-      cv_.notify_all();
-      work->wait();
-      return work;
-    }
+    std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   }

@@ -26,6 +26,23 @@ class Executor {
   // The same, for a TaskWork the caller made (so that fn can refer to it).
   std::shared_ptr<TaskWork> submit(std::shared_ptr<TaskWork> work, std::function<void()> fn,
                                    bool async);
+  // Runs f on this thread when nothing is queued or running and returns true (a synchronous
+  // operation's fast path: no Work, no allocation; f's exceptions propagate); false when f
+  // must be queued instead.
+  template <class F>
+  bool run_here_if_idle(F&& f) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!queue_.empty() || busy_) return false;
+      busy_ = true;
+    }
+    struct Release {
+      Executor* executor;
+      ~Release() { executor->release(); }
+    } release{this};
+    f();
+    return true;
+  }
   // Nothing queued or running.
   bool idle();
 
@@ -35,6 +52,7 @@ class Executor {
     std::shared_ptr<TaskWork> work;
   };
   void loop();
+  void release();  // the end of a task run on the caller's thread
   static void run(Task& t);
 
   std::mutex mu_;

@@ -61,9 +61,10 @@ void ProcessGroup::throw_if_broken(const std::string& what) {
 
 // Runs one operation; a network failure or timeout breaks the group (streams are out of step)
 // and tells the peers, so they fail fast instead of waiting out their own timeouts.
-void ProcessGroup::run_guarded(const OpContext& base,
-                               const std::function<void(const OpContext&)>& fn) {
-  throw_if_broken(std::string(op_kind_name(base.kind)) + " #" + std::to_string(base.seq));
+template <class Body>
+void ProcessGroup::run_guarded(const OpContext& base, const Body& body) {
+  if (is_broken_.load(std::memory_order_acquire))
+    throw_if_broken(std::string(op_kind_name(base.kind)) + " #" + std::to_string(base.seq));
   OpContext ctx = base;
   ctx.deadline = Deadline(options_.timeout_ms);
   struct EndOnExit {  // the lane is idle again however fn leaves
@@ -77,22 +78,25 @@ void ProcessGroup::run_guarded(const OpContext& base,
     ctx.waiting_on = progress_.waiting_on();
   }
   try {
-    fn(ctx);
+    body(ctx);
   } catch (const Error& e) {
     abort(e.what());
     throw;
   }
 }
 
+template <class Body>
 ProcessGroup::WorkPtr ProcessGroup::submit(OpKind kind, DType dtype, size_t nbytes, bool async,
-                                           std::function<void(const OpContext&)> fn) {
+                                           Body&& body) {
   std::lock_guard<std::mutex> lock(submit_mu_);
   OpContext ctx = context(kind, dtype);
   ctx.seq = seq_++;
   ctx.nbytes = nbytes;
-  std::string what =
-      "rank " + std::to_string(rank()) + ": " + op_kind_name(kind) + " #" + std::to_string(ctx.seq);
-  return executor_->submit(what, [this, ctx, fn = std::move(fn)] { run_guarded(ctx, fn); }, async);
+  if (!async && executor_->run_here_if_idle([&] { run_guarded(ctx, body); })) return nullptr;
+  auto work = std::make_shared<TaskWork>(rank(), kind, ctx.seq);
+  return executor_->submit(
+      std::move(work), [this, ctx, body = std::forward<Body>(body)] { run_guarded(ctx, body); },
+      async);
 }
 
 Executor& ProcessGroup::p2p_executor(bool is_send, int peer) {
@@ -394,6 +398,7 @@ void ProcessGroup::abort(const std::string& reason) {
     std::lock_guard<std::mutex> lock(broken_mu_);
     if (!broken_.empty()) return;
     broken_ = reason;
+    is_broken_.store(true, std::memory_order_release);
   }
   transport_->abort("rank " + std::to_string(rank()) + " failed: " + reason);
 }

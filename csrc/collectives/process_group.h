@@ -76,8 +76,11 @@ class ProcessGroup {
     uint64_t seq = 0;
   };
   OpContext context(OpKind kind, DType dtype, int lane = kCollectiveLane) const;
-  WorkPtr submit(OpKind kind, DType dtype, size_t nbytes, bool async,
-                 std::function<void(const OpContext&)> fn);
+  // Runs body(ctx) as the group's next collective. A synchronous call with nothing queued
+  // runs it on the caller's thread and returns no Work (its failure propagates): the path of
+  // small blocking collectives, with no allocation. Defined (and used) in process_group.cc.
+  template <class Body>
+  WorkPtr submit(OpKind kind, DType dtype, size_t nbytes, bool async, Body&& body);
   WorkPtr submit_p2p(bool is_send, int peer, DType dtype, uint32_t tag, bool async,
                      std::function<void(const OpContext&)> fn);
   // With p2p_mu_ held: the lane's executor, made on first use.
@@ -92,7 +95,8 @@ class ProcessGroup {
   void run_recv_any(TaskWork& outer, void* buf, size_t count, DType dtype, uint32_t tag);
   void throw_if_broken(const std::string& what);
   std::function<void(const OpContext&)> recv_body(int src, void* buf, size_t count, DType dtype);
-  void run_guarded(const OpContext& ctx, const std::function<void(const OpContext&)>& fn);
+  template <class Body>
+  void run_guarded(const OpContext& ctx, const Body& body);
   void check_rank(int r, const char* what) const;
   char* scratch(size_t nbytes);
 
@@ -105,6 +109,7 @@ class ProcessGroup {
   std::vector<char> scratch_;  // used only by the collective executor's running op
   std::mutex broken_mu_;
   std::string broken_;
+  std::atomic<bool> is_broken_{false};  // broken_ is set: read without the lock
   std::mutex p2p_mu_;
   std::vector<P2PLane> send_lanes_;
   std::vector<P2PLane> recv_lanes_;

@@ -4,6 +4,11 @@
 
 namespace pscore {
 
+std::string TaskWork::what() const {
+  if (rank_ < 0) return Work::what();
+  return "rank " + std::to_string(rank_) + ": " + op_kind_name(kind_) + " #" + std::to_string(seq_);
+}
+
 bool TaskWork::wait(int64_t timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout_ms < 0) {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "collectives/message.h"
 #include "common/work.h"
 
 namespace pscore {
@@ -15,6 +16,9 @@ namespace pscore {
 class TaskWork : public Work {
  public:
   explicit TaskWork(std::string what) : Work(std::move(what)) {}
+  // A collective's: "rank 0: allreduce #41", formatted only when a message asks for it.
+  TaskWork(int rank, OpKind kind, uint64_t seq) : rank_(rank), kind_(kind), seq_(seq) {}
+  std::string what() const override;
   bool wait(int64_t timeout_ms = -1) override;
   bool is_completed() override;
   std::exception_ptr exception() override;
@@ -33,6 +37,9 @@ class TaskWork : public Work {
   bool done_ = false;
   std::exception_ptr error_;
   std::atomic<int> source_{-1};
+  int rank_ = -1;  // >= 0: a collective's Work, described by rank_, kind_ and seq_
+  OpKind kind_ = OpKind::kAllreduce;
+  uint64_t seq_ = 0;
 };
 
 }  // namespace pscore

@@ -11,6 +11,7 @@ namespace pscore {
 
 class Work {
  public:
+  Work() = default;
   explicit Work(std::string what) : what_(std::move(what)) {}
   virtual ~Work() = default;
   Work(const Work&) = delete;
@@ -26,7 +27,7 @@ class Work {
   virtual std::exception_ptr exception() = 0;
 
   // What the operation is, for messages ("rank 0: allreduce #41", "push 'w'").
-  const std::string& what() const { return what_; }
+  virtual std::string what() const { return what_; }
   bool failed() { return exception() != nullptr; }
   // The failure's message, or "" when there is none (yet).
   std::string exception_message();

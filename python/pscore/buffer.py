@@ -123,7 +123,7 @@ def _unsupported(name: str, native: bool = True) -> None:
 
 
 # ---- torch --------------------------------------------------------------------------------
-_TORCH_NAMES: dict = {}
+_TORCH_DTYPES: dict = {}
 
 
 def _torch():
@@ -136,13 +136,21 @@ def is_torch_tensor(x: Any) -> bool:
 
 
 def _torch_name(dtype) -> str:
-    if not _TORCH_NAMES:
-        torch = _torch()
-        _TORCH_NAMES.update({getattr(torch, name): name for name in DTYPE_CODES})
-    name = _TORCH_NAMES.get(dtype)
-    if name is None:
+    return _torch_dtype(dtype)[0]
+
+
+def _torch_dtype(dtype) -> tuple:
+    """(pscore name, dtype code, item size) of a torch dtype."""
+    entry = _TORCH_DTYPES.get(dtype)
+    if entry is None:
+        if not _TORCH_DTYPES:
+            torch = _torch()
+            for name, code in DTYPE_CODES.items():
+                t = getattr(torch, name)
+                _TORCH_DTYPES[t] = (name, code, t.itemsize)
+            return _torch_dtype(dtype)
         _unsupported(str(dtype).replace("torch.", ""))
-    return name
+    return entry
 
 
 def _cuda_stream(torch, index: int) -> int:
@@ -151,25 +159,22 @@ def _cuda_stream(torch, index: int) -> int:
 
 
 def _tensor(x: Any, what: str) -> BufferView:
-    name = _torch_name(x.dtype)
+    name, code, itemsize = _torch_dtype(x.dtype)
     if x.is_sparse:
         raise ValueError(f"{what} is sparse; pass a dense tensor")
     if not x.is_contiguous():
         _not_contiguous(what, tuple(x.shape), x.stride())
-    device = x.device
-    numel = x.numel()
-    ptr = x.data_ptr() if numel else 0
-    code = DTYPE_CODES[name]
+    nbytes = x.nbytes  # the cheapest of torch's size attributes
+    ptr = x.data_ptr() if nbytes else 0
     shape = tuple(x.shape)
-    if device.type == "cpu":
-        return _new(
-            BufferView, (ptr, numel * x.element_size(), numel, code, CPU, 0, 0, shape, name, x)
-        )
+    if x.is_cpu:
+        return _new(BufferView, (ptr, nbytes, nbytes // itemsize, code, CPU, 0, 0, shape, name, x))
+    device = x.device
     if device.type != "cuda":
         raise ValueError(f"{what} is on {device}; pscore takes CPU and CUDA tensors")
     stream = _cuda_stream(_torch(), device.index)
-    nbytes = numel * x.element_size()
-    return _new(BufferView, (ptr, nbytes, numel, code, CUDA, device.index, stream, shape, name, x))
+    fields = (ptr, nbytes, nbytes // itemsize, code, CUDA, device.index, stream, shape, name, x)
+    return _new(BufferView, fields)
 
 
 # ---- DLPack -------------------------------------------------------------------------------

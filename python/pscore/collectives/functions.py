@@ -5,7 +5,6 @@ otherwise None when it has finished."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,22 +58,36 @@ _BITWISE = ("band", "bor", "bxor")
 _INTEGER_DTYPES = ("int8", "uint8", "int32", "int64")
 
 
-def _op_code(op: Any, dtype: str) -> _C.ReduceOp:
+_OPS_SEEN: dict = {}  # op as callers pass it -> (code, name): parsed once per distinct op
+
+
+def _parse_op(op: Any) -> tuple:
     name = op if isinstance(op, str) else str(op).split(".")[-1].split(":")[0]
     name = name.strip("<> ").lower()
     name = {"product": "prod"}.get(name, name)
     code = _REDUCE_OPS.get(name)
     if code is None:
         raise ValueError(f"reduce op {op!r} is not supported; use one of {sorted(_REDUCE_OPS)}")
+    return code, name
+
+
+def _op_code(op: Any, dtype: str) -> _C.ReduceOp:
+    try:
+        code, name = _OPS_SEEN[op]
+    except KeyError:
+        code, name = _OPS_SEEN[op] = _parse_op(op)
+    except TypeError:  # an unhashable op object
+        code, name = _parse_op(op)
     if name in _BITWISE and dtype not in _INTEGER_DTYPES:
         raise TypeError(f"reduce op {name} needs an integer dtype, got {dtype}")
     return code
 
 
-def _finish(g, call, async_op: bool, keep: Any):
-    """Runs a native call; a failure carries what the other ranks reported about it."""
+def _finish(g, keep: Any, async_op: bool, call, *args):
+    """Runs the native call(*args); a failure carries what the other ranks reported about it.
+    `keep`: what an async Work keeps alive until it is done."""
     try:
-        handle = call()
+        handle = call(*args)
     except (NetworkError, PscoreTimeoutError) as e:
         raise g.explain(e) from None
     return CollectiveWork(handle, keep, g) if async_op else None
@@ -94,12 +107,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     if g is None:
         return CompletedWork() if async_op else None
     b = view(tensor)
-    return _finish(
-        g,
-        lambda: g.native.allreduce(b, _op_code(op, b.dtype), async_op),
-        async_op,
-        b,
-    )
+    return _finish(g, b, async_op, g.native.allreduce, b, _op_code(op, b.dtype), async_op)
 
 
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
@@ -108,12 +116,7 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     if g is None:
         return CompletedWork() if async_op else None
     b = view(tensor)
-    return _finish(
-        g,
-        lambda: g.native.broadcast(b, g.group_rank(src, "src"), async_op),
-        async_op,
-        b,
-    )
+    return _finish(g, b, async_op, g.native.broadcast, b, g.group_rank(src, "src"), async_op)
 
 
 def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -123,12 +126,7 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
         return CompletedWork() if async_op else None
     b = view(tensor)
     root = g.group_rank(dst, "dst")
-    return _finish(
-        g,
-        lambda: g.native.reduce(b, _op_code(op, b.dtype), root, async_op),
-        async_op,
-        b,
-    )
+    return _finish(g, b, async_op, g.native.reduce, b, _op_code(op, b.dtype), root, async_op)
 
 
 def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
@@ -143,12 +141,7 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
         )
     outs = [view(t, what=f"tensor_list[{i}]") for i, t in enumerate(tensor_list)]
     _same_kind(outs, b, "tensor_list")
-    return _finish(
-        g,
-        lambda: g.native.allgather(b, outs, async_op),
-        async_op,
-        (b, outs),
-    )
+    return _finish(g, (b, outs), async_op, g.native.allgather, b, outs, async_op)
 
 
 def _split(buf: BufferView, parts: int, what: str) -> list[BufferView]:
@@ -173,10 +166,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
             f"got {out.numel} {out.dtype}"
         )
     return _finish(
-        g,
-        lambda: g.native.allgather(b, _split(out, g.size, "output"), async_op),
-        async_op,
-        (b, out),
+        g, (b, out), async_op, g.native.allgather, b, _split(out, g.size, "output"), async_op
     )
 
 
@@ -195,9 +185,13 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
     _same_kind(ins, out, "input_list")
     return _finish(
         g,
-        lambda: g.native.reduce_scatter(ins, out, _op_code(op, out.dtype), async_op),
-        async_op,
         (out, ins),
+        async_op,
+        g.native.reduce_scatter,
+        ins,
+        out,
+        _op_code(op, out.dtype),
+        async_op,
     )
 
 
@@ -216,11 +210,13 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
         )
     return _finish(
         g,
-        lambda: g.native.reduce_scatter(
-            _split(inp, g.size, "input"), out, _op_code(op, out.dtype), async_op
-        ),
-        async_op,
         (out, inp),
+        async_op,
+        g.native.reduce_scatter,
+        _split(inp, g.size, "input"),
+        out,
+        _op_code(op, out.dtype),
+        async_op,
     )
 
 
@@ -241,12 +237,7 @@ def gather(
         _same_kind(outs, b, "gather_list")
     elif gather_list:
         raise ValueError("gather: only the destination rank passes a gather_list")
-    return _finish(
-        g,
-        lambda: g.native.gather(b, outs, root, async_op),
-        async_op,
-        (b, outs),
-    )
+    return _finish(g, (b, outs), async_op, g.native.gather, b, outs, root, async_op)
 
 
 def scatter(
@@ -268,12 +259,7 @@ def scatter(
         _same_kind(ins, out, "scatter_list")
     elif scatter_list:
         raise ValueError("scatter: only the source rank passes a scatter_list")
-    return _finish(
-        g,
-        lambda: g.native.scatter(ins, out, root, async_op),
-        async_op,
-        (out, ins),
-    )
+    return _finish(g, (out, ins), async_op, g.native.scatter, ins, out, root, async_op)
 
 
 def all_to_all(
@@ -294,12 +280,7 @@ def all_to_all(
     for b in ins + outs:
         if b.dtype != dtype:
             raise TypeError(f"all_to_all: mixed dtypes {b.dtype} and {dtype}")
-    return _finish(
-        g,
-        lambda: g.native.all_to_all(ins, outs, async_op),
-        async_op,
-        (ins, outs),
-    )
+    return _finish(g, (ins, outs), async_op, g.native.all_to_all, ins, outs, async_op)
 
 
 def _splits(buf: BufferView, sizes, n: int, what: str) -> list[BufferView]:
@@ -337,12 +318,7 @@ def all_to_all_single(
         raise TypeError(f"all_to_all_single: output is {out.dtype}, input is {inp.dtype}")
     ins = _splits(inp, input_split_sizes, g.size, "input")
     outs = _splits(out, output_split_sizes, g.size, "output")
-    return _finish(
-        g,
-        lambda: g.native.all_to_all(ins, outs, async_op),
-        async_op,
-        (out, inp),
-    )
+    return _finish(g, (out, inp), async_op, g.native.all_to_all, ins, outs, async_op)
 
 
 def barrier(group=None, async_op: bool = False):
@@ -350,7 +326,7 @@ def barrier(group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    return _finish(g, lambda: g.native.barrier(async_op), async_op, None)
+    return _finish(g, None, async_op, g.native.barrier, async_op)
 
 
 def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
@@ -360,7 +336,7 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
         raise ValueError("isend: this rank is not in the group")
     b = view(tensor, writable=False)
     peer = g.group_rank(dst, "dst")
-    return _finish(g, lambda: g.native.send(b, peer, tag, True), True, b)
+    return _finish(g, b, True, g.native.send, b, peer, tag, True)
 
 
 def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
@@ -371,11 +347,8 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
         raise ValueError("irecv: this rank is not in the group")
     b = view(tensor)
     if src is None:
-        call = functools.partial(g.native.recv_any, b, tag, True)
-    else:
-        peer = g.group_rank(src, "src")
-        call = functools.partial(g.native.recv, b, peer, tag, True)
-    return _finish(g, call, True, b)
+        return _finish(g, b, True, g.native.recv_any, b, tag, True)
+    return _finish(g, b, True, g.native.recv, b, g.group_rank(src, "src"), tag, True)
 
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
