@@ -37,7 +37,9 @@ class ProcessGroup {
   const GroupOptions& options() const { return options_; }
 
   // All buffers are `count` elements of `dtype` unless said otherwise; every call blocks until
-  // done unless async, in which case the Work reports completion and failure.
+  // done unless async, in which case the Work reports completion and failure. A blocking
+  // collective throws its failure and returns no Work (nullptr) when it ran on the caller's
+  // thread (nothing queued before it), a done Work otherwise.
   WorkPtr allreduce(void* buf, size_t count, DType dtype, ReduceOp op, bool async);
   WorkPtr broadcast(void* buf, size_t count, DType dtype, int root, bool async);
   WorkPtr reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root, bool async);
