@@ -35,6 +35,13 @@ std::string temp_dir() {
   return mkdtemp(tmpl);
 }
 
+ConsistencySpec ssp_spec(int staleness) {
+  ConsistencySpec spec;
+  spec.mode = Consistency::kSsp;
+  spec.staleness = staleness;
+  return spec;
+}
+
 }  // namespace
 
 TEST(PsJson, RoundTripAndErrors) {
@@ -174,10 +181,7 @@ TEST(PsConsistency, SyncRoundsBackupWorkersAndDone) {
 }
 
 TEST(PsConsistency, SspStalenessBound) {
-  ConsistencySpec spec;
-  spec.mode = Consistency::kSsp;
-  spec.staleness = 2;
-  ConsistencyState c(spec, 2);
+  ConsistencyState c(ssp_spec(2), 2);
   c.advance_clock(0, 2);
   EXPECT_TRUE(c.may_proceed(0));
   c.advance_clock(0, 3);
@@ -197,10 +201,7 @@ TEST(PsConsistency, SspStalenessBound) {
 }
 
 TEST(PsConsistency, SspOldestParkedIsTheFirstParked) {
-  ConsistencySpec spec;
-  spec.mode = Consistency::kSsp;
-  spec.staleness = 0;
-  ConsistencyState c(spec, 2);
+  ConsistencyState c(ssp_spec(0), 2);
   c.advance_clock(0, 1);
   c.park(Waiter{0, 1, {}, nullptr});
   const int64_t first = c.oldest_parked_us();

@@ -18,6 +18,7 @@ from . import elastic as elastic_job
 from .checks import check_int
 from .data import ShardedData, as_dataset
 from .elastic import ElasticJob
+from .elastic_worker import ElasticWorker
 from .hooks import Hook
 from .optimizers import resolve
 from .progress import Progress, wanted
@@ -119,9 +120,7 @@ class Trainer:
             self._elastic = elastic_job.open_job(
                 servers.JobEnd.open(self.run, serve=True), self.run, self.strategy
             )
-        # A store round trip per step, only where a replacement reads it: a strategy that
-        # regroups (allreduce) hands the position with its state (AllReduce._pack).
-        self._records_position = self._elastic is not None and not self.strategy.regroups
+        self._elastic_worker = None if self._elastic is None else ElasticWorker(self._elastic, self)
         if self._elastic is None and not collectives.is_initialized():
             collectives.init_process_group()
 
@@ -256,8 +255,8 @@ class Trainer:
         if not self.model.training:  # train() walks every module: only when needed
             self.model.train()
         batch = tuple(batch)
-        if self._records_position:  # a worker that was stopped and marked gone takes no step
-            self._elastic.check_not_gone(self.run.rank)
+        if self._elastic_worker is not None:
+            self._elastic_worker.before_step()
         timeline = self.timeline
         with timeline.span("step", STEP, step=self.global_step + 1):
             with timeline.span("forward", COMPUTE):
@@ -271,19 +270,6 @@ class Trainer:
         self._unfinished = True
         return value, len(batch[-1])
 
-    def _regroup(self, failure: Exception) -> None:
-        """Re-raises `failure` unless the job is elastic and the strategy re-forms its group."""
-        if self._elastic is None or not self.strategy.regroups:
-            raise failure
-        self.log(
-            f"pscore.train: worker {self.run.rank}: the group broke ({failure}); re-forming it"
-        )
-        self.strategy.regroup()
-        self.log(
-            f"pscore.train: worker {self.run.rank} goes on in group generation "
-            f"{self.strategy.generation} from global step {self.global_step}"
-        )
-
     def _join_step(self) -> tuple[None, int]:
         with self.timeline.span("join step", STEP, step=self.global_step + 1):
             self.strategy.join_step()
@@ -294,9 +280,8 @@ class Trainer:
     def _after_step(self, loss: float | None, samples: int) -> None:
         """The step boundary: hooks, the stop agreement, the bar, a checkpoint when due."""
         self.samples += samples
-        if self._records_position:
-            job, rank = self._elastic, self.run.rank
-            job.record_position(rank, self.epoch, self.batch_in_epoch, self.global_step)
+        if self._elastic_worker is not None:
+            self._elastic_worker.after_step()
         for h in self.hooks:
             h.after_step(self, loss)
         self._agree_on_stop()
@@ -330,7 +315,9 @@ class Trainer:
             try:
                 loss, n = self._join_step() if item is None else self._train_step(item[1])
             except errors.Error as e:
-                self._regroup(e)  # elastic allreduce: a new group, the state its members hold
+                if self._elastic_worker is None:
+                    raise
+                self._elastic_worker.regroup(e)  # allreduce: a new group, its members' state
                 epoch, position = self.epoch, self.batch_in_epoch
                 batches = data.batches(epoch, position)
                 continue
@@ -381,7 +368,8 @@ class Trainer:
             seed=self.seed,
         )
         self._check_data_position(data)
-        self._rejoin_where_left()
+        if self._elastic_worker is not None:
+            self._elastic_worker.rejoin_where_left()
         self._stop_reason, self._checkpoint_at_stop = None, True
         history: list[dict] = []
         for h in self.hooks:
@@ -403,16 +391,6 @@ class Trainer:
         for h in self.hooks:
             h.end(self, history)
         return history
-
-    def _rejoin_where_left(self) -> None:
-        """Elastic: a replacement worker goes on from the position its predecessor reached."""
-        found = self._elastic.position(self.run.rank) if self._records_position else None
-        if found is not None and found[:2] > (self.epoch, self.batch_in_epoch):
-            self.epoch, self.batch_in_epoch, self.global_step = found
-            self.log(
-                f"pscore.train: worker {self.run.rank} rejoins the job at epoch {self.epoch}, "
-                f"batch {self.batch_in_epoch}"
-            )
 
     def _check_data_position(self, data: ShardedData) -> None:
         """A resumed position means the same batches only over the same data."""
