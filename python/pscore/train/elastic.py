@@ -59,6 +59,7 @@ import time
 from typing import Any
 
 from .. import _config, errors
+from ..store.prefix import PrefixStore
 
 __all__ = [
     "BEAT_S",
@@ -103,6 +104,7 @@ class ElasticJob:
         """`end`: the job's servers.JobEnd (its store and key prefix)."""
         self.store, self.url, self.world_size = end.store, end.url, world_size
         self.prefix = f"{end.prefix}/elastic"
+        self.keys = PrefixStore(self.prefix, self.store)  # the store under the elastic prefix
         self.beats_seen: dict = {}  # rank -> (its beat count, when this process saw it change)
         self.next_look = 0.0  # monotonic time of the next look at the beats
         self.ended_here = False  # this process's fit() ended (the chief waits at exit then)
@@ -176,9 +178,7 @@ class ElasticJob:
 
     def unfinished(self, ranks: Any) -> list:
         """Those of `ranks` neither done nor gone (does not wait)."""
-        from ..store.prefix import PrefixStore
-
-        return self._missing(PrefixStore(self.prefix, self.store), "done", ranks)[0]
+        return self._missing(self.keys, "done", ranks)[0]
 
     def mark_stalled(self, ranks: Any = None) -> None:
         """With PSCORE_ELASTIC_GONE_AFTER: marks gone each of `ranks` (the ranks this process
@@ -207,7 +207,7 @@ class ElasticJob:
 
     def check_not_gone(self, rank: int) -> None:
         """RuntimeError when `rank` was marked gone: it cannot rejoin the job."""
-        if self.store.check([self._key(f"gone/{rank}")]):
+        if self.is_gone(rank):
             raise RuntimeError(_gone_message(rank))
 
     def start_beating(self, rank: int) -> None:
@@ -248,12 +248,10 @@ class ElasticJob:
     def wait_ended(self, timeout: float = STORE_WAIT_S) -> None:
         """The chief that serves the store, at its exit after a fit() that ended: until every
         worker's fit() ended or it is gone (the store goes with the chief)."""
-        from ..store.prefix import PrefixStore
-
         if not self.ended_here:
             return
         try:
-            self._wait_each(PrefixStore(self.prefix, self.store), "ended", "end", timeout)
+            self._wait_each(self.keys, "ended", "end", timeout)
         except (errors.Error, OSError) as e:
             print(f"pscore: the chief leaves the elastic job's store: {e}", file=sys.stderr)
 
@@ -283,8 +281,6 @@ class ElasticJob:
         the store with its members that are not gone; returns the rank whose state everyone
         takes (the lowest member that is not fresh, else the lowest member) and the members
         (ranks, ascending: a member's index is its rank in the collective group)."""
-        from ..store.prefix import PrefixStore
-
         ranks = list(range(self.world_size)) if ranks is None else list(ranks)
         store = PrefixStore(self._key(f"{group}group{generation}"), self.store)
         store.set(f"fresh/{rank}", b"1" if fresh else b"0")
@@ -337,9 +333,7 @@ class ElasticJob:
     def collect(self, name: str, what: str, timeout: float = STORE_WAIT_S) -> dict:
         """{rank: value} of what the workers post()ed under `name`, once every worker did or
         is gone (a gone one's value when it posted before it died)."""
-        from ..store.prefix import PrefixStore
-
-        self._wait_each(PrefixStore(self.prefix, self.store), name, what, timeout)
+        self._wait_each(self.keys, name, what, timeout)
         keys = {r: self._key(f"{name}/{r}") for r in range(self.world_size)}
         return {r: self.store.get(k) for r, k in keys.items() if self.store.check([k])}
 
@@ -364,9 +358,7 @@ class ElasticJob:
 
     def wait_all_done(self, timeout: float = STORE_WAIT_S) -> None:
         """Until every worker is done or gone."""
-        from ..store.prefix import PrefixStore
-
-        self._wait_each(PrefixStore(self.prefix, self.store), "done", "be done", timeout)
+        self._wait_each(self.keys, "done", "be done", timeout)
 
 
 def start_group(store: Any, rank: int, members: list) -> list:
@@ -374,7 +366,6 @@ def start_group(store: Any, rank: int, members: list) -> list:
     fixes them from its `members`: all agree), joined as this worker's default process group;
     RuntimeError when `rank` is not one of them (it was marked gone)."""
     from .. import collectives
-    from ..store.prefix import PrefixStore
 
     if store.add("claim", 1) == 1:
         store.set("members", " ".join(map(str, members)).encode())

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _config
+
 __all__ = ["ElasticWorker"]
 
 
@@ -16,10 +18,13 @@ class ElasticWorker:
         # A store round trip per step, only where a replacement reads it: a strategy that
         # regroups (allreduce) hands the position with its state (AllReduce._pack).
         self.records_position = not trainer.strategy.regroups
+        # Only the liveness rule marks a worker that still runs (pscore-run --elastic marks the
+        # dead): without it, no store round trip before each step.
+        self.checks_gone = self.records_position and _config.ELASTIC_GONE_AFTER.get() is not None
 
     def before_step(self) -> None:
         """A worker that was stopped and marked gone takes no step."""
-        if self.records_position:
+        if self.checks_gone:
             self.job.check_not_gone(self.rank)
 
     def after_step(self) -> None:
