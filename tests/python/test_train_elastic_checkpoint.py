@@ -18,6 +18,7 @@ from train_ps_helpers import launch, write
 torch = pytest.importorskip("torch")
 
 from pscore.train import checkpoint
+from pscore.train.elastic import mark_gone
 
 STEPS_PER_EPOCH = 20  # 3 workers, 960 samples, batches of 16
 KILL_STEP = 13  # after the chief's checkpoint of step 10
@@ -157,7 +158,7 @@ def test_models_that_differ_are_named_through_the_store_and_a_gone_worker_is_not
     from pscore.train import agreement
 
     job = elastic_job(3)
-    job.store.set(f"{job.prefix}/gone/2", b"1")  # as pscore-run --elastic marks it
+    mark_gone(job.store, "test", 2)  # as pscore-run --elastic marks it
     same, wider = torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)
     results = in_threads(
         lambda: agreement.check_models_agree(same, 0, job),
@@ -171,7 +172,7 @@ def test_models_that_differ_are_named_through_the_store_and_a_gone_worker_is_not
 def test_a_worker_that_is_neither_there_nor_gone_is_named_when_the_wait_times_out():
     job = elastic_job(3)
     job.post("timeline", 0, b"{}")
-    job.store.set(f"{job.prefix}/gone/1", b"1")
+    mark_gone(job.store, "test", 1)
     with pytest.raises(TimeoutError, match=r"worker\(s\) \[2\] to send its timeline"):
         job.collect("timeline", "send its timeline", timeout=0.3)
 
@@ -179,8 +180,8 @@ def test_a_worker_that_is_neither_there_nor_gone_is_named_when_the_wait_times_ou
 def test_the_lead_is_the_chief_and_with_it_gone_the_lowest_worker_left():
     job = elastic_job(3)
     assert [job.leads(r) for r in range(3)] == [True, False, False]
-    job.store.set(f"{job.prefix}/gone/0", b"1")
-    job.store.set(f"{job.prefix}/gone/1", b"1")
+    mark_gone(job.store, "test", 0)
+    mark_gone(job.store, "test", 1)
     assert [job.leads(r) for r in range(1, 3)] == [False, True]
 
 

@@ -322,10 +322,10 @@ def _watch(
 
     def mark_gone(failed: Rank) -> None:
         from ..ps import discovery, environment
-        from ..train.elastic import gone_key
+        from ..train.elastic import mark_gone
 
         job_id = environment.job_id(_worker_environment(node, failed.local_rank, roles))
-        discovery.open_store(roles.store_url, 10.0).set(gone_key(job_id, failed.rank), b"1")
+        mark_gone(discovery.open_store(roles.store_url, 10.0), job_id, failed.rank)
 
     supervisor.restart = restart
     if args.elastic:

@@ -32,6 +32,8 @@ What the workers would agree on through collectives they agree on through the jo
                     for it; the ps tasks send worker_done for it, so sync rounds and ssp bounds
                     close without it). A worker marked gone cannot rejoin: one that comes back
                     (stopped, late, or a replacement started after the mark) exits with an error
+  gone_marks        how many marks were set (mark_gone): 0 tells a watcher no worker is gone in one
+                    look, where the gone keys take one per worker
   beat/<rank>       a counter that worker's daemon thread adds 1 to every BEAT_S: a store-side
                     count, so watchers compare it with their own clock (no skew between hosts);
                     never reset (a worker may beat before a ps task resets the job's keys)
@@ -66,7 +68,7 @@ __all__ = [
     "STORE_WAIT_S",
     "ElasticJob",
     "check_request",
-    "gone_key",
+    "mark_gone",
     "open_job",
     "start_group",
 ]
@@ -91,10 +93,16 @@ _PER_RANK_KEYS = (  # each worker's keys (the docstring above), formatted with i
 )
 
 
-def gone_key(job_id: str, rank: int) -> str:
-    """The store key that says worker `rank` of job `job_id` died with no restart left (the
-    job-end prefix of servers.JobEnd, then the elastic keys')."""
-    return f"pscore/train/{job_id or 'default'}/elastic/gone/{rank}"
+def mark_gone(store: Any, job_id: str, rank: int) -> None:
+    """Marks worker `rank` of job `job_id` gone in `store` (the job-end prefix of
+    servers.JobEnd, then the elastic keys'): its gone/<rank> key, then the count of marks, which
+    lets a watcher see that no worker is gone in one look instead of one per worker."""
+    _mark_gone_under(f"pscore/train/{job_id or 'default'}/elastic", store, rank)
+
+
+def _mark_gone_under(prefix: str, store: Any, rank: int) -> None:
+    store.set(f"{prefix}/gone/{rank}", b"1")
+    store.add(f"{prefix}/gone_marks", 1)
 
 
 class ElasticJob:
@@ -115,7 +123,7 @@ class ElasticJob:
     def reset(self) -> None:
         """Clears what an earlier job under the same id left (a ps task, before serving)."""
         names = ["tables_ready", "hogwild_prefix", "generation", "leaders/generation"]
-        names += ["stop", "stop/claim"]
+        names += ["stop", "stop/claim", "gone_marks"]
         for rank in range(self.world_size):
             names += [key.format(rank) for key in _PER_RANK_KEYS]
         for name in names:
@@ -155,7 +163,10 @@ class ElasticJob:
         return self.store.check([self._key(f"gone/{rank}")])
 
     def gone(self) -> set:
-        """The ranks that died with no restart left."""
+        """The ranks that died with no restart left (one look when none did: every poll of the
+        job's end asks, elastic or not)."""
+        if not self.store.add(self._key("gone_marks"), 0):
+            return set()
         return {r for r in range(self.world_size) if self.is_gone(r)}
 
     def leads(self, rank: int) -> bool:
@@ -196,7 +207,7 @@ class ElasticJob:
             if seen is None or seen[0] != beats:
                 self.beats_seen[rank] = (beats, now)
             elif beats and now - seen[1] >= after:
-                self.store.set(self._key(f"gone/{rank}"), b"1")
+                _mark_gone_under(self.prefix, self.store, rank)
                 print(
                     f"pscore: elastic worker {rank} sent no liveness beat for {after:g} s "
                     f"({_config.ELASTIC_GONE_AFTER.name}): marked gone; the job goes on "
