@@ -218,4 +218,5 @@ void bindings::init_core(py::module_& m) {
   bind_task_work(m);
   bind_progress(m);
   bind_process_group(m);
+  bindings::bind_gpu(m);
 }

@@ -8,6 +8,7 @@
 namespace pscore::bindings {
 
 void init_core(pybind11::module_& m);     // core_module.cc: transports, collectives, enums
+void bind_gpu(pybind11::module_& m);      // gpu_module.cc: part of _C, the GPU libraries' loading
 void init_store(pybind11::module_& m);    // store_module.cc
 void init_ps(pybind11::module_& m);       // ps_module.cc
 void init_hogwild(pybind11::module_& m);  // hogwild_module.cc

@@ -17,7 +17,10 @@ __all__: list[str] = [
     "TcpTransport",
     "Transport",
     "Work",
+    "cuda_device_count",
+    "cuda_runtime_path",
     "install_signal_pipe",
+    "set_cuda_runtime_candidates",
 ]
 
 class DType:
@@ -339,7 +342,22 @@ class Work:
     @property
     def what(self) -> str: ...
 
+def cuda_device_count() -> int:
+    """
+    The CUDA devices the runtime sees (loads it first).
+    """
+
+def cuda_runtime_path() -> str:
+    """
+    Loads the CUDA runtime (once) and returns the file it came from; pscore.Error listing every candidate tried when none loads.
+    """
+
 def install_signal_pipe(signum: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     Handles signum (when it has no handler yet) by writing a byte to a pipe; returns the pipe's read end, or -1 when the signal already had a handler.
+    """
+
+def set_cuda_runtime_candidates(candidates: collections.abc.Sequence[str]) -> None:
+    """
+    Paths or sonames the CUDA runtime may be loaded from, in order, for its first load.
     """

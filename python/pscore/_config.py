@@ -197,6 +197,19 @@ TIMELINE = Var(
     None,
     "Trainer: write the job's Chrome/Perfetto trace here (each worker's beside it, .rankN)",
 )
+# -- GPU libraries (loaded at run time, on the first CUDA buffer: pscore/cuda_libraries.py)
+CUDART_LIBRARY = Var(
+    "PSCORE_CUDART_LIBRARY",
+    "str",
+    None,
+    "path of the CUDA runtime to load (else the nvidia-* wheels' and the system's libcudart)",
+)
+NCCL_LIBRARY = Var(
+    "PSCORE_NCCL_LIBRARY",
+    "str",
+    None,
+    "path of NCCL to load (else the nvidia-nccl-cu* wheel's and the system's libnccl.so.2)",
+)
 # -- Hogwild
 HOGWILD_ISA = Var(
     "PSCORE_HOGWILD_ISA",

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _C
+from . import _C, cuda_libraries
 from ._enums import by_name
 
 __all__ = [
@@ -158,6 +158,11 @@ def _cuda_stream(torch, index: int) -> int:
     return torch.cuda.current_stream(index).cuda_stream
 
 
+def _cuda_seen() -> None:
+    """A CUDA buffer is about to reach the core: it must know where to load CUDA from."""
+    cuda_libraries.register_candidates()
+
+
 def _tensor(x: Any, what: str) -> BufferView:
     name, code, itemsize = _torch_dtype(x.dtype)
     if x.is_sparse:
@@ -172,6 +177,7 @@ def _tensor(x: Any, what: str) -> BufferView:
     device = x.device
     if device.type != "cuda":
         raise ValueError(f"{what} is on {device}; pscore takes CPU and CUDA tensors")
+    _cuda_seen()
     stream = _cuda_stream(_torch(), device.index)
     fields = (ptr, nbytes, nbytes // itemsize, code, CUDA, device.index, stream, shape, name, x)
     return _new(BufferView, fields)
@@ -236,6 +242,7 @@ def _dlpack_capsule(x: Any, device_type: int, device_index: int) -> tuple[Any, i
     """(capsule, stream): x exported for use on `stream`, versioned (DLPack 1.x) when x can."""
     stream = None
     if device_type == CUDA:
+        _cuda_seen()
         torch = _torch()
         stream = _cuda_stream(torch, device_index) if torch is not None else None
     try:

@@ -1,0 +1,73 @@
+#include "gpu/cuda_runtime.h"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "common/error.h"
+#include "gpu/dynamic_library.h"
+
+namespace pscore::gpu {
+
+namespace {
+
+struct Loaded {
+  DynamicLibrary library;
+  CudaRuntime api;
+};
+
+std::mutex loading;
+std::vector<std::string> candidates = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
+std::unique_ptr<Loaded> loaded;           // guarded by `loading`; never freed once set
+std::atomic<const CudaRuntime*> ready{};  // loaded->api once loaded: the lock-free fast path
+
+CudaRuntime bind(const DynamicLibrary& lib) {
+  CudaRuntime api;
+  api.path = lib.path();
+  bind_symbol(lib, api.cudaGetDeviceCount, "cudaGetDeviceCount");
+  bind_symbol(lib, api.cudaGetDevice, "cudaGetDevice");
+  bind_symbol(lib, api.cudaSetDevice, "cudaSetDevice");
+  bind_symbol(lib, api.cudaMalloc, "cudaMalloc");
+  bind_symbol(lib, api.cudaFree, "cudaFree");
+  bind_symbol(lib, api.cudaHostAlloc, "cudaHostAlloc");
+  bind_symbol(lib, api.cudaFreeHost, "cudaFreeHost");
+  bind_symbol(lib, api.cudaMemcpyAsync, "cudaMemcpyAsync");
+  bind_symbol(lib, api.cudaStreamSynchronize, "cudaStreamSynchronize");
+  bind_symbol(lib, api.cudaStreamQuery, "cudaStreamQuery");
+  bind_symbol(lib, api.cudaStreamWaitEvent, "cudaStreamWaitEvent");
+  bind_symbol(lib, api.cudaEventCreateWithFlags, "cudaEventCreateWithFlags");
+  bind_symbol(lib, api.cudaEventRecord, "cudaEventRecord");
+  bind_symbol(lib, api.cudaEventQuery, "cudaEventQuery");
+  bind_symbol(lib, api.cudaEventSynchronize, "cudaEventSynchronize");
+  bind_symbol(lib, api.cudaEventDestroy, "cudaEventDestroy");
+  bind_symbol(lib, api.cudaGetErrorString, "cudaGetErrorString");
+  return api;
+}
+
+}  // namespace
+
+void CudaRuntime::check(CudaStatus status, const std::string& what) const {
+  if (status == kCudaSuccess) return;
+  const char* message = cudaGetErrorString(status);
+  throw Error(what + ": " + (message ? message : "unknown error") + " (CUDA error " +
+              std::to_string(status) + ")");
+}
+
+void set_cuda_runtime_candidates(std::vector<std::string> paths) {
+  std::lock_guard<std::mutex> lock(loading);
+  candidates = std::move(paths);
+}
+
+const CudaRuntime& cuda_runtime() {
+  if (const CudaRuntime* api = ready.load(std::memory_order_acquire)) return *api;
+  std::lock_guard<std::mutex> lock(loading);
+  if (!loaded) {
+    auto library = DynamicLibrary::open_first(candidates, "the CUDA runtime (libcudart)");
+    CudaRuntime api = bind(library);
+    loaded.reset(new Loaded{std::move(library), std::move(api)});
+    ready.store(&loaded->api, std::memory_order_release);
+  }
+  return loaded->api;
+}
+
+}  // namespace pscore::gpu
