@@ -10,9 +10,26 @@ import torch.distributed as dist
 from ..collectives import functions as c
 from .barrier import monitored_barrier
 from .sparse import all_reduce_sparse
-from .tensors import Staging, check_list_length, check_same_shape, chunks_of, op_name
+from .tensors import (
+    Staging,
+    carried,
+    check_list_length,
+    check_same_shape,
+    chunks_of,
+    op_name,
+)
 
 __all__ = ["TorchOperations"]
+
+
+def _blocking_one(tensors, opts):
+    """The tensor of a blocking call (torch waits at once) on one contiguous dense tensor while
+    no profiler runs: the latency path, which calls pscore directly on the caller's thread (no
+    staging, closures or Work) and returns None, torch's "done already". None otherwise."""
+    if len(tensors) != 1 or getattr(opts, "asyncOp", True) or torch.autograd._profiler_enabled():
+        return None
+    t = tensors[0]
+    return t if not t.is_sparse and t.is_contiguous() else None
 
 
 class TorchOperations:
@@ -35,6 +52,10 @@ class TorchOperations:
         return [op_name(op, t.dtype) for t in tensors]
 
     def allreduce(self, tensors, opts=None):
+        t = _blocking_one(tensors, opts)
+        if t is not None:
+            c.all_reduce(carried(t), op=op_name(opts.reduceOp, t.dtype), group=self._group)
+            return None
         if any(t.is_sparse for t in tensors):
             return self._sparse_allreduce(tensors, opts)
         ops, g, st = self._reduce_ops(opts, tensors), self._group, Staging()
@@ -65,6 +86,10 @@ class TorchOperations:
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors, opts):
+        t = _blocking_one(tensors, opts)
+        if t is not None:
+            c.broadcast(carried(t), src=opts.rootRank, group=self._group)
+            return None
         root, g, st = opts.rootRank, self._group, Staging()
         bufs = [st.output(t) for t in tensors]
         return self._run(
@@ -76,6 +101,11 @@ class TorchOperations:
         )
 
     def reduce(self, tensors, opts):
+        t = _blocking_one(tensors, opts)
+        if t is not None:
+            op = op_name(opts.reduceOp, t.dtype)
+            c.reduce(carried(t), dst=opts.rootRank, op=op, group=self._group)
+            return None
         root, ops, g, st = opts.rootRank, self._reduce_ops(opts, tensors), self._group, Staging()
         bufs = [st.output(t) for t in tensors]
         return self._run(

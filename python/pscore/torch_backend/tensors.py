@@ -24,12 +24,13 @@ _ARITHMETIC = {
 _BOOL_OPS = {"sum": "max", "prod": "min"}
 
 
-_NAMES_SEEN: dict = {}  # (op's type, dtype) -> pscore's name: looked up once per pair
+_NAMES_SEEN: dict = {}  # (op's number, dtype) -> pscore's name: looked up once per pair
 
 
 def op_name(op, dtype: torch.dtype) -> str:
-    """pscore's name for a torch ReduceOp applied to `dtype`; raises where gloo does."""
-    key = (getattr(op, "op", op), dtype)  # a ReduceOp holds its RedOpType (hashable) in .op
+    """pscore's name for a torch ReduceOp (or its RedOpType) applied to `dtype`; raises where
+    gloo does."""
+    key = (int(getattr(op, "op", op)), dtype)  # an int hashes and compares fastest
     name = _NAMES_SEEN.get(key)
     if name is None:
         name = _NAMES_SEEN[key] = _looked_up(op, dtype)
