@@ -1,5 +1,6 @@
 """Collective benchmarks against torch.distributed's gloo, measured in the same processes and
-the same run: `python -m pscore.bench allreduce --world 2 --compare gloo --json out.json`."""
+the same run: `python -m pscore.bench allreduce --world 2 --compare gloo --json out.json`.
+`--api pscore,torch` also times pscore through torch.distributed (torch_api.py)."""
 
 from __future__ import annotations
 
@@ -173,7 +174,7 @@ def run(args) -> dict:
             backend = backend or backend_r
         for p in procs:
             p.join()
-    main_key = row_key(args.api[0])
+    main_key = row_key("pscore" if "pscore" in args.api else "torch")
     out = []
     for nbytes, samples in _slowest_rank(results):
         entry = {"bytes": nbytes}
@@ -195,10 +196,10 @@ def run(args) -> dict:
 
 
 def print_report(report: dict) -> None:
-    """One line per size: the first API's row, the torch API's p50 and its ratio to pscore's
-    own call when both ran, and gloo's columns when compared."""
+    """One line per size: pscore's own call (the torch API's when it ran alone), the torch API's
+    p50 and its ratio to pscore's own call when both ran, and gloo's columns when compared."""
     apis = report.get("api", ["pscore"])
-    main_key = row_key(apis[0])
+    main_key = row_key("pscore" if "pscore" in apis else "torch")
     both = len(apis) > 1
     compare = any("gloo" in r for r in report["results"])
     cols = ["bytes", "p50 us", "algbw GB/s", "busbw GB/s"]

@@ -50,7 +50,9 @@ def init_groups(dist, rank: int, world: int, init_file: str, apis, gloo: bool):
 
 def torch_calls(name: str, torch, dist, group, world: int):
     """make(nbytes) -> a call of collective `name` through torch.distributed on `group`, its
-    buffers built once per size (the shapes pscore's own calls get)."""
+    buffers built once per size (the shapes pscore's own calls get). torch 2.13 renamed
+    all_gather_into_tensor and reduce_scatter_tensor (the old names warn); older torch has only
+    those."""
 
     def make(nbytes):  # noqa: PLR0911 - one return per operation
         n = max(1, nbytes // 4)
@@ -64,11 +66,13 @@ def torch_calls(name: str, torch, dist, group, world: int):
         if name == "allgather":
             part = torch.ones(max(1, n // world))
             out = torch.empty(part.numel() * world)
-            return lambda: dist.all_gather_into_tensor(out, part, group=group)
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            return lambda: gather(out, part, group=group)
         if name == "reduce_scatter":
             out = torch.empty(max(1, n // world))
             inp = torch.ones(out.numel() * world)
-            return lambda: dist.reduce_scatter_tensor(out, inp, group=group)
+            scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+            return lambda: scatter(out, inp, group=group)
         if name == "alltoall":
             m = max(world, n - n % world)
             inp, out = torch.ones(m), torch.empty(m)
