@@ -51,6 +51,48 @@ def test_ddp_matches_gloo(world):
         )
 
 
+def blocking_and_async(rank, world, port):
+    """What the group's methods return: None for the calls torch makes blocking (done already,
+    outputs written back), a Work for async_op=True and for DDP's bucket reductions."""
+    from torch._C._distributed_c10d import AllreduceOptions, BroadcastOptions
+
+    init("pscore", rank, world, port, timeout_s=30)
+    pg = dist.group.WORLD
+    returned = []
+    allreduce = type(pg).allreduce
+
+    def recording(self, tensors, opts=None):
+        work = allreduce(self, tensors, opts)
+        returned.append(type(work).__name__)
+        return work
+
+    type(pg).allreduce = recording  # what DDP's C++ reducer calls too
+    blocking = AllreduceOptions()
+    blocking.asyncOp = False
+    one, strided = torch.ones(3), torch.ones(4, 2).t()
+    got = [pg.allreduce([one], blocking), pg.allreduce([strided, torch.ones(2)], blocking)]
+    bopts = BroadcastOptions()
+    bopts.rootRank, bopts.asyncOp = 1, False
+    sent = torch.full((2,), float(rank))
+    got.append(pg.broadcast([sent], bopts))
+    work = dist.all_reduce(torch.ones(2), async_op=True)
+    future_value = work.get_future().wait()[0].tolist()
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+    del returned[:]
+    model(torch.ones(3, 4)).sum().backward()
+    KEEP_ALIVE.append(model)
+    values = (one.tolist(), strided.tolist(), sent.tolist(), future_value)
+    dist.destroy_process_group()
+    return got, values, sorted(set(returned)), len(returned)
+
+
+def test_blocking_calls_return_done_and_ddp_buckets_stay_asynchronous():
+    for got, values, ddp_works, buckets in run_ranks(blocking_and_async, 2, timeout_s=60).values():
+        assert got == [None, None, None]
+        assert values == ([2.0] * 3, [[2.0] * 4] * 2, [1.0, 1.0], [2.0, 2.0])
+        assert ddp_works == ["_AsyncWork"] and buckets >= 1, (ddp_works, buckets)
+
+
 def silent_peer(rank, world, backend, port):
     """Rank 1 stays silent; rank 0's all_reduce fails: what its Work and future then say."""
     init(backend, rank, world, port, timeout_s=2)

@@ -1,5 +1,6 @@
 """Collective benchmarks against torch.distributed's gloo, measured in the same processes and
-the same run: `python -m pscore.bench allreduce --world 2 --compare gloo --json out.json`."""
+the same run: `python -m pscore.bench allreduce --world 2 --compare gloo --json out.json`.
+`--api pscore,torch` also times pscore through torch.distributed (torch_api.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import tempfile
 import time
 
 from .report import human_bytes, p50, print_table, write_json
+from .torch_api import TORCH_ROW, init_groups, parse_apis, row_key, torch_calls
 
 __all__ = ["default_sizes", "main", "parse_sizes", "parser", "print_report", "run"]
 
@@ -47,38 +49,32 @@ def default_sizes() -> list[int]:
     return [4 << 10 << (2 * i) for i in range(8)]  # 4 KB .. 64 MB, x4 steps
 
 
-def _ops(name, torch, dist, pscore, world):
-    """(pscore call, gloo call) building their buffers once per size."""
+def _ops(name, torch, pscore, world):
+    """make(nbytes) -> pscore's own call, its buffers built once per size."""
 
     def make(nbytes):  # noqa: PLR0911 - one return per operation
         n = max(1, nbytes // 4)
         x = torch.ones(n, dtype=torch.float32)
         if name == "allreduce":
-            return (lambda: pscore.all_reduce(x)), (lambda: dist.all_reduce(x))
+            return lambda: pscore.all_reduce(x)
         if name == "broadcast":
-            return (lambda: pscore.broadcast(x, 0)), (lambda: dist.broadcast(x, 0))
+            return lambda: pscore.broadcast(x, 0)
         if name == "reduce":
-            return (lambda: pscore.reduce(x, 0)), (lambda: dist.reduce(x, 0))
+            return lambda: pscore.reduce(x, 0)
         if name == "allgather":
             part = torch.ones(max(1, n // world))
             out = torch.empty(part.numel() * world)
-            return (lambda: pscore.all_gather_into_tensor(out, part)), (
-                lambda: dist.all_gather_into_tensor(out, part)
-            )
+            return lambda: pscore.all_gather_into_tensor(out, part)
         if name == "reduce_scatter":
             out = torch.empty(max(1, n // world))
             inp = torch.ones(out.numel() * world)
-            return (lambda: pscore.reduce_scatter_tensor(out, inp)), (
-                lambda: dist.reduce_scatter_tensor(out, inp)
-            )
+            return lambda: pscore.reduce_scatter_tensor(out, inp)
         if name == "alltoall":
             m = max(world, n - n % world)
             inp, out = torch.ones(m), torch.empty(m)
-            return (lambda: pscore.all_to_all_single(out, inp)), (
-                lambda: dist.all_to_all_single(out, inp)
-            )
+            return lambda: pscore.all_to_all_single(out, inp)
         if name == "barrier":
-            return pscore.barrier, dist.barrier
+            return pscore.barrier
         raise ValueError(name)
 
     return make
@@ -97,7 +93,7 @@ def _iters_for(nbytes: int, budget: int) -> int:
     return max(5, min(budget, (256 << 20) // max(nbytes, 1)))
 
 
-def _worker(rank, args, port, gloo_file, queue):
+def _worker(rank, args, port, dist_file, queue):
     os.environ["PSCORE_TRANSPORT"] = args.transport
     import torch
     import torch.distributed as dist
@@ -108,26 +104,31 @@ def _worker(rank, args, port, gloo_file, queue):
     torch.set_num_threads(1)
     store = TCPStore("127.0.0.1", port, is_master=False, timeout=60)
     pscore.init_process_group(store=store, rank=rank, world_size=args.world, timeout=120)
-    compare = args.compare == "gloo"
-    if compare:
-        dist.init_process_group(
-            "gloo", init_method=f"file://{gloo_file}", rank=rank, world_size=args.world
+    groups = dict(
+        zip(
+            (TORCH_ROW, "gloo"),
+            init_groups(dist, rank, args.world, dist_file, args.api, args.compare == "gloo"),
         )
-    make = _ops(args.collective, torch, dist, pscore, args.world)
+    )
+    makers = {"pscore": _ops(args.collective, torch, pscore, args.world)}
+    makers.update(
+        (key, torch_calls(args.collective, torch, dist, g, args.world))
+        for key, g in groups.items()
+        if g is not None
+    )
+    makers = {k: makers[k] for k in [row_key(api) for api in args.api] + ["gloo"] if k in makers}
     rows = []
     for nbytes in args.sizes:
-        ours, theirs = make(nbytes)
+        calls = {key: make(nbytes) for key, make in makers.items()}
         iters = _iters_for(nbytes, args.iters)
-        ours_t, theirs_t = [], []
-        for _ in range(args.rounds):  # alternate so both see the same machine weather
-            _time(ours, 2)
-            ours_t += _time(ours, iters)
-            if compare:
-                _time(theirs, 2)
-                theirs_t += _time(theirs, iters)
-        rows.append((nbytes, ours_t, theirs_t))
+        samples = {key: [] for key in calls}
+        for _ in range(args.rounds):  # alternate so each sees the same machine weather
+            for key, call in calls.items():
+                _time(call, 2)
+                samples[key] += _time(call, iters)
+        rows.append((nbytes, samples))
     queue.put((rank, rows, pscore.get_backend()))
-    if compare:
+    if dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -138,14 +139,17 @@ def _row(name, world, nbytes, samples):
 
 
 def _slowest_rank(results: dict) -> list:
-    """Per size, the samples of the rank with the highest p50: a broadcast root returns as soon
-    as its bytes are queued, so the receivers' time is the operation's time (as nccl-tests)."""
+    """Per size and row, the samples of the rank with the highest p50: a broadcast root returns
+    as soon as its bytes are queued, so the receivers' time is the operation's time (as
+    nccl-tests)."""
     rows = []
-    for i, (nbytes, _, _) in enumerate(results[0]):
-        ours = max((results[r][i][1] for r in results), key=p50)
-        theirs_all = [results[r][i][2] for r in results if results[r][i][2]]
-        theirs = max(theirs_all, key=p50) if theirs_all else []
-        rows.append((nbytes, ours, theirs))
+    for i, (nbytes, samples) in enumerate(results[0]):
+        rows.append(
+            (
+                nbytes,
+                {key: max((results[r][i][1][key] for r in results), key=p50) for key in samples},
+            )
+        )
     return rows
 
 
@@ -157,7 +161,7 @@ def run(args) -> dict:
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         procs = [
-            ctx.Process(target=_worker, args=(r, args, master.port, f"{tmp}/gloo", queue))
+            ctx.Process(target=_worker, args=(r, args, master.port, f"{tmp}/dist", queue))
             for r in range(args.world)
         ]
         for p in procs:
@@ -170,32 +174,58 @@ def run(args) -> dict:
             backend = backend or backend_r
         for p in procs:
             p.join()
+    main_key = row_key("pscore" if "pscore" in args.api else "torch")
     out = []
-    for nbytes, ours_t, theirs_t in _slowest_rank(results):
-        entry = {"bytes": nbytes, "pscore": _row(args.collective, args.world, nbytes, ours_t)}
-        if theirs_t:
-            entry["gloo"] = _row(args.collective, args.world, nbytes, theirs_t)
-            entry["time_ratio"] = entry["pscore"]["p50_us"] / entry["gloo"]["p50_us"]
+    for nbytes, samples in _slowest_rank(results):
+        entry = {"bytes": nbytes}
+        entry.update(
+            (key, _row(args.collective, args.world, nbytes, s)) for key, s in samples.items()
+        )
+        if "gloo" in entry:
+            entry["time_ratio"] = entry[main_key]["p50_us"] / entry["gloo"]["p50_us"]
+        if len(args.api) > 1:
+            entry["torch_api_ratio"] = entry[TORCH_ROW]["p50_us"] / entry["pscore"]["p50_us"]
         out.append(entry)
-    return {"collective": args.collective, "world": args.world, "backend": backend, "results": out}
+    return {
+        "collective": args.collective,
+        "world": args.world,
+        "backend": backend,
+        "api": list(args.api),
+        "results": out,
+    }
 
 
 def print_report(report: dict) -> None:
+    """One line per size: pscore's own call (the torch API's when it ran alone), the torch API's
+    p50 and its ratio to pscore's own call when both ran, and gloo's columns when compared."""
+    apis = report.get("api", ["pscore"])
+    main_key = row_key("pscore" if "pscore" in apis else "torch")
+    both = len(apis) > 1
     compare = any("gloo" in r for r in report["results"])
     cols = ["bytes", "p50 us", "algbw GB/s", "busbw GB/s"]
+    widths = [10, 12, 12, 12]
+    if both:
+        cols += ["torch p50 us", "torch / pscore"]
+        widths += [14, 16]
     if compare:
         cols += ["gloo p50 us", "gloo busbw", "busbw x gloo", "time / gloo"]
+        widths += [13, 12, 14, 13]
     rows = []
     for r in report["results"]:
-        ours = r["pscore"]
+        ours = r[main_key]
         row = [human_bytes(r["bytes"]), ours["p50_us"], ours["algbw_GBps"], ours["busbw_GBps"]]
+        if both:
+            row += [r[TORCH_ROW]["p50_us"], r["torch_api_ratio"]]
         if compare:
             g = r["gloo"]
             speed = ours["busbw_GBps"] / g["busbw_GBps"] if g["busbw_GBps"] else 0.0
             row += [g["p50_us"], g["busbw_GBps"], speed, r["time_ratio"]]
         rows.append(row)
-    title = f"{report['collective']} world={report['world']} backend={report['backend']}"
-    print_table(title, cols, rows, [10, 12, 12, 12, 13, 12, 14, 13][: len(cols)])
+    title = (
+        f"{report['collective']} world={report['world']} backend={report['backend']} "
+        f"api={','.join(apis)}"
+    )
+    print_table(title, cols, rows, widths)
 
 
 def parser(name: str) -> argparse.ArgumentParser:
@@ -220,6 +250,14 @@ def parser(name: str) -> argparse.ArgumentParser:
         choices=["gloo", "none"],
         default="gloo",
         help="the peer timed alongside (default %(default)s)",
+    )
+    p.add_argument(
+        "--api",
+        type=parse_apis,
+        default="pscore",
+        help="how pscore is called: pscore (its own functions), torch (torch.distributed on "
+        'init_process_group("pscore")) or pscore,torch (both rows, alternating, and their '
+        "ratio; default %(default)s)",
     )
     p.add_argument(
         "--sizes",

@@ -6,7 +6,6 @@ pscore finishes, so DDP's backward keeps computing while gradient buckets are re
 from __future__ import annotations
 
 import atexit
-import contextlib
 import datetime
 import queue
 import threading
@@ -211,22 +210,39 @@ class PscoreProcessGroup(TorchOperations, _TorchProcessGroup):
     def setGroupDesc(self, desc: str) -> None:
         self._desc = desc
 
-    def _run(self, name: str, start, result=(), staging: Staging | None = None) -> _AsyncWork:
-        """Starts operation `name`: start() issues pscore's calls and returns their works. The
-        returned Work's future resolves to `result` once staged outputs are written back;
-        a profiler sees the operation as "pscore:<name>" from here until it completes."""
-        profiled = torch.autograd._profiler_enabled()
-        span = (
-            torch.autograd.profiler.record_function(f"{BACKEND_NAME}:{name}")
-            if profiled
-            else contextlib.nullcontext()
-        )
-        with span:  # a call that raises ends the span here, one that starts ends it on completion
-            finish = staging.finish if staging is not None else None
-            work = self._completer.track(_AllOf(start()), list(result), finish)
-            if profiled:
-                span._call_end_callbacks_on_future(work.get_future())
+    def _run(
+        self, name: str, start, result=(), staging: Staging | None = None, opts=None
+    ) -> _AsyncWork | None:
+        """Runs operation `name`: start(async_op) issues pscore's calls and returns their works.
+        A call torch makes blocking (opts.asyncOp False: torch would wait at once) runs on the
+        caller's thread and returns None, torch's "done already": no Work, future or completer
+        hand-off. Otherwise the returned Work's future resolves to `result` once staged outputs
+        are written back. A profiler sees the operation as "pscore:<name>" until it completes."""
+        blocking = not getattr(opts, "asyncOp", True)
+        if not torch.autograd._profiler_enabled():
+            if blocking:
+                _run_here(start, staging)
+                return None
+            return self._track(start, result, staging)
+        # a call that raises ends the span here, one that starts ends it on completion
+        with torch.autograd.profiler.record_function(f"{BACKEND_NAME}:{name}") as span:
+            if blocking:
+                _run_here(start, staging)
+                return None
+            work = self._track(start, result, staging)
+            span._call_end_callbacks_on_future(work.get_future())
         return work
+
+    def _track(self, start, result, staging: Staging | None) -> _AsyncWork:
+        finish = staging.finish if staging is not None else None
+        return self._completer.track(_AllOf(start(True)), list(result), finish)
+
+
+def _run_here(start, staging: Staging | None) -> None:
+    """A blocking operation: pscore runs it on this thread when nothing is queued before it."""
+    start(False)
+    if staging is not None:
+        staging.finish()
 
 
 def _create(store, rank: int, world_size: int, timeout: datetime.timedelta):

@@ -10,9 +10,26 @@ import torch.distributed as dist
 from ..collectives import functions as c
 from .barrier import monitored_barrier
 from .sparse import all_reduce_sparse
-from .tensors import Staging, check_list_length, check_same_shape, chunks_of, op_name
+from .tensors import (
+    Staging,
+    carried,
+    check_list_length,
+    check_same_shape,
+    chunks_of,
+    op_name,
+)
 
 __all__ = ["TorchOperations"]
+
+
+def _blocking_one(tensors, opts):
+    """The tensor of a blocking call (torch waits at once) on one contiguous dense tensor while
+    no profiler runs: the latency path, which calls pscore directly on the caller's thread (no
+    staging, closures or Work) and returns None, torch's "done already". None otherwise."""
+    if len(tensors) != 1 or getattr(opts, "asyncOp", True) or torch.autograd._profiler_enabled():
+        return None
+    t = tensors[0]
+    return t if not t.is_sparse and t.is_contiguous() else None
 
 
 class TorchOperations:
@@ -32,20 +49,25 @@ class TorchOperations:
     def _reduce_ops(self, opts, tensors) -> list[str]:
         """pscore's op for each tensor (bool tensors reduce by other names)."""
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        if op == dist.ReduceOp.PREMUL_SUM:
-            raise ValueError("pscore backend: ReduceOp.PREMUL_SUM is not supported (nor by gloo)")
         return [op_name(op, t.dtype) for t in tensors]
 
     def allreduce(self, tensors, opts=None):
+        t = _blocking_one(tensors, opts)
+        if t is not None:
+            c.all_reduce(carried(t), op=op_name(opts.reduceOp, t.dtype), group=self._group)
+            return None
         if any(t.is_sparse for t in tensors):
             return self._sparse_allreduce(tensors, opts)
         ops, g, st = self._reduce_ops(opts, tensors), self._group, Staging()
         bufs = [st.output(t) for t in tensors]
         return self._run(
             "all_reduce",
-            lambda: [c.all_reduce(t, op=op, group=g, async_op=True) for t, op in zip(bufs, ops)],
+            lambda async_op: [
+                c.all_reduce(t, op=op, group=g, async_op=async_op) for t, op in zip(bufs, ops)
+            ],
             tensors,
             st,
+            opts,
         )
 
     def _sparse_allreduce(self, tensors, opts):
@@ -53,36 +75,47 @@ class TorchOperations:
         if op != dist.ReduceOp.SUM:
             raise ValueError("pscore backend: sparse all_reduce supports ReduceOp.SUM only")
 
-        def start():
+        def start(_async_op):  # complete when they return
             for t in tensors:
                 all_reduce_sparse(t, self._group)
             return []
 
-        return self._run("all_reduce_sparse", start, tensors)
+        return self._run("all_reduce_sparse", start, tensors, opts=opts)
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors, opts):
+        t = _blocking_one(tensors, opts)
+        if t is not None:
+            c.broadcast(carried(t), src=opts.rootRank, group=self._group)
+            return None
         root, g, st = opts.rootRank, self._group, Staging()
         bufs = [st.output(t) for t in tensors]
         return self._run(
             "broadcast",
-            lambda: [c.broadcast(t, src=root, group=g, async_op=True) for t in bufs],
+            lambda async_op: [c.broadcast(t, src=root, group=g, async_op=async_op) for t in bufs],
             tensors,
             st,
+            opts,
         )
 
     def reduce(self, tensors, opts):
+        t = _blocking_one(tensors, opts)
+        if t is not None:
+            op = op_name(opts.reduceOp, t.dtype)
+            c.reduce(carried(t), dst=opts.rootRank, op=op, group=self._group)
+            return None
         root, ops, g, st = opts.rootRank, self._reduce_ops(opts, tensors), self._group, Staging()
         bufs = [st.output(t) for t in tensors]
         return self._run(
             "reduce",
-            lambda: [
-                c.reduce(t, dst=root, op=op, group=g, async_op=True) for t, op in zip(bufs, ops)
+            lambda async_op: [
+                c.reduce(t, dst=root, op=op, group=g, async_op=async_op) for t, op in zip(bufs, ops)
             ],
             tensors,
             st,
+            opts,
         )
 
     def allgather(self, output_lists, inputs, opts=None):
@@ -95,9 +128,12 @@ class TorchOperations:
         ]
         return self._run(
             "all_gather",
-            lambda: [c.all_gather(outs, t, group=g, async_op=True) for outs, t in pairs],
+            lambda async_op: [
+                c.all_gather(outs, t, group=g, async_op=async_op) for outs, t in pairs
+            ],
             [o for outs in output_lists for o in outs],
             st,
+            opts,
         )
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
@@ -123,9 +159,12 @@ class TorchOperations:
         pairs = [(st.output(o), st.input(t)) for o, t in zip(outputs, inputs)]
         return self._run(
             "all_gather_into_tensor",
-            lambda: [c.all_gather_into_tensor(o, t, group=g, async_op=True) for o, t in pairs],
+            lambda async_op: [
+                c.all_gather_into_tensor(o, t, group=g, async_op=async_op) for o, t in pairs
+            ],
             [piece for pieces in chunks for piece in pieces],
             st,
+            opts,
         )
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced  # the name before 2.13
@@ -141,11 +180,12 @@ class TorchOperations:
         ]
         return self._run(
             "reduce_scatter",
-            lambda: [
-                c.reduce_scatter(o, ins, op=op, group=g, async_op=True) for o, ins, op in calls
+            lambda async_op: [
+                c.reduce_scatter(o, ins, op=op, group=g, async_op=async_op) for o, ins, op in calls
             ],
             outputs,
             st,
+            opts,
         )
 
     def reduce_scatter_single(self, output, input, opts):
@@ -161,11 +201,13 @@ class TorchOperations:
         calls = [(st.output(o), st.input(t), op) for o, t, op in zip(outputs, inputs, ops)]
         return self._run(
             "reduce_scatter_tensor",
-            lambda: [
-                c.reduce_scatter_tensor(o, t, op=op, group=g, async_op=True) for o, t, op in calls
+            lambda async_op: [
+                c.reduce_scatter_tensor(o, t, op=op, group=g, async_op=async_op)
+                for o, t, op in calls
             ],
             outputs,
             st,
+            opts,
         )
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # the name before 2.13
@@ -193,9 +235,10 @@ class TorchOperations:
         t = st.input(inputs[0])
         return self._run(
             "gather",
-            lambda: [c.gather(t, outs, dst=root, group=g, async_op=True)],
+            lambda async_op: [c.gather(t, outs, dst=root, group=g, async_op=async_op)],
             output_lists[0] if outs is not None else [],
             st,
+            opts,
         )
 
     def scatter(self, outputs, input_lists, opts):
@@ -206,9 +249,10 @@ class TorchOperations:
         out = st.output(outputs[0])
         return self._run(
             "scatter",
-            lambda: [c.scatter(out, ins, src=root, group=g, async_op=True)],
+            lambda async_op: [c.scatter(out, ins, src=root, group=g, async_op=async_op)],
             outputs,
             st,
+            opts,
         )
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
@@ -220,18 +264,19 @@ class TorchOperations:
             )
         return self._run(
             "all_to_all_single",
-            lambda: [
+            lambda async_op: [
                 c.all_to_all_single(
                     out,
                     inp,
                     list(output_split_sizes) or None,
                     list(input_split_sizes) or None,
                     group=g,
-                    async_op=True,
+                    async_op=async_op,
                 )
             ],
             [output],
             st,
+            opts,
         )
 
     alltoall_base = all_to_all_single  # the name torch used before 2.13
@@ -242,11 +287,19 @@ class TorchOperations:
         check_list_length(inputs, g.size, "all_to_all's input list")
         outs, ins = [st.output(o) for o in outputs], [st.input(i) for i in inputs]
         return self._run(
-            "all_to_all", lambda: [c.all_to_all(outs, ins, group=g, async_op=True)], outputs, st
+            "all_to_all",
+            lambda async_op: [c.all_to_all(outs, ins, group=g, async_op=async_op)],
+            outputs,
+            st,
+            opts,
         )
 
     def barrier(self, opts=None):
-        return self._run("barrier", lambda: [c.barrier(group=self._group, async_op=True)])
+        return self._run(
+            "barrier",
+            lambda async_op: [c.barrier(group=self._group, async_op=async_op)],
+            opts=opts,
+        )
 
     def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
         """A barrier where rank 0 names the ranks that did not arrive within `timeout`."""
@@ -264,14 +317,14 @@ class TorchOperations:
         g, st = self._group, Staging()
         bufs = [st.input(t) for t in tensors]
         return self._run(
-            "send", lambda: [c.isend(t, dst, group=g, tag=tag) for t in bufs], tensors, st
+            "send", lambda _async_op: [c.isend(t, dst, group=g, tag=tag) for t in bufs], tensors, st
         )
 
     def recv(self, tensors, src: int | None, tag: int):
         g, st = self._group, Staging()
         bufs = [st.output(t) for t in tensors]
         return self._run(
-            "recv", lambda: [c.irecv(t, src, group=g, tag=tag) for t in bufs], tensors, st
+            "recv", lambda _async_op: [c.irecv(t, src, group=g, tag=tag) for t in bufs], tensors, st
         )
 
     def recv_anysource(self, tensors, tag: int):

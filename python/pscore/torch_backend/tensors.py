@@ -24,8 +24,22 @@ _ARITHMETIC = {
 _BOOL_OPS = {"sum": "max", "prod": "min"}
 
 
+_NAMES_SEEN: dict = {}  # (op's number, dtype) -> pscore's name: looked up once per pair
+
+
 def op_name(op, dtype: torch.dtype) -> str:
-    """pscore's name for a torch ReduceOp applied to `dtype`; raises where gloo does."""
+    """pscore's name for a torch ReduceOp (or its RedOpType) applied to `dtype`; raises where
+    gloo does."""
+    key = (int(getattr(op, "op", op)), dtype)  # an int hashes and compares fastest
+    name = _NAMES_SEEN.get(key)
+    if name is None:
+        name = _NAMES_SEEN[key] = _looked_up(op, dtype)
+    return name
+
+
+def _looked_up(op, dtype: torch.dtype) -> str:
+    if op == dist.ReduceOp.PREMUL_SUM:
+        raise ValueError("pscore backend: ReduceOp.PREMUL_SUM is not supported (nor by gloo)")
     for table in (_ARITHMETIC, _BITWISE):
         for torch_op, name in table.items():
             if op == torch_op:
@@ -44,17 +58,23 @@ def _checked(name: str, bitwise: bool, dtype: torch.dtype) -> str:
     return name
 
 
+# dtype -> its view in a dtype pscore carries: bool as uint8, complex as its real pairs.
+_CARRIED_AS = {
+    torch.bool: lambda t: t.view(torch.uint8),
+    **dict.fromkeys((torch.complex32, torch.complex64, torch.complex128), torch.view_as_real),
+}
+
+
 def carried(t: torch.Tensor) -> torch.Tensor:
     """The same memory in a dtype pscore carries (bool as uint8, complex as its real pairs)."""
-    if t.dtype == torch.bool:
-        return t.view(torch.uint8)
-    if t.is_complex():
-        return torch.view_as_real(t)
-    return t
+    as_carried = _CARRIED_AS.get(t.dtype)
+    return t if as_carried is None else as_carried(t)
 
 
 class Staging:
     """The tensors one operation hands to pscore, and the write-back of staged outputs."""
+
+    __slots__ = ("_write_back",)
 
     def __init__(self):
         self._write_back: list[tuple[torch.Tensor, torch.Tensor]] = []

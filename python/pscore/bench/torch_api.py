@@ -1,0 +1,84 @@
+"""The collective benchmarks' `--api torch` row: the same operation through torch.distributed on
+a group made with `init_process_group("pscore")` (pscore's torch backend), timed in the same
+processes and rounds as pscore's own call, so the table shows what the backend adds per call.
+The gloo peer goes through the same torch calls on a gloo group."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["API_NAMES", "TORCH_ROW", "init_groups", "parse_apis", "row_key", "torch_calls"]
+
+API_NAMES = ("pscore", "torch")
+TORCH_ROW = "pscore_torch"
+"""The JSON key of the torch-API row (pscore through torch.distributed)."""
+
+
+def parse_apis(text: str) -> tuple[str, ...]:
+    """'pscore,torch' -> ('pscore', 'torch'): which APIs call pscore, each timed in every round."""
+    names = tuple(part.strip() for part in text.split(","))
+    if not all(n in API_NAMES for n in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of APIs: expected one or both of {', '.join(API_NAMES)}, "
+            "comma-separated, each once"
+        )
+    return names
+
+
+def row_key(api: str) -> str:
+    """The JSON key of an API's row: "pscore" for pscore's own calls."""
+    return TORCH_ROW if api == "torch" else "pscore"
+
+
+def init_groups(dist, rank: int, world: int, init_file: str, apis, gloo: bool):
+    """torch.distributed's groups for the run: (the pscore-backed group or None, the gloo group
+    or None). With the torch API the default group is pscore's and gloo gets a new group."""
+    if "torch" not in apis:
+        if not gloo:
+            return None, None
+        dist.init_process_group(
+            "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+        )
+        return None, dist.group.WORLD
+    from .. import torch_backend  # noqa: F401 - registers the "pscore" backend
+
+    dist.init_process_group(
+        "pscore", init_method=f"file://{init_file}", rank=rank, world_size=world
+    )
+    return dist.group.WORLD, dist.new_group(backend="gloo") if gloo else None
+
+
+def torch_calls(name: str, torch, dist, group, world: int):
+    """make(nbytes) -> a call of collective `name` through torch.distributed on `group`, its
+    buffers built once per size (the shapes pscore's own calls get). torch 2.13 renamed
+    all_gather_into_tensor and reduce_scatter_tensor (the old names warn); older torch has only
+    those."""
+
+    def make(nbytes):  # noqa: PLR0911 - one return per operation
+        n = max(1, nbytes // 4)
+        x = torch.ones(n, dtype=torch.float32)
+        if name == "allreduce":
+            return lambda: dist.all_reduce(x, group=group)
+        if name == "broadcast":
+            return lambda: dist.broadcast(x, 0, group=group)
+        if name == "reduce":
+            return lambda: dist.reduce(x, 0, group=group)
+        if name == "allgather":
+            part = torch.ones(max(1, n // world))
+            out = torch.empty(part.numel() * world)
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            return lambda: gather(out, part, group=group)
+        if name == "reduce_scatter":
+            out = torch.empty(max(1, n // world))
+            inp = torch.ones(out.numel() * world)
+            scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+            return lambda: scatter(out, inp, group=group)
+        if name == "alltoall":
+            m = max(world, n - n % world)
+            inp, out = torch.ones(m), torch.empty(m)
+            return lambda: dist.all_to_all_single(out, inp, group=group)
+        if name == "barrier":
+            return lambda: dist.barrier(group=group)
+        raise ValueError(name)
+
+    return make
