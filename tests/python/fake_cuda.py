@@ -78,10 +78,11 @@ def run_python(
 def use_fake_runtime(fake_path: str) -> FakeRuntime:
     """Points this process's core at the fake (before its first CUDA buffer) and returns the
     fake's switches. For forked ranks, whose parent may have registered other candidates."""
-    from pscore import _C, cuda_libraries
+    from pscore import _C, _config, cuda_libraries
 
     cuda_libraries.register_candidates()
     _C.set_cuda_runtime_candidates([fake_path])
+    _C.set_staging_chunk_bytes(_config.STAGING_CHUNK_BYTES.get())
     return FakeRuntime(fake_path)
 
 
@@ -112,6 +113,10 @@ class FakeRuntime:
             if name is None or fn == name:
                 parsed.append((fn, {k: int(v) for k, v in values.items()}))
         return parsed
+
+    def synchronize(self) -> None:
+        """Runs every copy queued so far (the caller synchronizing its stream)."""
+        assert self.lib.cudaStreamSynchronize(None) == 0
 
     def reset(self) -> None:
         self.lib.fake_cudart_reset()
