@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+
 #include "bindings/buffer_view_caster.h"
 #include "bindings/enums.h"
 #include "bindings/errors.h"
@@ -35,6 +37,7 @@ using gpu::Copy;
 // An in-place collective on b (chunk by chunk when staged).
 template <class Call>
 PG::WorkPtr in_place(PG& g, const BufferView& b, Copy copy, const char* what, Call call) {
+  if (b.on_host()) return call(b.data, b.numel);  // the latency path: nothing more
   PG::WorkPtr work;
   gpu::run_in_place(g.staging_pool(), b, copy, what, g.options().timeout_ms,
                     [&](void* host, size_t count) {
@@ -62,6 +65,15 @@ PG::WorkPtr staged(PG& g, const std::vector<const BufferView*>& buffers,
 template <class Call>
 PG::WorkPtr staged(PG& g, std::initializer_list<const BufferView*> head, Copy head_copy,
                    const Views& rest, Copy rest_copy, const char* what, Call call) {
+  bool host = std::all_of(rest.begin(), rest.end(), [](const auto& v) { return v.on_host(); });
+  for (const BufferView* v : head) host = host && v->on_host();
+  if (host) {  // the latency path: the buffers' own memory
+    std::vector<void*> memory;
+    memory.reserve(head.size() + rest.size());
+    for (const BufferView* v : head) memory.push_back(v->data);
+    for (const auto& v : rest) memory.push_back(v.data);
+    return call(memory);
+  }
   std::vector<const BufferView*> buffers(head);
   std::vector<Copy> copies(head.size(), head_copy);
   for (const auto& v : rest) buffers.push_back(&v), copies.push_back(rest_copy);

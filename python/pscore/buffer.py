@@ -244,7 +244,9 @@ def _dlpack_capsule(x: Any, device_type: int, device_index: int) -> tuple[Any, i
     if device_type == CUDA:
         _cuda_seen()
         torch = _torch()
-        stream = _cuda_stream(torch, device_index) if torch is not None else None
+        # torch's current stream, where torch uses CUDA (else it has queued nothing anywhere)
+        if torch is not None and torch.cuda.is_initialized():
+            stream = _cuda_stream(torch, device_index)
     try:
         capsule = x.__dlpack__(stream=stream, max_version=(1, 0))
     except TypeError:  # a producer that predates DLPack 1.0's max_version

@@ -153,7 +153,8 @@ def caller_stream(stream: int):
     fake_torch = types.SimpleNamespace(
         Tensor=type("NoTensor", (), {}),
         cuda=types.SimpleNamespace(
-            current_stream=lambda _index: types.SimpleNamespace(cuda_stream=stream)
+            is_initialized=lambda: True,
+            current_stream=lambda _index: types.SimpleNamespace(cuda_stream=stream),
         ),
     )
     saved = buffer._torch
