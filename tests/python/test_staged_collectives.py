@@ -5,6 +5,9 @@ through the caller's stream, shows as wrong values here."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+
 import numpy as np
 import pytest
 from dist_helpers import run_ranks
@@ -168,24 +171,32 @@ def _stuck_stream(rank, _world, fake_path):
     fake = use_fake_runtime(fake_path)
     fake.set_stuck(True)
     buf = FakeCudaBuffer(np.full(4, rank + 1, np.float32))
-    try:
-        pscore.all_reduce(buf)
-    except pscore.TimeoutError as e:
-        message = str(e)
-    else:
-        message = "no error"
+    messages, allocations = [], []
+    for _ in range(2):
+        fake.reset()
+        try:
+            pscore.all_reduce(buf)
+        except pscore.TimeoutError as e:
+            messages.append(str(e))
+        allocations.append(len(fake.calls("cudaHostAlloc")))
     fake.set_stuck(False)
     fake.reset()
-    pscore.all_reduce(buf)  # the group is still usable; the stuck blocks are not reused yet
+    pscore.all_reduce(buf)  # the group is still usable
+    allocations.append(len(fake.calls("cudaHostAlloc")))
     fake.synchronize()
-    return message, buf.array, fake.log()
+    return messages, allocations, buf.array, fake.log()
 
 
-def test_a_stuck_stream_times_out_naming_the_operation(fake_cudart):  # noqa: F811
+def test_a_stuck_stream_times_out_and_its_blocks_wait_for_it(fake_cudart):  # noqa: F811
     results = run_ranks(_stuck_stream, 2, fake_cudart, timeout=3.0)
-    for message, array, log in results.values():
-        assert message.startswith("all_reduce: the copy of cuda:0 memory to the host did not")
-        assert "within 3000 ms" in message
+    for messages, allocations, array, log in results.values():
+        assert len(messages) == 2
+        for message in messages:
+            assert message.startswith("all_reduce: the copy of cuda:0 memory to the host did not")
+            assert "within 3000 ms" in message
+        # The second stuck call cannot have the first one's block (a copy is still queued on
+        # it): it pins a new one; once the stream moved on, the next call reuses one.
+        assert allocations == [1, 1, 0]
         np.testing.assert_array_equal(array, np.full(4, 3, np.float32))
         assert not [line for line in log if line.startswith("VIOLATION")]
 
@@ -214,3 +225,25 @@ def test_mixed_devices_in_one_call_are_refused(fake_cudart):  # noqa: F811
             "all_gather: tensors on cuda:0 and cpu in one call; pass every tensor on one device",
             "all_gather: tensors on cuda:0 and cuda:1 in one call; pass every tensor on one device",
         ]
+
+
+def _destroyed_while_stuck(rank, _world, fake_path):
+    fake = use_fake_runtime(fake_path)
+    done = FakeCudaBuffer(np.full(4, rank + 1, np.float32))
+    pscore.all_reduce(done)
+    fake.synchronize()  # its block is free again
+    fake.set_stuck(True)
+    big = FakeCudaBuffer(np.ones(1 << 16, np.float32))  # another block, left in flight
+    with contextlib.suppress(pscore.TimeoutError):
+        pscore.all_reduce(big)
+    fake.reset()
+    pscore.destroy_process_group()
+    gc.collect()
+    return fake.calls("cudaFreeHost"), fake.log()
+
+
+def test_destroying_the_group_frees_only_the_blocks_no_copy_uses(fake_cudart):  # noqa: F811
+    results = run_ranks(_destroyed_while_stuck, 2, fake_cudart, timeout=3.0)
+    for frees, log in results.values():
+        assert len(frees) == 1, log
+        assert not [line for line in log if line.startswith("VIOLATION")]
