@@ -53,6 +53,7 @@ typedef struct Op {
 
 struct FakeEvent {
   unsigned long long pending; /* its records still queued; 0: done (or never recorded) */
+  int destroyed;              /* cudaEventDestroy came while a record was queued: freed after */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -143,7 +144,7 @@ static void run_locked(const Op* until) {
     if (op->kind == kCopy) {
       if (op->bytes) memmove(op->dst, op->src, op->bytes);
     } else {
-      op->event->pending--;
+      if (--op->event->pending == 0 && op->event->destroyed) free(op->event);
     }
     int last = op == until;
     free(op);
@@ -291,7 +292,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   ENTER("cudaEventDestroy", "cudaEventDestroy event=%llu", U(event));
   if (!event) return leave(kInvalidResourceHandle);
   if (record_op_locked(event)) {
-    /* CUDA lets a pending event be destroyed; its record still runs, so keep the memory. */
+    /* CUDA lets a pending event be destroyed; its record still runs, so free it after. */
+    event->destroyed = 1;
     return leave(kSuccess);
   }
   free(event);
