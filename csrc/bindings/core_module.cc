@@ -42,7 +42,7 @@ PG::WorkPtr in_place(PG& g, const BufferView& b, Copy copy, const char* what, Ca
   gpu::run_in_place(g.staging_pool(), b, copy, what, g.options().timeout_ms,
                     [&](void* host, size_t count) {
                       work = call(host, count);
-                      if (work && !b.on_host()) work->wait();
+                      if (work) work->wait();  // the copy back needs the result
                     });
   return work;
 }
@@ -56,7 +56,7 @@ PG::WorkPtr staged(PG& g, const std::vector<const BufferView*>& buffers,
   gpu::run_staged(g.staging_pool(), buffers, copies, what, g.options().timeout_ms,
                   [&](const std::vector<void*>& host) {
                     work = call(host);
-                    if (work && cuda) work->wait();
+                    if (work && cuda) work->wait();  // the copy back needs the result
                   });
   return work;
 }

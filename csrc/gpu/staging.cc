@@ -39,10 +39,14 @@ bool on_cuda(const std::vector<const BufferView*>& buffers, const std::string& w
       host = host ? host : b;
     } else if (!cuda) {
       cuda = b;
-    } else if (b->device_index != cuda->device_index || b->stream != cuda->stream) {
+    } else if (b->device_index != cuda->device_index) {
       throw std::invalid_argument(what + ": tensors on " + device_string(*cuda) + " and " +
                                   device_string(*b) +
                                   " in one call; pass every tensor on one device");
+    } else if (b->stream != cuda->stream) {
+      throw std::invalid_argument(what + ": tensors ordered on two CUDA streams (" +
+                                  std::to_string(cuda->stream) + " and " +
+                                  std::to_string(b->stream) + ") in one call");
     }
   }
   if (cuda && host) {

@@ -138,6 +138,13 @@ TEST(Staging, MixedDevicesAreRefused) {
                  "device");
   }
   EXPECT_THROW(on_cuda({&on_gpu, &other_gpu}, "all_gather"), std::invalid_argument);
+  BufferView other_stream = cuda_view(v, 9);
+  try {
+    on_cuda({&on_gpu, &other_stream}, "all_to_all");
+    FAIL() << "two streams in one call";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "all_to_all: tensors ordered on two CUDA streams (0 and 9) in one call");
+  }
   EXPECT_FALSE(on_cuda({&on_host}, "all_gather"));
   EXPECT_TRUE(on_cuda({&on_gpu}, "all_gather"));
 }
