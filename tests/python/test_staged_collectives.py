@@ -11,7 +11,13 @@ import gc
 import numpy as np
 import pytest
 from dist_helpers import run_ranks
-from fake_cuda import FakeCudaBuffer, caller_stream, fake_cudart, use_fake_runtime  # noqa: F401
+from fake_cuda import (  # noqa: F401 - fake_cudart is a fixture
+    FakeCudaBuffer,
+    caller_stream,
+    fake_cudart,
+    run_python,
+    use_fake_runtime,
+)
 
 import pscore
 
@@ -247,3 +253,18 @@ def test_destroying_the_group_frees_only_the_blocks_no_copy_uses(fake_cudart):  
     for frees, log in results.values():
         assert len(frees) == 1, log
         assert not [line for line in log if line.startswith("VIOLATION")]
+
+
+def test_a_chunk_size_below_one_byte_is_refused_naming_the_variable(fake_cudart):  # noqa: F811
+    result = run_python(
+        "import numpy as np, pscore\n"
+        "from fake_cuda import FakeCudaBuffer\n"
+        "try:\n"
+        "    pscore.buffer.view(FakeCudaBuffer(np.ones(4, np.float32)), host=None)\n"
+        "except ValueError as e:\n"
+        "    print(e)\n",
+        fake_cudart,
+        PSCORE_STAGING_CHUNK_BYTES="0",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "PSCORE_STAGING_CHUNK_BYTES=0: a chunk holds at least 1 byte"
