@@ -56,9 +56,10 @@ def register_candidates() -> None:
         from . import _C
 
         _C.set_cuda_runtime_candidates(cuda_runtime_candidates())
-        chunk = _config.STAGING_CHUNK_BYTES.get()
+        variable = _config.STAGING_CHUNK_BYTES
+        chunk = variable.get()
         if chunk < 1:
-            raise ValueError(f"PSCORE_STAGING_CHUNK_BYTES={chunk}: a chunk holds at least 1 byte")
+            raise ValueError(f"{variable.name}={chunk}: a chunk holds at least 1 byte")
         _C.set_staging_chunk_bytes(chunk)
         if hasattr(_C, "set_nccl_candidates"):
             _C.set_nccl_candidates(nccl_candidates())
