@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+
 #include "bindings/buffer_view_caster.h"
 #include "bindings/enums.h"
 #include "bindings/errors.h"
@@ -14,6 +16,7 @@
 #include "collectives/process_group.h"
 #include "common/auth.h"
 #include "common/signal_pipe.h"
+#include "gpu/staging.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -24,22 +27,67 @@ namespace {
 
 using Views = std::vector<BufferView>;
 using Gil = bindings::ReleaseGil;
+using PG = ProcessGroup;
+using gpu::Copy;
 
-// The collectives run on host memory: each view's address, after checking it is there.
-void* host(const BufferView& b) { return b.host_data("tensor"); }
+// Each collective runs on host memory: a CPU tensor's own, or pinned blocks standing for a CUDA
+// tensor's (gpu/staging.h: copied on the caller's stream, the host collective waited for before
+// the copy back, so an async call returns a done Work).
 
-std::vector<void*> hosts(const Views& vs) {
-  std::vector<void*> out;
-  out.reserve(vs.size());
-  for (const auto& v : vs) out.push_back(host(v));
-  return out;
+// An in-place collective on b (chunk by chunk when staged).
+template <class Call>
+PG::WorkPtr in_place(PG& g, const BufferView& b, Copy copy, const char* what, Call call) {
+  if (b.on_host()) return call(b.data, b.numel);  // the latency path: nothing more
+  PG::WorkPtr work;
+  gpu::run_in_place(g.staging_pool(), b, copy, what, g.options().timeout_ms,
+                    [&](void* host, size_t count) {
+                      work = call(host, count);
+                      if (work) work->wait();  // the copy back needs the result
+                    });
+  return work;
 }
 
-std::vector<const void*> const_hosts(const Views& vs) {
-  std::vector<const void*> out;
-  out.reserve(vs.size());
-  for (const auto& v : vs) out.push_back(host(v));
-  return out;
+// A collective on `buffers`: host[i] stands for buffers[i], whose bytes cross as copies[i].
+template <class Call>
+PG::WorkPtr staged(PG& g, const std::vector<const BufferView*>& buffers,
+                   const std::vector<Copy>& copies, const char* what, Call call) {
+  const bool cuda = gpu::on_cuda(buffers, what);
+  PG::WorkPtr work;
+  gpu::run_staged(g.staging_pool(), buffers, copies, what, g.options().timeout_ms,
+                  [&](const std::vector<void*>& host) {
+                    work = call(host);
+                    if (work && cuda) work->wait();  // the copy back needs the result
+                  });
+  return work;
+}
+
+// `head` then `rest` as staged() takes them.
+template <class Call>
+PG::WorkPtr staged(PG& g, std::initializer_list<const BufferView*> head, Copy head_copy,
+                   const Views& rest, Copy rest_copy, const char* what, Call call) {
+  bool host = std::all_of(rest.begin(), rest.end(), [](const auto& v) { return v.on_host(); });
+  for (const BufferView* v : head) host = host && v->on_host();
+  if (host) {  // the latency path: the buffers' own memory
+    std::vector<void*> memory;
+    memory.reserve(head.size() + rest.size());
+    for (const BufferView* v : head) memory.push_back(v->data);
+    for (const auto& v : rest) memory.push_back(v.data);
+    return call(memory);
+  }
+  std::vector<const BufferView*> buffers(head);
+  std::vector<Copy> copies(head.size(), head_copy);
+  for (const auto& v : rest) buffers.push_back(&v), copies.push_back(rest_copy);
+  return staged(g, buffers, copies, what, call);
+}
+
+std::vector<void*> slice(const std::vector<void*>& host, size_t from, size_t n) {
+  return {host.begin() + static_cast<ptrdiff_t>(from),
+          host.begin() + static_cast<ptrdiff_t>(from + n)};
+}
+
+std::vector<const void*> const_slice(const std::vector<void*>& host, size_t from, size_t n) {
+  return {host.begin() + static_cast<ptrdiff_t>(from),
+          host.begin() + static_cast<ptrdiff_t>(from + n)};
 }
 
 std::vector<size_t> counts(const Views& vs) {
@@ -117,7 +165,6 @@ void bind_progress(py::module_& m) {
 }
 
 void bind_process_group(py::module_& m) {
-  using PG = ProcessGroup;
   const GroupOptions defaults;  // the keyword defaults below are the C++ struct's
   py::class_<PG, std::shared_ptr<PG>>(m, "ProcessGroup")
       .def(py::init([](std::shared_ptr<Transport> t, int64_t timeout_ms, int spin_us,
@@ -139,69 +186,102 @@ void bind_process_group(py::module_& m) {
       .def(
           "allreduce",
           [](PG& g, const BufferView& b, ReduceOp op, bool async) {
-            return g.allreduce(host(b), b.numel, b.dtype, op, async);
+            return in_place(g, b, Copy::kInOut, "all_reduce", [&](void* h, size_t n) {
+              return g.allreduce(h, n, b.dtype, op, async);
+            });
           },
           Gil())
       .def(
           "broadcast",
           [](PG& g, const BufferView& b, int root, bool async) {
-            return g.broadcast(host(b), b.numel, b.dtype, root, async);
+            const Copy copy = g.rank() == root ? Copy::kIn : Copy::kOut;
+            return in_place(g, b, copy, "broadcast", [&](void* h, size_t n) {
+              return g.broadcast(h, n, b.dtype, root, async);
+            });
           },
           Gil())
       .def(
           "reduce",
           [](PG& g, const BufferView& b, ReduceOp op, int root, bool async) {
-            return g.reduce(host(b), b.numel, b.dtype, op, root, async);
+            // Only the root's buffer changes (the other ranks' stay as they were).
+            const Copy copy = g.rank() == root ? Copy::kInOut : Copy::kIn;
+            return in_place(g, b, copy, "reduce", [&](void* h, size_t n) {
+              return g.reduce(h, n, b.dtype, op, root, async);
+            });
           },
           Gil())
       .def(
           "allgather",
           [](PG& g, const BufferView& in, const Views& outs, bool async) {
-            return g.allgather(host(in), in.numel, in.dtype, hosts(outs), async);
+            return staged(g, {&in}, Copy::kIn, outs, Copy::kOut, "all_gather", [&](const auto& h) {
+              return g.allgather(h[0], in.numel, in.dtype, slice(h, 1, outs.size()), async);
+            });
           },
           Gil())
       .def(
           "reduce_scatter",
           [](PG& g, const Views& ins, const BufferView& out, ReduceOp op, bool async) {
-            return g.reduce_scatter(const_hosts(ins), host(out), out.numel, out.dtype, op, async);
+            return staged(g, {&out}, Copy::kOut, ins, Copy::kIn, "reduce_scatter",
+                          [&](const auto& h) {
+                            return g.reduce_scatter(const_slice(h, 1, ins.size()), h[0], out.numel,
+                                                    out.dtype, op, async);
+                          });
           },
           Gil())
       .def(
           "gather",
           [](PG& g, const BufferView& in, const Views& outs, int root, bool async) {
-            return g.gather(host(in), in.numel, in.dtype, hosts(outs), root, async);
+            return staged(g, {&in}, Copy::kIn, outs, Copy::kOut, "gather", [&](const auto& h) {
+              return g.gather(h[0], in.numel, in.dtype, slice(h, 1, outs.size()), root, async);
+            });
           },
           Gil())
       .def(
           "scatter",
           [](PG& g, const Views& ins, const BufferView& out, int root, bool async) {
-            return g.scatter(const_hosts(ins), host(out), out.numel, out.dtype, root, async);
+            return staged(g, {&out}, Copy::kOut, ins, Copy::kIn, "scatter", [&](const auto& h) {
+              return g.scatter(const_slice(h, 1, ins.size()), h[0], out.numel, out.dtype, root,
+                               async);
+            });
           },
           Gil())
       .def(
           "all_to_all",
           [](PG& g, const Views& ins, const Views& outs, bool async) {
             const DType d = ins.empty() ? DType::kUInt8 : ins.front().dtype;
-            return g.all_to_all(const_hosts(ins), counts(ins), hosts(outs), counts(outs), d, async);
+            std::vector<const BufferView*> buffers;
+            std::vector<Copy> copies;
+            for (const auto& v : ins) buffers.push_back(&v), copies.push_back(Copy::kIn);
+            for (const auto& v : outs) buffers.push_back(&v), copies.push_back(Copy::kOut);
+            return staged(g, buffers, copies, "all_to_all", [&](const auto& h) {
+              return g.all_to_all(const_slice(h, 0, ins.size()), counts(ins),
+                                  slice(h, ins.size(), outs.size()), counts(outs), d, async);
+            });
           },
           Gil())
       .def("barrier", &PG::barrier, py::arg("async_op"), Gil())
       .def(
           "send",
           [](PG& g, const BufferView& b, int dst, uint32_t tag, bool async) {
-            return g.send(host(b), b.numel, b.dtype, dst, tag, async);
+            return staged(g, {&b}, Copy::kIn, {}, Copy::kNone, "send", [&](const auto& h) {
+              return g.send(h[0], b.numel, b.dtype, dst, tag, async);
+            });
           },
           Gil())
       .def(
           "recv",
           [](PG& g, const BufferView& b, int src, uint32_t tag, bool async) {
-            return g.recv(host(b), b.numel, b.dtype, src, tag, async);
+            return staged(g, {&b}, Copy::kOut, {}, Copy::kNone, "recv", [&](const auto& h) {
+              return g.recv(h[0], b.numel, b.dtype, src, tag, async);
+            });
           },
           Gil())
       .def(
           "recv_any",
           [](PG& g, const BufferView& b, uint32_t tag, bool async) {
-            return g.recv_any(host(b), b.numel, b.dtype, tag, async);
+            return staged(g, {&b}, Copy::kOut, {}, Copy::kNone, "recv", [&](const auto& h) {
+              return g.recv_any(h[0], b.numel, b.dtype, tag, async);
+            });
           },
           Gil())
       .def("abort", &PG::abort, Gil())

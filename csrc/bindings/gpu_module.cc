@@ -6,6 +6,7 @@
 #include "bindings/gil.h"
 #include "bindings/modules.h"
 #include "gpu/cuda_runtime.h"
+#include "gpu/staging.h"
 
 namespace py = pybind11;
 
@@ -27,6 +28,9 @@ void bind_gpu(py::module_& m) {
         return count;
       },
       ReleaseGil(), "The CUDA devices the runtime sees (loads it first).");
+  m.def("set_staging_chunk_bytes", &gpu::set_staging_chunk_bytes, py::arg("nbytes"),
+        "The chunk size of CUDA buffers staged through pinned host memory (gpu/staging.h).");
+  m.def("staging_chunk_bytes", &gpu::staging_chunk_bytes);
 }
 
 }  // namespace pscore::bindings

@@ -1,6 +1,7 @@
 // pscore._ps (part of pscore._ext): the parameter server (PsServer) and client (PsClient) for
-// Python. Arrays cross as pscore.buffer.BufferView (float32 values, int64 ids, host memory);
-// every call that can block releases the GIL.
+// Python. Arrays cross as pscore.buffer.BufferView (float32 values, int64 ids; host memory, or
+// CUDA memory staged through pinned blocks, gpu/staging.h); every call that can block releases
+// the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -17,6 +18,7 @@
 #include "bindings/gil.h"
 #include "bindings/modules.h"
 #include "bindings/work.h"
+#include "gpu/staging.h"
 #include "ps/client/ps_client.h"
 #include "ps/server/ps_server.h"
 #include "ps/server/shard_state.h"
@@ -28,18 +30,41 @@ namespace {
 
 using pscore::BufferView;
 using pscore::DType;
+using pscore::gpu::Copy;
 
-// b's host address as T (float32 values or int64 ids), after checking that is what it holds.
+// &b, after checking it holds T (float32 values or int64 ids).
 template <typename T>
-T* typed(const BufferView& b, const char* what) {
+const BufferView* typed(const BufferView& b, const char* what) {
   const DType want =
       std::is_same_v<std::remove_const_t<T>, float> ? DType::kFloat32 : DType::kInt64;
   if (b.dtype != want) {
     throw std::invalid_argument(std::string(what) + " must be " + pscore::dtype_name(want) +
                                 ", got " + pscore::dtype_name(b.dtype));
   }
-  return static_cast<T*>(b.host_data(what));
+  return &b;
 }
+
+// A request on `buffers` (host[i] stands for buffers[i], crossing as copies[i]): from their own
+// memory when they are on the host (the Work completes later); when they are on CUDA, through
+// pinned blocks (gpu/staging.h), and complete when the call returns, since the copy back to
+// the device needs the reply.
+template <class Call>
+std::shared_ptr<Work> request(PsClient& c, const char* what,
+                              const std::vector<const BufferView*>& buffers,
+                              const std::vector<Copy>& copies, Call call) {
+  const bool cuda = pscore::gpu::on_cuda(buffers, what);
+  std::shared_ptr<Work> work;
+  pscore::gpu::run_staged(c.staging_pool(), buffers, copies, what, c.options().timeout_ms,
+                          [&](const std::vector<void*>& host) {
+                            work = call(host);
+                            if (cuda) work->wait();
+                          });
+  return work;
+}
+
+const float* values(void* host) { return static_cast<const float*>(host); }
+const int64_t* ids(void* host) { return static_cast<const int64_t*>(host); }
+float* out(void* host) { return static_cast<float*>(host); }
 
 int64_t count(const BufferView& b) { return static_cast<int64_t>(b.numel); }
 
@@ -220,7 +245,9 @@ void bind_client(py::module_& m) {
           "create_table",
           [](PsClient& c, const TableSpec& spec, const std::optional<BufferView>& init) {
             if (!init) return c.create_table(spec, nullptr, 0);
-            return c.create_table(spec, typed<const float>(*init, "init"), count(*init));
+            return c.create_table(
+                spec, static_cast<const float*>(typed<float>(*init, "init")->host_data("init")),
+                count(*init));
           },
           Release())
       .def("lookup_table", &PsClient::lookup_table, Release())
@@ -230,49 +257,61 @@ void bind_client(py::module_& m) {
       .def(
           "push",
           [](PsClient& c, const std::string& name, const BufferView& g) {
-            return c.push(name, typed<const float>(g, "grad"), count(g));
+            return request(c, "push", {typed<float>(g, "grad")}, {Copy::kIn},
+                           [&](const auto& h) { return c.push(name, values(h[0]), count(g)); });
           },
           Release())
       .def(
           "pull",
-          [](PsClient& c, const std::string& name, const BufferView& out) {
-            return c.pull(name, typed<float>(out, "out"), count(out));
+          [](PsClient& c, const std::string& name, const BufferView& o) {
+            return request(c, "pull", {typed<float>(o, "out")}, {Copy::kOut},
+                           [&](const auto& h) { return c.pull(name, out(h[0]), count(o)); });
           },
           Release())
       .def(
           "push_pull",
-          [](PsClient& c, const std::string& name, const BufferView& g, const BufferView& out) {
-            return c.push_pull(name, typed<const float>(g, "grad"), typed<float>(out, "out"),
-                               count(g));
+          [](PsClient& c, const std::string& name, const BufferView& g, const BufferView& o) {
+            return request(c, "push_pull", {typed<float>(g, "grad"), typed<float>(o, "out")},
+                           {Copy::kIn, Copy::kOut}, [&](const auto& h) {
+                             return c.push_pull(name, values(h[0]), out(h[1]), count(g));
+                           });
           },
           Release())
       .def(
           "assign",
           [](PsClient& c, const std::string& name, const BufferView& v) {
-            return c.assign(name, typed<const float>(v, "value"), count(v));
+            return request(c, "assign", {typed<float>(v, "value")}, {Copy::kIn},
+                           [&](const auto& h) { return c.assign(name, values(h[0]), count(v)); });
           },
           Release())
       .def(
           "push_sparse",
-          [](PsClient& c, const std::string& name, const BufferView& ids, const BufferView& g) {
-            return c.push_sparse(name, typed<const int64_t>(ids, "ids"),
-                                 typed<const float>(g, "grads"), count(ids));
+          [](PsClient& c, const std::string& name, const BufferView& i, const BufferView& g) {
+            return request(c, "push_sparse", {typed<int64_t>(i, "ids"), typed<float>(g, "grads")},
+                           {Copy::kIn, Copy::kIn}, [&](const auto& h) {
+                             return c.push_sparse(name, ids(h[0]), values(h[1]), count(i));
+                           });
           },
           Release())
       .def(
           "pull_sparse",
-          [](PsClient& c, const std::string& name, const BufferView& ids, const BufferView& out) {
-            return c.pull_sparse(name, typed<const int64_t>(ids, "ids"), typed<float>(out, "out"),
-                                 count(ids));
+          [](PsClient& c, const std::string& name, const BufferView& i, const BufferView& o) {
+            return request(c, "pull_sparse", {typed<int64_t>(i, "ids"), typed<float>(o, "out")},
+                           {Copy::kIn, Copy::kOut}, [&](const auto& h) {
+                             return c.pull_sparse(name, ids(h[0]), out(h[1]), count(i));
+                           });
           },
           Release())
       .def(
           "push_pull_sparse",
-          [](PsClient& c, const std::string& name, const BufferView& ids, const BufferView& g,
-             const BufferView& out) {
-            return c.push_pull_sparse(name, typed<const int64_t>(ids, "ids"),
-                                      typed<const float>(g, "grads"), typed<float>(out, "out"),
-                                      count(ids));
+          [](PsClient& c, const std::string& name, const BufferView& i, const BufferView& g,
+             const BufferView& o) {
+            return request(
+                c, "push_pull_sparse",
+                {typed<int64_t>(i, "ids"), typed<float>(g, "grads"), typed<float>(o, "out")},
+                {Copy::kIn, Copy::kIn, Copy::kOut}, [&](const auto& h) {
+                  return c.push_pull_sparse(name, ids(h[0]), values(h[1]), out(h[2]), count(i));
+                });
           },
           Release())
       .def("worker_done", &PsClient::worker_done, Release())

@@ -13,6 +13,7 @@
 #include "collectives/executor.h"
 #include "collectives/op_progress.h"
 #include "common/dtype.h"
+#include "gpu/pinned_pool.h"
 #include "transport/transport.h"
 
 namespace pscore {
@@ -68,6 +69,9 @@ class ProcessGroup {
   // What the collective lane runs now (or ran last); any thread, lock-free.
   OpSnapshot progress() const { return progress_.snapshot(); }
 
+  // The pinned host blocks the group's CUDA buffers are staged through (gpu/staging.h).
+  gpu::PinnedPool& staging_pool() { return staging_pool_; }
+
   // Marks the group broken and tells the peers; later calls fail at once with the reason.
   void abort(const std::string& reason);
   std::string broken_reason();
@@ -115,6 +119,7 @@ class ProcessGroup {
   std::mutex p2p_mu_;
   std::vector<P2PLane> send_lanes_;
   std::vector<P2PLane> recv_lanes_;
+  gpu::PinnedPool staging_pool_;          // after the executors' drain: no copy reads it then
   std::unique_ptr<Executor> any_source_;  // runs receives from any source, one at a time
   int next_any_ = 0;                      // the peer claim_arrived looks at first (fairness)
   std::unique_ptr<Executor> executor_;    // declared last: destroyed (drained) first

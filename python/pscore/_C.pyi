@@ -21,6 +21,8 @@ __all__: list[str] = [
     "cuda_runtime_path",
     "install_signal_pipe",
     "set_cuda_runtime_candidates",
+    "set_staging_chunk_bytes",
+    "staging_chunk_bytes",
 ]
 
 class DType:
@@ -361,3 +363,10 @@ def set_cuda_runtime_candidates(candidates: collections.abc.Sequence[str]) -> No
     """
     Paths or sonames the CUDA runtime may be loaded from, in order, for its first load.
     """
+
+def set_staging_chunk_bytes(nbytes: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    The chunk size of CUDA buffers staged through pinned host memory (gpu/staging.h).
+    """
+
+def staging_chunk_bytes() -> int: ...

@@ -210,6 +210,13 @@ NCCL_LIBRARY = Var(
     None,
     "path of NCCL to load (else the nvidia-nccl-cu* wheel's and the system's libnccl.so.2)",
 )
+STAGING_CHUNK_BYTES = Var(
+    "PSCORE_STAGING_CHUNK_BYTES",
+    "bytes",
+    4 << 20,
+    "chunk size of CUDA buffers staged through pinned host memory for TCP/shm collectives "
+    "(the same on every rank)",
+)
 # -- Hogwild
 HOGWILD_ISA = Var(
     "PSCORE_HOGWILD_ISA",

@@ -244,7 +244,9 @@ def _dlpack_capsule(x: Any, device_type: int, device_index: int) -> tuple[Any, i
     if device_type == CUDA:
         _cuda_seen()
         torch = _torch()
-        stream = _cuda_stream(torch, device_index) if torch is not None else None
+        # torch's current stream, where torch uses CUDA (else it has queued nothing anywhere)
+        if torch is not None and torch.cuda.is_initialized():
+            stream = _cuda_stream(torch, device_index)
     try:
         capsule = x.__dlpack__(stream=stream, max_version=(1, 0))
     except TypeError:  # a producer that predates DLPack 1.0's max_version
@@ -322,7 +324,7 @@ def view(
         v = _tensor(x, what)
     elif isinstance(x, np.ndarray):
         return _numpy(x, writable, what)
-    elif hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+    elif _is_dlpack(x):
         v = _dlpack(x, writable, what)
     else:
         raise TypeError(
@@ -334,13 +336,14 @@ def view(
     return v
 
 
-def view_as(x: Any, dtype: str, *, what: str, host: str = _HOST_ONLY) -> BufferView:
+def view_as(x: Any, dtype: str, *, what: str, host: str | None = _HOST_ONLY) -> BufferView:
     """A read-only view of x's values as contiguous `dtype` ("float32" or "int64"), copying
-    only when x is not that already. Floats must come from floating-point values and ints
-    from integers (the int64 range)."""
+    only when x is not that already (on x's device). Floats must come from floating-point values
+    and ints from integers (the int64 range). Other __dlpack__ objects must be `dtype` already.
+    host: as for view()."""
     floating = dtype == "float32"
     if is_torch_tensor(x):
-        if x.device.type != "cpu":
+        if x.device.type != "cpu" and host is not None:
             raise ValueError(f"{what} is on {x.device}; {host}")
         if x.dtype.is_complex or x.dtype.is_floating_point != floating or x.dtype == _torch().bool:
             _wrong_kind(floating, x.dtype, what)
@@ -352,9 +355,16 @@ def view_as(x: Any, dtype: str, *, what: str, host: str = _HOST_ONLY) -> BufferV
         if x.dtype == np.uint64 and x.size and x.max() > np.iinfo(np.int64).max:
             raise ValueError(f"{what} holds values above the int64 range")
         x = np.ascontiguousarray(x if floating else x.reshape(-1), dtype=dtype)
-    else:
+    elif not _is_dlpack(x):
         raise TypeError(f"{what} must be a numpy array or a torch tensor, not {type(x).__name__}")
-    return view(x, writable=False, what=what, host=host)
+    v = view(x, writable=False, what=what, host=host)
+    if v.dtype != dtype:
+        raise TypeError(f"{what} must be {dtype}, got {v.dtype}")
+    return v
+
+
+def _is_dlpack(x: Any) -> bool:
+    return hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")
 
 
 def _wrong_kind(floating: bool, dtype: Any, what: str) -> None:
@@ -363,9 +373,9 @@ def _wrong_kind(floating: bool, dtype: Any, what: str) -> None:
     raise TypeError(f"{what} must be integers, got {dtype}")
 
 
-def view_out(x: Any, dtype: str, *, what: str, host: str = _HOST_ONLY) -> BufferView:
+def view_out(x: Any, dtype: str, *, what: str, host: str | None = _HOST_ONLY) -> BufferView:
     """A writable view of x, which must already be a contiguous `dtype` buffer."""
-    if not (is_torch_tensor(x) or isinstance(x, np.ndarray)):
+    if not (is_torch_tensor(x) or isinstance(x, np.ndarray) or _is_dlpack(x)):
         raise TypeError(f"{what} must be a numpy array or a torch tensor, not {type(x).__name__}")
     v = view(x, what=what, host=host)
     if v.dtype != dtype:

@@ -46,7 +46,8 @@ def nccl_candidates() -> list[str]:
 
 
 def register_candidates() -> None:
-    """Hands the candidate lists to the C++ core, once per process; loads nothing."""
+    """Hands the candidate lists (and the staging chunk size) to the C++ core, once per
+    process; loads nothing."""
     if _registered.is_set():
         return
     with _registering:
@@ -55,6 +56,11 @@ def register_candidates() -> None:
         from . import _C
 
         _C.set_cuda_runtime_candidates(cuda_runtime_candidates())
+        variable = _config.STAGING_CHUNK_BYTES
+        chunk = variable.get()
+        if chunk < 1:
+            raise ValueError(f"{variable.name}={chunk}: a chunk holds at least 1 byte")
+        _C.set_staging_chunk_bytes(chunk)
         if hasattr(_C, "set_nccl_candidates"):
             _C.set_nccl_candidates(nccl_candidates())
         _registered.set()

@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/event_loop.h"
+#include "gpu/pinned_pool.h"
 #include "ps/client/client_link.h"
 #include "ps/client/client_work.h"
 #include "ps/wire/ps_protocol.h"
@@ -87,6 +88,8 @@ class PsClient {
   void retry(const std::shared_ptr<Work>& work);
   // This worker's step for a table (sync: the open round; ssp: pushes done).
   int64_t table_step(const std::string& name);
+  // The pinned host blocks the client's CUDA buffers are staged through (gpu/staging.h).
+  gpu::PinnedPool& staging_pool() { return staging_pool_; }
 
  private:
   struct TableState {
@@ -152,6 +155,7 @@ class PsClient {
   // Push sequence numbers: one increasing counter for all tables (so each table's pushes carry
   // increasing numbers, across re-lookups and checkpoint loads too).
   std::atomic<uint64_t> next_seq_;
+  gpu::PinnedPool staging_pool_;
 };
 
 }  // namespace pscore::ps

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "hogwild": ("hogwild", "shared-table update rows/s against torch.multiprocessing workers"),
     "train": ("train", "Trainer strategies' time to accuracy and samples/s vs torch DDP, same run"),
     "hogwild-cuda": ("hogwild_cuda", "GPU sparse updates against torch CUDA ops (needs CUDA)"),
+    "staging": ("staging", "all_reduce of a CUDA tensor on the TCP path vs host bytes (CUDA)"),
     "plot": ("plot", "draws --json results: busbw per collective, ps and hogwild rows/s"),
 }
 

@@ -1,7 +1,8 @@
 """Collectives and point-to-point calls with torch.distributed's names and semantics, on numpy
-arrays and contiguous CPU torch tensors, in place and without copies. `src` and `dst` are global
-ranks; `group` defaults to the world. With `async_op=True` a call returns a Work at once,
-otherwise None when it has finished."""
+arrays and contiguous CPU torch tensors, in place and without copies, and on CUDA tensors
+(staged through pinned host memory, csrc/gpu/staging.h; docs/gpu_staged.md). `src` and `dst`
+are global ranks; `group` defaults to the world. With `async_op=True` a call returns a Work at
+once, otherwise None when it has finished."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 
 from .. import _C
 from .._enums import by_name
-from ..buffer import BufferView, view
+from ..buffer import BufferView
+from ..buffer import view as _view
 from ..errors import NetworkError
 from ..errors import TimeoutError as PscoreTimeoutError
 from .group import default_group, resolve
@@ -91,6 +93,11 @@ def _finish(g, keep: Any, async_op: bool, call, *args):
     except (NetworkError, PscoreTimeoutError) as e:
         raise g.explain(e) from None
     return CollectiveWork(handle, keep, g) if async_op else None
+
+
+def view(x: Any, *, writable: bool = True, what: str = "tensor") -> BufferView:
+    """x as a collective takes it: host memory, or CUDA memory the core stages."""
+    return _view(x, writable=writable, what=what, host=None)
 
 
 def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:

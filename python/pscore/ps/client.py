@@ -27,17 +27,15 @@ __all__ = ["REQUEST_TIMEOUT_S", "PSClient"]
 REQUEST_TIMEOUT_S = 60.0  # PSClient's default request timeout
 
 
-_HOST_ONLY = "the parameter server takes CPU tensors"
-
-
 def _values(x, what: str):
-    """x's values as float32 (a view, or a contiguous float32 copy when x is not one)."""
-    return view_as(x, "float32", what=what, host=_HOST_ONLY)
+    """x's values as float32 (a view, or a contiguous float32 copy when x is not one); CPU or
+    CUDA (staged through pinned host memory: the call completes before it returns)."""
+    return view_as(x, "float32", what=what, host=None)
 
 
 def _output(x, what: str):
     """x as the float32 buffer a pull writes into (no copy: x must already be one)."""
-    return view_out(x, "float32", what=what, host=_HOST_ONLY)
+    return view_out(x, "float32", what=what, host=None)
 
 
 def _timeout_s(value, name: str) -> float:
@@ -57,10 +55,11 @@ class PSClient:
     to this process's rank (pscore-run, torchrun, TF_CONFIG's chief and workers, Slurm, MPI; 0
     with no launcher; -1, read-only, for TF's ps and evaluator tasks). Arrays are numpy
     arrays or CPU torch tensors, read and written in place (float32 values, int64 ids; other
-    float/int inputs are converted). ``timeout``: a shard that does not answer a request within
-    it fails the request with a TimeoutError naming the shard. ``retry_timeout``: how long a
-    request keeps reconnecting to a shard that went away (restarted with --recover) before it
-    raises NetworkError; retried pushes are applied once.
+    float/int inputs are converted), or CUDA tensors, staged through pinned host memory (such a
+    call completes before it returns; docs/gpu_staged.md). ``timeout``: a shard that does not
+    answer a request within it fails the request with a TimeoutError naming the shard.
+    ``retry_timeout``: how long a request keeps reconnecting to a shard that went away
+    (restarted with --recover) before it raises NetworkError; retried pushes are applied once.
     """
 
     def __init__(
@@ -304,7 +303,7 @@ class PSClient:
 
     # ----- sparse -----
     def _rows(self, name: str, ids, rows, what: str, output: bool):
-        i = view_as(ids, "int64", what="ids", host=_HOST_ONLY)
+        i = view_as(ids, "int64", what="ids", host=None)
         n, dim = i.numel, self.table(name).dim
         if dim == 0:
             raise ValueError(f"{what} {name!r}: the table is dense")

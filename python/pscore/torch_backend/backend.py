@@ -250,7 +250,8 @@ def _create(store, rank: int, world_size: int, timeout: datetime.timedelta):
 
 
 def register() -> None:
-    """Registers the "pscore" backend with torch.distributed (idempotent)."""
+    """Registers the "pscore" backend with torch.distributed for CPU and CUDA tensors (CUDA ones
+    staged through pinned host memory; idempotent)."""
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])
+        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
     barrier.install(PscoreProcessGroup)

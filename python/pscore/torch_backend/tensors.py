@@ -3,9 +3,13 @@ and reduce-op names it applies on the way (the rules gloo applies, with gloo's e
 
 pscore's collectives take contiguous tensors of its own dtypes in place. A bool tensor is passed
 as its uint8 view and a complex one as its real view (no copies); a non-contiguous tensor goes
-through a contiguous copy that `Staging.finish` writes back once the operation is done."""
+through a contiguous copy that `Staging.finish` writes back once the operation is done (for a
+CUDA tensor, on the stream that was current when the operation started, behind the operation's
+own copy back: csrc/gpu/staging.h)."""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.distributed as dist
@@ -77,7 +81,7 @@ class Staging:
     __slots__ = ("_write_back",)
 
     def __init__(self):
-        self._write_back: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._write_back: list[tuple[torch.Tensor, torch.Tensor, object]] = []
 
     def input(self, t: torch.Tensor) -> torch.Tensor:
         return carried(t.contiguous())
@@ -87,12 +91,14 @@ class Staging:
         if t.is_contiguous():
             return carried(t)
         staged = t.contiguous()
-        self._write_back.append((t, staged))
+        stream = torch.cuda.current_stream(t.device) if t.is_cuda else None
+        self._write_back.append((t, staged, stream))
         return carried(staged)
 
     def finish(self) -> None:
-        for t, staged in self._write_back:
-            t.copy_(staged)
+        for t, staged, stream in self._write_back:
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                t.copy_(staged)
         self._write_back.clear()
 
 
