@@ -8,7 +8,7 @@ import sys
 
 __all__ = ["main", "usage"]
 
-_COLLECTIVE = "busbw and p50 latency per size vs torch gloo, same run"
+_COLLECTIVE = "busbw and p50 latency per size vs torch gloo and Open MPI, same run"
 # name -> (module, what it measures)
 BENCHMARKS = {
     "allreduce": ("collectives", f"all_reduce {_COLLECTIVE}"),
@@ -17,7 +17,7 @@ BENCHMARKS = {
     "allgather": ("collectives", f"all_gather_into_tensor {_COLLECTIVE}"),
     "reduce_scatter": ("collectives", f"reduce_scatter_tensor {_COLLECTIVE}"),
     "alltoall": ("collectives", f"all_to_all_single {_COLLECTIVE}"),
-    "barrier": ("collectives", "barrier p50 latency vs torch gloo, same run"),
+    "barrier": ("collectives", "barrier p50 latency vs torch gloo and Open MPI, same run"),
     "loopback": ("loopback", "this machine's loopback TCP bandwidth, the TCP transport's ceiling"),
     "store": ("store", "TCPStore op latency and add throughput against torch's TCPStore"),
     "ps": ("ps", "parameter server dense and sparse push/pull against a torch RPC server"),

@@ -1,5 +1,6 @@
-"""Collective benchmarks against torch.distributed's gloo, measured in the same processes and
-the same run: `python -m pscore.bench allreduce --world 2 --compare gloo --json out.json`.
+"""Collective benchmarks against torch.distributed's gloo (in the same processes) and Open MPI
+(an `mpirun` job beside them, mpi_compare.py), alternating rounds in the same run:
+`python -m pscore.bench allreduce --world 2 --compare gloo,mpi --json out.json`.
 `--api pscore,torch` also times pscore through torch.distributed (torch_api.py)."""
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import sys
 import tempfile
 import time
 
+from . import mpi_compare
+from .gather import gather_results
 from .report import human_bytes, p50, print_table, write_json
 from .torch_api import TORCH_ROW, init_groups, parse_apis, row_key, torch_calls
 
-__all__ = ["default_sizes", "main", "parse_sizes", "parser", "print_report", "run"]
+__all__ = ["default_sizes", "main", "parse_peers", "parse_sizes", "parser", "print_report", "run"]
 
 # nccl-tests' bus bandwidth factors: what each rank's links carry relative to the message.
 BUS_FACTOR = {
@@ -43,6 +46,17 @@ def parse_sizes(text: str) -> list[int]:
             )
         out.append(int(digits) * scale)
     return out
+
+
+def parse_peers(text: str) -> list[str]:
+    """'gloo,mpi' -> ['gloo', 'mpi']; 'none' -> []."""
+    peers = [p.strip() for p in text.split(",") if p.strip() and p.strip() != "none"]
+    unknown = [p for p in peers if p not in ("gloo", "mpi")]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown peer {unknown[0]!r}: expected gloo, mpi, gloo,mpi or none"
+        )
+    return peers
 
 
 def default_sizes() -> list[int]:
@@ -107,8 +121,11 @@ def _worker(rank, args, port, dist_file, queue):
     groups = dict(
         zip(
             (TORCH_ROW, "gloo"),
-            init_groups(dist, rank, args.world, dist_file, args.api, args.compare == "gloo"),
+            init_groups(dist, rank, args.world, dist_file, args.api, "gloo" in args.compare),
         )
+    )
+    mpi = "mpi" in args.compare and mpi_compare.MpiTurns(
+        store, rank, pscore.barrier, args.mpi_timeout
     )
     makers = {"pscore": _ops(args.collective, torch, pscore, args.world)}
     makers.update(
@@ -118,14 +135,16 @@ def _worker(rank, args, port, dist_file, queue):
     )
     makers = {k: makers[k] for k in [row_key(api) for api in args.api] + ["gloo"] if k in makers}
     rows = []
-    for nbytes in args.sizes:
+    for i, nbytes in enumerate(args.sizes):
         calls = {key: make(nbytes) for key, make in makers.items()}
         iters = _iters_for(nbytes, args.iters)
         samples = {key: [] for key in calls}
-        for _ in range(args.rounds):  # alternate so each sees the same machine weather
+        for r in range(args.rounds):  # alternate so each sees the same machine weather
             for key, call in calls.items():
                 _time(call, 2)
                 samples[key] += _time(call, iters)
+            if mpi:
+                mpi.take(i, r, f"{args.collective} {human_bytes(nbytes)}")
         rows.append((nbytes, samples))
     queue.put((rank, rows, pscore.get_backend()))
     if dist.is_initialized():
@@ -164,16 +183,23 @@ def run(args) -> dict:
             ctx.Process(target=_worker, args=(r, args, master.port, f"{tmp}/dist", queue))
             for r in range(args.world)
         ]
-        for p in procs:
-            p.start()
-        results = {}
-        backend = None
-        for _ in range(args.world):
-            rank, rows, backend_r = queue.get(timeout=3600)
-            results[rank] = rows
-            backend = backend or backend_r
-        for p in procs:
-            p.join()
+        iters = [_iters_for(n, args.iters) for n in args.sizes]
+        peer = "mpi" in args.compare and mpi_compare.MpiPeer(args, master.port, tmp, iters)
+        try:
+            for p in procs:
+                p.start()
+            got = gather_results(queue, procs, peer.check if peer else lambda: None, 3600)
+            mpi_samples = peer.finish() if peer else []
+            for p in procs:
+                p.join()
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            if peer:
+                peer.close()
+    results = {rank: rows for rank, rows, _ in got}
+    backend = next(b for _, _, b in got if b)
     main_key = row_key("pscore" if "pscore" in args.api else "torch")
     out = []
     for nbytes, samples in _slowest_rank(results):
@@ -186,13 +212,19 @@ def run(args) -> dict:
         if len(args.api) > 1:
             entry["torch_api_ratio"] = entry[TORCH_ROW]["p50_us"] / entry["pscore"]["p50_us"]
         out.append(entry)
-    return {
+    for entry, samples in zip(out, mpi_samples):
+        entry["mpi"] = _row(args.collective, args.world, entry["bytes"], samples)
+        entry.update(mpi_compare.ratios(entry, main_key))
+    report = {
         "collective": args.collective,
         "world": args.world,
         "backend": backend,
         "api": list(args.api),
         "results": out,
     }
+    if peer:
+        report["mpi"] = peer.describe()
+    return report
 
 
 def print_report(report: dict) -> None:
@@ -226,14 +258,16 @@ def print_report(report: dict) -> None:
         f"api={','.join(apis)}"
     )
     print_table(title, cols, rows, widths)
+    if "mpi" in report:
+        mpi_compare.print_mpi_table(report, main_key)
 
 
 def parser(name: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m pscore.bench " + name,
         description=f"{name}: pscore against torch.distributed gloo in the same processes and "
-        "run, alternating rounds; nccl-tests columns (p50 of the slowest rank, algbw, busbw) "
-        "and the ratios.",
+        "Open MPI (mpirun + mpi4py) beside them, alternating rounds in one run; nccl-tests "
+        "columns (p50 of the slowest rank, algbw, busbw) and the ratios.",
     )
     p.add_argument(
         "--world", type=int, default=2, help="ranks (local processes; default %(default)s)"
@@ -247,10 +281,12 @@ def parser(name: str) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--compare",
-        choices=["gloo", "none"],
+        type=parse_peers,
         default="gloo",
-        help="the peer timed alongside (default %(default)s)",
+        help="the peers timed alongside: gloo, mpi (Open MPI's mpirun with mpi4py; btl "
+        "vader, or tcp when the transport is tcp), gloo,mpi or none (default %(default)s)",
     )
+    mpi_compare.add_arguments(p)
     p.add_argument(
         "--api",
         type=parse_apis,
@@ -293,6 +329,10 @@ def main(argv: list[str]) -> int:
             f">= 1, got {args.world}, {args.iters}, {args.rounds}",
             file=sys.stderr,
         )
+        return 2
+    missing = "mpi" in args.compare and mpi_compare.missing_dependencies()
+    if missing:
+        print(f"python -m pscore.bench {args.collective}: {missing}", file=sys.stderr)
         return 2
     report = run(args)
     print_report(report)
