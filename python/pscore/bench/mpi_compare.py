@@ -29,7 +29,7 @@ __all__ = [
     "ratios",
 ]
 
-INSTALL = "apt-get install openmpi-bin libopenmpi-dev` and `pip install mpi4py"
+INSTALL = "install them: `apt-get install openmpi-bin libopenmpi-dev` and `pip install mpi4py`"
 
 
 def go_key(size_index: int, round_index: int) -> str:
@@ -46,9 +46,9 @@ def missing_dependencies() -> str | None:
     """Why `--compare mpi` cannot run here (naming what to install), or None."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
-        return f"--compare mpi needs Open MPI's mpirun, which is not on PATH: `{INSTALL}`"
+        return f"--compare mpi needs Open MPI's mpirun, which is not on PATH; {INSTALL}"
     if importlib.util.find_spec("mpi4py") is None:
-        return f"--compare mpi needs mpi4py in {sys.executable}, which lacks it: `{INSTALL}`"
+        return f"--compare mpi needs mpi4py in {sys.executable}, which lacks it; {INSTALL}"
     try:
         version = subprocess.run(
             [mpirun, "--version"], capture_output=True, text=True, timeout=60, check=False
@@ -56,8 +56,8 @@ def missing_dependencies() -> str | None:
     except subprocess.TimeoutExpired:
         return f"--compare mpi: `{mpirun} --version` did not answer within 60 s"
     if "Open MPI" not in version:
-        first = version.strip().splitlines()[:1]
-        return f"--compare mpi needs Open MPI; {mpirun} is {first or 'unknown'}: `{INSTALL}`"
+        said = (version.strip().splitlines() or ["nothing"])[0]
+        return f"--compare mpi needs Open MPI; {mpirun} --version says {said!r}; {INSTALL}"
     return None
 
 
