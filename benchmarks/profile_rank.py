@@ -5,6 +5,7 @@ both over the timed loop only, per call. Needs perf, and mpirun + mpi4py for `mp
 
   python benchmarks/profile_rank.py pscore --world 2 --bytes 4096 --iters 20000 [--pin]
   python benchmarks/profile_rank.py mpi --world 4 --bytes 4096 --transport tcp
+  python benchmarks/profile_rank.py pscore --iters 2000 --pause-ms 200   # settling after idling
 
 --pin binds pscore rank r to core r % cores (Open MPI binds one rank per core by default when
 the ranks fit on the cores, and leaves them unbound when oversubscribed)."""
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,6 +86,7 @@ def loop(args) -> None:
     for _ in range(500):
         call()
     barrier()
+    time.sleep(args.pause_ms / 1000)  # every rank idle, as between a training step's collectives
     before = _sched()
     _perf(rank, "enable")
     samples = []
@@ -93,6 +96,11 @@ def loop(args) -> None:
         samples.append(time.perf_counter() - t0)
     _perf(rank, "disable")
     per_call = [(b - a) / args.iters for a, b in zip(before, _sched())]
+    if rank == 0 and args.pause_ms:
+        blocks = [samples[i : i + 100] for i in range(0, len(samples), 100)]
+        print(
+            "p50 us per 100 calls:", " ".join(f"{statistics.median(b) * 1e6:.1f}" for b in blocks)
+        )
     if rank == 0:
         samples.sort()
         p50_us, mean_us = samples[len(samples) // 2] * 1e6, sum(samples) / len(samples) * 1e6
@@ -127,6 +135,7 @@ def profile(args) -> None:
     """Starts the ranks, rank 0 under perf stat with its counters enabled around the loop."""
     me = [sys.executable, os.path.abspath(__file__), "_loop", args.kind]
     common = ["--world", str(args.world), "--bytes", str(args.bytes), "--iters", str(args.iters)]
+    common += ["--pause-ms", str(args.pause_ms)]
     cores = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
         ctl, ack, out = f"{tmp}/ctl", f"{tmp}/ack", f"{tmp}/perf.csv"
@@ -166,6 +175,13 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=20000)
     p.add_argument("--transport", choices=["shm", "tcp"], default="shm")
     p.add_argument("--pin", action="store_true", help="pscore: rank r on core r %% cores")
+    p.add_argument(
+        "--pause-ms",
+        type=int,
+        default=0,
+        help="every rank sleeps this long before the timed loop; then rank 0 also prints the "
+        "p50 of each 100 calls (how long the calls take to settle after an idle spell)",
+    )
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
