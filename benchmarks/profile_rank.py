@@ -83,7 +83,7 @@ def loop(args) -> None:
         comm = MPI.COMM_WORLD
         rank, barrier = comm.Get_rank(), comm.Barrier
         call = lambda: comm.Allreduce(MPI.IN_PLACE, x)  # noqa: E731
-    for _ in range(500):
+    for _ in range(args.warmup):
         call()
     barrier()
     time.sleep(args.pause_ms / 1000)  # every rank idle, as between a training step's collectives
@@ -135,7 +135,7 @@ def profile(args) -> None:
     """Starts the ranks, rank 0 under perf stat with its counters enabled around the loop."""
     me = [sys.executable, os.path.abspath(__file__), "_loop", args.kind]
     common = ["--world", str(args.world), "--bytes", str(args.bytes), "--iters", str(args.iters)]
-    common += ["--pause-ms", str(args.pause_ms)]
+    common += ["--pause-ms", str(args.pause_ms), "--warmup", str(args.warmup)]
     cores = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
         ctl, ack, out = f"{tmp}/ctl", f"{tmp}/ack", f"{tmp}/perf.csv"
@@ -173,6 +173,7 @@ def main() -> None:
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--bytes", type=int, default=4096)
     p.add_argument("--iters", type=int, default=20000)
+    p.add_argument("--warmup", type=int, default=500, help="untimed calls before the loop")
     p.add_argument("--transport", choices=["shm", "tcp"], default="shm")
     p.add_argument("--pin", action="store_true", help="pscore: rank r on core r %% cores")
     p.add_argument(
