@@ -1,7 +1,9 @@
 """Collectives and point-to-point calls with torch.distributed's names and semantics, on numpy
-arrays and contiguous CPU torch tensors, in place and without copies. `src` and `dst` are global
+arrays and contiguous torch tensors, in place and without copies. `src` and `dst` are global
 ranks; `group` defaults to the world. With `async_op=True` a call returns a Work at once,
-otherwise None when it has finished."""
+otherwise None when it has finished. On a group with NCCL (backends "nccl" and "auto"), CUDA
+tensors go to its NCCL communicator (nccl_link.py), where a call returns once enqueued on the
+caller's stream, as torch's NCCL backend does."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 from .. import _C
 from .._enums import by_name
-from ..buffer import BufferView, view
+from ..buffer import CUDA, BufferView, view
 from ..errors import NetworkError
 from ..errors import TimeoutError as PscoreTimeoutError
 from .group import default_group, resolve
@@ -93,6 +95,11 @@ def _finish(g, keep: Any, async_op: bool, call, *args):
     return CollectiveWork(handle, keep, g) if async_op else None
 
 
+def _cuda(g, *views: BufferView) -> bool:
+    """Whether the call goes to the group's NCCL communicator: CUDA buffers on a group with one."""
+    return g.nccl is not None and any(v.device_type == CUDA for v in views)
+
+
 def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
     for i, b in enumerate(bufs):
         if b.dtype != ref.dtype:
@@ -106,8 +113,12 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor)
-    return _finish(g, b, async_op, g.native.allreduce, b, _op_code(op, b.dtype), async_op)
+    b = view(tensor, host=None)
+    code = _op_code(op, b.dtype)
+    if _cuda(g, b):
+        sig = (b.dtype, b.numel, code.name)
+        return g.nccl.run("allreduce", sig, b, b, async_op, lambda c: c.allreduce(b, code))
+    return _finish(g, b, async_op, g.native.allreduce, b, code, async_op)
 
 
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
@@ -115,8 +126,12 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor)
-    return _finish(g, b, async_op, g.native.broadcast, b, g.group_rank(src, "src"), async_op)
+    b = view(tensor, host=None)
+    root = g.group_rank(src, "src")
+    if _cuda(g, b):
+        sig = (b.dtype, b.numel, root)
+        return g.nccl.run("broadcast", sig, b, b, async_op, lambda c: c.broadcast(b, root))
+    return _finish(g, b, async_op, g.native.broadcast, b, root, async_op)
 
 
 def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -124,9 +139,13 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor)
+    b = view(tensor, host=None)
     root = g.group_rank(dst, "dst")
-    return _finish(g, b, async_op, g.native.reduce, b, _op_code(op, b.dtype), root, async_op)
+    code = _op_code(op, b.dtype)
+    if _cuda(g, b):
+        sig = (b.dtype, b.numel, code.name, root)
+        return g.nccl.run("reduce", sig, b, b, async_op, lambda c: c.reduce(b, code, root))
+    return _finish(g, b, async_op, g.native.reduce, b, code, root, async_op)
 
 
 def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
@@ -134,13 +153,16 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor, writable=False)
+    b = view(tensor, writable=False, host=None)
     if len(tensor_list) != g.size:
         raise ValueError(
             f"all_gather: tensor_list has {len(tensor_list)} entries, the group has {g.size} ranks"
         )
-    outs = [view(t, what=f"tensor_list[{i}]") for i, t in enumerate(tensor_list)]
+    outs = [view(t, what=f"tensor_list[{i}]", host=None) for i, t in enumerate(tensor_list)]
     _same_kind(outs, b, "tensor_list")
+    if _cuda(g, b, *outs):
+        sig = (b.dtype, b.numel)
+        return g.nccl.run("allgather", sig, b, (b, outs), async_op, lambda c: c.allgather(b, outs))
     return _finish(g, (b, outs), async_op, g.native.allgather, b, outs, async_op)
 
 
@@ -158,16 +180,18 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(input_tensor, writable=False)
-    out = view(output_tensor, what="output_tensor")
+    b = view(input_tensor, writable=False, host=None)
+    out = view(output_tensor, what="output_tensor", host=None)
     if out.dtype != b.dtype or out.numel != b.numel * g.size:
         raise ValueError(
             f"all_gather_into_tensor: output must be {g.size} x {b.numel} {b.dtype}, "
             f"got {out.numel} {out.dtype}"
         )
-    return _finish(
-        g, (b, out), async_op, g.native.allgather, b, _split(out, g.size, "output"), async_op
-    )
+    outs = _split(out, g.size, "output")
+    if _cuda(g, b, out):
+        sig = (b.dtype, b.numel)
+        return g.nccl.run("allgather", sig, b, (b, out), async_op, lambda c: c.allgather(b, outs))
+    return _finish(g, (b, out), async_op, g.native.allgather, b, outs, async_op)
 
 
 def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -175,24 +199,26 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = view(output, what="output")
+    out = view(output, what="output", host=None)
     if len(input_list) != g.size:
         raise ValueError(
             f"reduce_scatter: input_list has {len(input_list)} entries, "
             f"the group has {g.size} ranks"
         )
-    ins = [view(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
+    ins = [
+        view(t, writable=False, what=f"input_list[{i}]", host=None)
+        for i, t in enumerate(input_list)
+    ]
     _same_kind(ins, out, "input_list")
-    return _finish(
-        g,
-        (out, ins),
-        async_op,
-        g.native.reduce_scatter,
-        ins,
-        out,
-        _op_code(op, out.dtype),
-        async_op,
-    )
+    return _reduce_scatter(g, ins, out, (out, ins), _op_code(op, out.dtype), async_op)
+
+
+def _reduce_scatter(g, ins: list[BufferView], out: BufferView, keep, code, async_op: bool):
+    if _cuda(g, out, *ins):
+        sig = (out.dtype, out.numel, code.name)
+        call = lambda c: c.reduce_scatter(ins, out, code)  # noqa: E731
+        return g.nccl.run("reduce_scatter", sig, out, keep, async_op, call)
+    return _finish(g, keep, async_op, g.native.reduce_scatter, ins, out, code, async_op)
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -201,23 +227,15 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = view(output, what="output")
-    inp = view(input, writable=False, what="input")
+    out = view(output, what="output", host=None)
+    inp = view(input, writable=False, what="input", host=None)
     if inp.dtype != out.dtype or inp.numel != out.numel * g.size:
         raise ValueError(
             f"reduce_scatter_tensor: input must be {g.size} x {out.numel} {out.dtype}, "
             f"got {inp.numel} {inp.dtype}"
         )
-    return _finish(
-        g,
-        (out, inp),
-        async_op,
-        g.native.reduce_scatter,
-        _split(inp, g.size, "input"),
-        out,
-        _op_code(op, out.dtype),
-        async_op,
-    )
+    ins = _split(inp, g.size, "input")
+    return _reduce_scatter(g, ins, out, (out, inp), _op_code(op, out.dtype), async_op)
 
 
 def gather(
@@ -227,16 +245,20 @@ def gather(
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor, writable=False)
+    b = view(tensor, writable=False, host=None)
     root = g.group_rank(dst, "dst")
     outs: list[BufferView] = []
     if g.rank == root:
         if gather_list is None or len(gather_list) != g.size:
             raise ValueError(f"gather: the destination needs a gather_list of {g.size} tensors")
-        outs = [view(t, what=f"gather_list[{i}]") for i, t in enumerate(gather_list)]
+        outs = [view(t, what=f"gather_list[{i}]", host=None) for i, t in enumerate(gather_list)]
         _same_kind(outs, b, "gather_list")
     elif gather_list:
         raise ValueError("gather: only the destination rank passes a gather_list")
+    if _cuda(g, b, *outs):
+        sig = (b.dtype, b.numel, root)
+        call = lambda c: c.gather(b, outs, root)  # noqa: E731
+        return g.nccl.run("gather", sig, b, (b, outs), async_op, call)
     return _finish(g, (b, outs), async_op, g.native.gather, b, outs, root, async_op)
 
 
@@ -247,18 +269,23 @@ def scatter(
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = view(tensor)
+    out = view(tensor, host=None)
     root = g.group_rank(src, "src")
     ins: list[BufferView] = []
     if g.rank == root:
         if scatter_list is None or len(scatter_list) != g.size:
             raise ValueError(f"scatter: the source needs a scatter_list of {g.size} tensors")
         ins = [
-            view(t, writable=False, what=f"scatter_list[{i}]") for i, t in enumerate(scatter_list)
+            view(t, writable=False, what=f"scatter_list[{i}]", host=None)
+            for i, t in enumerate(scatter_list)
         ]
         _same_kind(ins, out, "scatter_list")
     elif scatter_list:
         raise ValueError("scatter: only the source rank passes a scatter_list")
+    if _cuda(g, out, *ins):
+        sig = (out.dtype, out.numel, root)
+        call = lambda c: c.scatter(ins, out, root)  # noqa: E731
+        return g.nccl.run("scatter", sig, out, (out, ins), async_op, call)
     return _finish(g, (out, ins), async_op, g.native.scatter, ins, out, root, async_op)
 
 
@@ -272,15 +299,26 @@ def all_to_all(
     if len(output_tensor_list) != g.size or len(input_tensor_list) != g.size:
         raise ValueError(f"all_to_all: need {g.size} input and {g.size} output tensors")
     ins = [
-        view(t, writable=False, what=f"input_tensor_list[{i}]")
+        view(t, writable=False, what=f"input_tensor_list[{i}]", host=None)
         for i, t in enumerate(input_tensor_list)
     ]
-    outs = [view(t, what=f"output_tensor_list[{i}]") for i, t in enumerate(output_tensor_list)]
+    outs = [
+        view(t, what=f"output_tensor_list[{i}]", host=None)
+        for i, t in enumerate(output_tensor_list)
+    ]
     dtype = ins[0].dtype
     for b in ins + outs:
         if b.dtype != dtype:
             raise TypeError(f"all_to_all: mixed dtypes {b.dtype} and {dtype}")
-    return _finish(g, (ins, outs), async_op, g.native.all_to_all, ins, outs, async_op)
+    return _all_to_all(g, ins, outs, (ins, outs), async_op)
+
+
+def _all_to_all(g, ins: list[BufferView], outs: list[BufferView], keep, async_op: bool):
+    if _cuda(g, *ins, *outs):
+        sig = (ins[0].dtype,)  # split sizes may differ between ranks
+        call = lambda c: c.all_to_all(ins, outs)  # noqa: E731
+        return g.nccl.run("all_to_all", sig, ins[0], keep, async_op, call)
+    return _finish(g, keep, async_op, g.native.all_to_all, ins, outs, async_op)
 
 
 def _splits(buf: BufferView, sizes, n: int, what: str) -> list[BufferView]:
@@ -312,13 +350,13 @@ def all_to_all_single(
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = view(output, what="output")
-    inp = view(input, writable=False, what="input")
+    out = view(output, what="output", host=None)
+    inp = view(input, writable=False, what="input", host=None)
     if out.dtype != inp.dtype:
         raise TypeError(f"all_to_all_single: output is {out.dtype}, input is {inp.dtype}")
     ins = _splits(inp, input_split_sizes, g.size, "input")
     outs = _splits(out, output_split_sizes, g.size, "output")
-    return _finish(g, (out, inp), async_op, g.native.all_to_all, ins, outs, async_op)
+    return _all_to_all(g, ins, outs, (out, inp), async_op)
 
 
 def barrier(group=None, async_op: bool = False):
@@ -334,8 +372,10 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
     g = resolve(group)
     if g is None:
         raise ValueError("isend: this rank is not in the group")
-    b = view(tensor, writable=False)
+    b = view(tensor, writable=False, host=None)
     peer = g.group_rank(dst, "dst")
+    if _cuda(g, b):
+        return g.nccl.run("send", None, b, b, True, lambda c: c.send(b, peer))
     return _finish(g, b, True, g.native.send, b, peer, tag, True)
 
 
@@ -345,7 +385,14 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
     g = resolve(group)
     if g is None:
         raise ValueError("irecv: this rank is not in the group")
-    b = view(tensor)
+    b = view(tensor, host=None)
+    if _cuda(g, b):
+        if src is None:
+            raise ValueError(
+                "irecv: NCCL cannot receive from any source; pass src for a CUDA tensor"
+            )
+        peer = g.group_rank(src, "src")
+        return g.nccl.run("recv", None, b, b, True, lambda c: c.recv(b, peer), source=src)
     if src is None:
         return _finish(g, b, True, g.native.recv_any, b, tag, True)
     return _finish(g, b, True, g.native.recv, b, g.group_rank(src, "src"), tag, True)
