@@ -76,6 +76,12 @@ void count_is(const NcclCommunicator::Views& views, int size, const std::string&
   }
 }
 
+// A pscore::TimeoutError (when timed_out) or pscore::Error carrying `message`.
+std::exception_ptr error_of(const std::string& message, bool timed_out) {
+  if (timed_out) return std::make_exception_ptr(TimeoutError(message));
+  return std::make_exception_ptr(Error(message));
+}
+
 NcclCommunicator::Views with(NcclCommunicator::Views views, const BufferView& b) {
   views.insert(views.begin(), b);
   return views;
@@ -123,16 +129,9 @@ std::string NcclCommunicator::describe(const char* kind, uint64_t seq) const {
 }
 
 void NcclCommunicator::throw_if_broken(const std::string& what) {
-  if (!broken_) return;
-  std::string cause;
-  try {
-    std::rethrow_exception(broken_);
-  } catch (const std::exception& e) {
-    cause = e.what();
-  }
-  const std::string message = what + ": the NCCL communicator was aborted: " + cause;
-  if (broken_by_timeout_) throw TimeoutError(message);
-  throw Error(message);
+  if (broken_.empty()) return;
+  std::rethrow_exception(
+      error_of(what + ": the NCCL communicator was aborted: " + broken_, broken_by_timeout_));
 }
 
 void NcclCommunicator::check_peer(int peer, const char* role, const std::string& what) const {
@@ -338,17 +337,22 @@ NcclCommunicator::WorkPtr NcclCommunicator::recv(const BufferView& b, int peer) 
 
 // ---- failure, watchdog, teardown ----------------------------------------------------------
 
-void NcclCommunicator::fail(std::exception_ptr error, bool timed_out) {
+void NcclCommunicator::fail(const std::string& cause, bool timed_out, const NcclWork* culprit) {
   std::deque<WorkPtr> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (broken_ || comm_released_) return;
-    broken_ = error;
+    if (!broken_.empty() || comm_released_) return;
+    broken_ = cause;
     broken_by_timeout_ = timed_out;
     comm_released_ = true;
     failed.swap(outstanding_);
   }
-  for (auto& work : failed) work->fail(error);
+  for (auto& work : failed) {  // each names itself, and the cause unless it is the culprit
+    const bool own = work.get() == culprit;
+    work->fail(
+        own ? error_of(cause, timed_out)
+            : error_of(work->what() + ": the NCCL communicator was aborted: " + cause, timed_out));
+  }
   // Outside the lock: an enqueue stuck inside NCCL holds enqueue_mu_, and abort is what frees it.
   nccl().ncclCommAbort(comm_);
   wake_.notify_all();
@@ -356,17 +360,10 @@ void NcclCommunicator::fail(std::exception_ptr error, bool timed_out) {
 
 std::string NcclCommunicator::broken_reason() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!broken_) return "";
-  try {
-    std::rethrow_exception(broken_);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
+  return broken_;
 }
 
-void NcclCommunicator::abort(const std::string& reason) {
-  fail(std::make_exception_ptr(Error(reason)), false);
-}
+void NcclCommunicator::abort(const std::string& reason) { fail(reason, false, nullptr); }
 
 void NcclCommunicator::check_outstanding() {
   const auto& nccl = gpu::nccl();
@@ -375,11 +372,10 @@ void NcclCommunicator::check_outstanding() {
   if (queried != kNcclSuccess) async = queried;
   if (async != kNcclSuccess && async != kNcclInProgress) {
     const char* message = nccl.ncclGetErrorString(async);
-    fail(std::make_exception_ptr(Error(
-             "rank " + std::to_string(rank()) + ": NCCL reported an asynchronous error (group " +
+    fail("rank " + std::to_string(rank()) + ": NCCL reported an asynchronous error (group " +
              options_.group + "): " + (message ? message : "unknown error") + " (NCCL error " +
-             std::to_string(async) + ")")),
-         false);
+             std::to_string(async) + ")",
+         false, nullptr);
     return;
   }
   std::vector<WorkPtr> pending;
@@ -393,12 +389,11 @@ void NcclCommunicator::check_outstanding() {
       outstanding_.erase(std::remove(outstanding_.begin(), outstanding_.end(), work),
                          outstanding_.end());
     } else if (work->age_ms() > options_.timeout_ms) {
-      fail(std::make_exception_ptr(TimeoutError(
-               work->what() + " timed out after " + std::to_string(options_.timeout_ms) +
+      fail(work->what() + " timed out after " + std::to_string(options_.timeout_ms) +
                " ms: not complete on cuda:" + std::to_string(device()) +
                " (a peer that did not join it, or a stream that never reached it); the NCCL "
-               "communicator was aborted")),
-           true);
+               "communicator was aborted",
+           true, work.get());
       return;
     }
   }

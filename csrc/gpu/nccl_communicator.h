@@ -80,9 +80,10 @@ class NcclCommunicator {
   std::string describe(const char* kind, uint64_t seq) const;
   void check_peer(int peer, const char* role, const std::string& what) const;
   void throw_if_broken(const std::string& what);
-  // Records `error` as the communicator's failure, fails every outstanding operation with it
-  // and aborts the communicator (once).
-  void fail(std::exception_ptr error, bool timed_out);
+  // Records `cause` as the communicator's failure (a TimeoutError when timed_out), fails every
+  // outstanding operation with it (each named; `culprit` with the cause alone) and aborts the
+  // communicator (once).
+  void fail(const std::string& cause, bool timed_out, const NcclWork* culprit);
   void watchdog();
   // One watchdog round: the async error, each operation's event, the oldest one's age.
   void check_outstanding();
@@ -94,7 +95,7 @@ class NcclCommunicator {
   std::condition_variable wake_;
   std::deque<WorkPtr> outstanding_;
   uint64_t seq_ = 0;
-  std::exception_ptr broken_;
+  std::string broken_;  // why it was aborted; "" while healthy
   bool broken_by_timeout_ = false;
   bool comm_released_ = false;  // aborted or destroyed
   bool stopping_ = false;
