@@ -1,5 +1,9 @@
-"""Collective benchmarks against torch.distributed's gloo, measured in the same processes and
-the same run: `python -m pscore.bench allreduce --world 2 --compare gloo --json out.json`."""
+"""Collective benchmarks against torch.distributed, measured in the same processes and the same
+run: `python -m pscore.bench allreduce --world 2 --compare gloo --json out.json` on CPU tensors;
+`python -m pscore.bench allreduce --device cuda --compare nccl-torch,gloo-torch` on CUDA tensors:
+pscore's NCCL backend against torch's NCCL (world --world when there are that many GPUs, else
+1: NCCL refuses two ranks on one device), and pscore's staged TCP/shm path (backend tcp)
+against torch gloo on CUDA tensors with --world ranks sharing the GPUs."""
 
 from __future__ import annotations
 
@@ -47,12 +51,12 @@ def default_sizes() -> list[int]:
     return [4 << 10 << (2 * i) for i in range(8)]  # 4 KB .. 64 MB, x4 steps
 
 
-def _ops(name, torch, dist, pscore, world):
-    """(pscore call, gloo call) building their buffers once per size."""
+def _ops(name, torch, dist, pscore, world, device):
+    """(pscore call, peer call) building their buffers on `device` once per size."""
 
     def make(nbytes):  # noqa: PLR0911 - one return per operation
         n = max(1, nbytes // 4)
-        x = torch.ones(n, dtype=torch.float32)
+        x = torch.ones(n, dtype=torch.float32, device=device)
         if name == "allreduce":
             return (lambda: pscore.all_reduce(x)), (lambda: dist.all_reduce(x))
         if name == "broadcast":
@@ -60,20 +64,20 @@ def _ops(name, torch, dist, pscore, world):
         if name == "reduce":
             return (lambda: pscore.reduce(x, 0)), (lambda: dist.reduce(x, 0))
         if name == "allgather":
-            part = torch.ones(max(1, n // world))
-            out = torch.empty(part.numel() * world)
+            part = torch.ones(max(1, n // world), device=device)
+            out = torch.empty(part.numel() * world, device=device)
             return (lambda: pscore.all_gather_into_tensor(out, part)), (
                 lambda: dist.all_gather_into_tensor(out, part)
             )
         if name == "reduce_scatter":
-            out = torch.empty(max(1, n // world))
-            inp = torch.ones(out.numel() * world)
+            out = torch.empty(max(1, n // world), device=device)
+            inp = torch.ones(out.numel() * world, device=device)
             return (lambda: pscore.reduce_scatter_tensor(out, inp)), (
                 lambda: dist.reduce_scatter_tensor(out, inp)
             )
         if name == "alltoall":
             m = max(world, n - n % world)
-            inp, out = torch.ones(m), torch.empty(m)
+            inp, out = torch.ones(m, device=device), torch.empty(m, device=device)
             return (lambda: pscore.all_to_all_single(out, inp)), (
                 lambda: dist.all_to_all_single(out, inp)
             )
@@ -84,11 +88,13 @@ def _ops(name, torch, dist, pscore, world):
     return make
 
 
-def _time(fn, iters: int) -> list[float]:
+def _time(fn, iters: int, sync) -> list[float]:
+    """Seconds per call, each until sync() returns (CUDA calls return once enqueued)."""
     samples = []
     for _ in range(iters):
         t0 = time.perf_counter()
         fn()
+        sync()
         samples.append(time.perf_counter() - t0)
     return samples
 
@@ -106,28 +112,36 @@ def _worker(rank, args, port, gloo_file, queue):
     from pscore.store import TCPStore
 
     torch.set_num_threads(1)
+    device, sync = "cpu", lambda: None
+    if args.device == "cuda":  # ranks share the GPUs when they outnumber them
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        sync = torch.cuda.synchronize
     store = TCPStore("127.0.0.1", port, is_master=False, timeout=60)
-    pscore.init_process_group(store=store, rank=rank, world_size=args.world, timeout=120)
-    compare = args.compare == "gloo"
-    if compare:
+    pscore.init_process_group(
+        args.backend, store=store, rank=rank, world_size=args.world, timeout=120
+    )
+    if args.peer:
         dist.init_process_group(
-            "gloo", init_method=f"file://{gloo_file}", rank=rank, world_size=args.world
+            args.peer, init_method=f"file://{gloo_file}", rank=rank, world_size=args.world
         )
-    make = _ops(args.collective, torch, dist, pscore, args.world)
+    make = _ops(args.collective, torch, dist, pscore, args.world, device)
     rows = []
     for nbytes in args.sizes:
         ours, theirs = make(nbytes)
         iters = _iters_for(nbytes, args.iters)
         ours_t, theirs_t = [], []
         for _ in range(args.rounds):  # alternate so both see the same machine weather
-            _time(ours, 2)
-            ours_t += _time(ours, iters)
-            if compare:
-                _time(theirs, 2)
-                theirs_t += _time(theirs, iters)
+            _time(ours, 2, sync)
+            ours_t += _time(ours, iters, sync)
+            if args.peer:
+                _time(theirs, 2, sync)
+                theirs_t += _time(theirs, iters, sync)
         rows.append((nbytes, ours_t, theirs_t))
-    queue.put((rank, rows, pscore.get_backend()))
-    if compare:
+    used = pscore.get_backend() + ("+nccl" if args.backend == "nccl" else "")
+    queue.put((rank, rows, used))
+    pscore.destroy_process_group()
+    if args.peer:
         dist.destroy_process_group()
 
 
@@ -174,27 +188,38 @@ def run(args) -> dict:
     for nbytes, ours_t, theirs_t in _slowest_rank(results):
         entry = {"bytes": nbytes, "pscore": _row(args.collective, args.world, nbytes, ours_t)}
         if theirs_t:
-            entry["gloo"] = _row(args.collective, args.world, nbytes, theirs_t)
-            entry["time_ratio"] = entry["pscore"]["p50_us"] / entry["gloo"]["p50_us"]
+            entry[args.peer] = _row(args.collective, args.world, nbytes, theirs_t)
+            entry["time_ratio"] = entry["pscore"]["p50_us"] / entry[args.peer]["p50_us"]
         out.append(entry)
-    return {"collective": args.collective, "world": args.world, "backend": backend, "results": out}
+    return {
+        "collective": args.collective,
+        "world": args.world,
+        "device": args.device,
+        "backend": backend,
+        "peer": args.peer,
+        "results": out,
+    }
 
 
 def print_report(report: dict) -> None:
-    compare = any("gloo" in r for r in report["results"])
+    peer = report.get("peer")
+    compare = bool(peer) and any(peer in r for r in report["results"])
     cols = ["bytes", "p50 us", "algbw GB/s", "busbw GB/s"]
     if compare:
-        cols += ["gloo p50 us", "gloo busbw", "busbw x gloo", "time / gloo"]
+        cols += [f"{peer} p50 us", f"{peer} busbw", f"busbw x {peer}", f"time / {peer}"]
     rows = []
     for r in report["results"]:
         ours = r["pscore"]
         row = [human_bytes(r["bytes"]), ours["p50_us"], ours["algbw_GBps"], ours["busbw_GBps"]]
         if compare:
-            g = r["gloo"]
+            g = r[peer]
             speed = ours["busbw_GBps"] / g["busbw_GBps"] if g["busbw_GBps"] else 0.0
             row += [g["p50_us"], g["busbw_GBps"], speed, r["time_ratio"]]
         rows.append(row)
-    title = f"{report['collective']} world={report['world']} backend={report['backend']}"
+    title = (
+        f"{report['collective']} world={report['world']} device={report.get('device', 'cpu')} "
+        f"backend={report['backend']} vs torch {peer or 'none'}"
+    )
     print_table(title, cols, rows, [10, 12, 12, 12, 13, 12, 14, 13][: len(cols)])
 
 
@@ -216,10 +241,16 @@ def parser(name: str) -> argparse.ArgumentParser:
         "one host)",
     )
     p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where the tensors live (default %(default)s; cuda needs a GPU and torch with CUDA)",
+    )
+    p.add_argument(
         "--compare",
-        choices=["gloo", "none"],
-        default="gloo",
-        help="the peer timed alongside (default %(default)s)",
+        default=None,
+        help="the peers timed alongside: gloo or none on CPU (default gloo); on CUDA a "
+        f"comma-separated subset of {','.join(CUDA_PEERS)} (default all), or none",
     )
     p.add_argument(
         "--sizes",
@@ -246,16 +277,60 @@ def parser(name: str) -> argparse.ArgumentParser:
     return p
 
 
+# --compare names on CUDA tensors -> (pscore's backend, torch's backend)
+CUDA_PEERS = {"nccl-torch": ("nccl", "nccl"), "gloo-torch": ("tcp", "gloo")}
+
+
+def _fail(args, message: str) -> int:
+    print(f"python -m pscore.bench {args.collective}: {message}", file=sys.stderr)
+    return 2
+
+
+def _run_cuda(args) -> int:
+    """One report per --compare peer on CUDA tensors; JSON {"device": "cuda", "reports": [...]}."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        return _fail(
+            args,
+            "--device cuda needs a CUDA GPU and torch built with CUDA; this machine has none "
+            "(torch.cuda.is_available() is False or torch is missing)",
+        )
+    peers = [] if args.compare == "none" else (args.compare or ",".join(CUDA_PEERS)).split(",")
+    unknown = [p for p in peers if p not in CUDA_PEERS]
+    if unknown or not peers:
+        return _fail(args, f"--compare on CUDA takes some of {','.join(CUDA_PEERS)}, got {peers}")
+    reports = []
+    world = args.world
+    for name in peers:
+        args.backend, args.peer = CUDA_PEERS[name]
+        args.world = world
+        if args.backend == "nccl" and torch.cuda.device_count() < world:
+            print(f"# {name}: {torch.cuda.device_count()} GPU(s) for {world} ranks: world 1")
+            args.world = 1  # NCCL refuses two ranks on one device
+        report = run(args)
+        print_report(report)
+        reports.append(report)
+    write_json(args.json, {"collective": args.collective, "device": "cuda", "reports": reports})
+    return 0
+
+
 def main(argv: list[str]) -> int:
     args = parser(argv[0]).parse_args(argv[1:])
     args.collective = argv[0]
     if args.world < 1 or args.iters < 1 or args.rounds < 1:
-        print(
-            f"python -m pscore.bench {args.collective}: --world, --iters and --rounds must be "
-            f">= 1, got {args.world}, {args.iters}, {args.rounds}",
-            file=sys.stderr,
+        return _fail(
+            args,
+            f"--world, --iters and --rounds must be >= 1, got {args.world}, {args.iters}, "
+            f"{args.rounds}",
         )
-        return 2
+    if args.device == "cuda":
+        return _run_cuda(args)
+    if (args.compare or "gloo") not in ("gloo", "none"):
+        return _fail(args, f"--compare on CPU takes gloo or none, got {args.compare}")
+    args.backend, args.peer = "tcp", None if args.compare == "none" else "gloo"
     report = run(args)
     print_report(report)
     write_json(args.json, report)
