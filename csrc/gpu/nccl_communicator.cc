@@ -134,6 +134,15 @@ void NcclCommunicator::throw_if_broken(const std::string& what) {
       error_of(what + ": the NCCL communicator was aborted: " + broken_, broken_by_timeout_));
 }
 
+void NcclCommunicator::check_device(const BufferView& b, size_t index,
+                                    const std::string& what) const {
+  if (b.device == DeviceType::kCuda && b.device_index == options_.device) return;
+  throw std::invalid_argument(
+      what + ": buffer " + std::to_string(index) + " is on " + device_string(b) +
+      "; the group's NCCL communicator takes cuda:" + std::to_string(options_.device) +
+      " buffers only (every tensor of a call on that device)");
+}
+
 void NcclCommunicator::check_peer(int peer, const char* role, const std::string& what) const {
   if (peer < 0 || peer >= options_.size) {
     throw std::invalid_argument(what + ": " + role + " " + std::to_string(peer) +
@@ -150,7 +159,7 @@ NcclCommunicator::WorkPtr NcclCommunicator::enqueue(const char* kind, const View
     const std::string what = describe(kind, ++seq_);
     throw_if_broken(what);
     if (comm_released_) throw Error(what + ": the NCCL communicator was destroyed");
-    for (const auto& b : buffers) b.cuda_data(what.c_str(), options_.device);
+    for (size_t i = 0; i < buffers.size(); ++i) check_device(buffers[i], i, what);
     work = std::make_shared<NcclWork>(what, options_.device);
     outstanding_.push_back(work);  // watched from here: an enqueue that blocks times out too
   }

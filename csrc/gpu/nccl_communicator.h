@@ -79,6 +79,7 @@ class NcclCommunicator {
   WorkPtr enqueue(const char* kind, const Views& buffers, const Body& body);
   std::string describe(const char* kind, uint64_t seq) const;
   void check_peer(int peer, const char* role, const std::string& what) const;
+  void check_device(const BufferView& b, size_t index, const std::string& what) const;
   void throw_if_broken(const std::string& what);
   // Records `cause` as the communicator's failure (a TimeoutError when timed_out), fails every
   // outstanding operation with it (each named; `culprit` with the cause alone) and aborts the

@@ -218,6 +218,7 @@ def test_what_nccl_cannot_do_is_a_clear_error(fake_cudart, fake_nccl):
             ("self", lambda: pscore.send(x, dst=0)),
             ("any", lambda: pscore.recv(x)),
             ("device", lambda: pscore.all_reduce(FakeCudaBuffer(np.ones(2, np.float32), 1))),
+            ("mixed", lambda: pscore.all_gather([np.zeros(2, np.int32)], x)),
         ]:
             try:
                 call()
@@ -234,6 +235,10 @@ def test_what_nccl_cannot_do_is_a_clear_error(fake_cudart, fake_nccl):
     assert "self ValueError send: a rank cannot send to itself" in out
     assert "any ValueError irecv: NCCL cannot receive from any source" in out
     assert "device ValueError group world's NCCL communicator is on cuda:0" in out
+    mixed = (
+        "mixed ValueError rank 0: nccl allgather #3 (group world, ranks [0]): buffer 1 is on cpu"
+    )
+    assert mixed in out
 
 
 def test_a_stuck_operation_times_out_names_op_and_ranks_and_aborts(fake_cudart, fake_nccl):
