@@ -16,7 +16,8 @@
  *   fake_nccl_read_log(out, cap)     the calls so far, one line each, integers in decimal:
  *                                    "ncclAllReduce count=4 dtype=7 op=0 stream=42";
  *   fake_nccl_reset()                empties the log;
- *   FAKE_NCCL_VERSION=N              the version code ncclGetVersion reports (22105 unless set). */
+ *   FAKE_NCCL_VERSION=N              the version code ncclGetVersion reports (22105 unless set);
+ *   FAKE_NCCL_INIT_ERROR=code        ncclCommInitRank fails with `code`. */
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -54,6 +55,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static int version_code = 22105;
 static ncclResult_t async_error;
+static ncclResult_t init_error;
 static int group_depth;
 static unsigned long long ids_made;
 static char* log_text;
@@ -70,6 +72,8 @@ static void init_locked(void) {
   if (version) version_code = atoi(version);
   const char* error = getenv("FAKE_NCCL_ASYNC_ERROR");
   if (error) async_error = atoi(error);
+  const char* init = getenv("FAKE_NCCL_INIT_ERROR");
+  if (init) init_error = atoi(init);
   const char* cudart = getenv("FAKE_NCCL_CUDART");
   if (!cudart) cudart = getenv("PSCORE_CUDART_LIBRARY");
   void* runtime = cudart ? dlopen(cudart, RTLD_NOW | RTLD_LOCAL) : NULL;
@@ -166,6 +170,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   ENTER("ncclCommInitRank nranks=%d rank=%d id=%.100s last=%c", nranks, rank, id.internal,
         id.internal[127]);
+  if (init_error) return leave(init_error);
   if (nranks < 1 || rank < 0 || rank >= nranks) return leave(kInvalidArgument);
   *comm = calloc(1, sizeof **comm);
   (*comm)->nranks = nranks;

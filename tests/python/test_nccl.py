@@ -307,6 +307,28 @@ def test_an_async_nccl_error_aborts_with_ncclls_message(fake_cudart, fake_nccl):
     assert "ABORTED 1" in out
 
 
+def test_a_failed_join_is_raised_again_not_retried(fake_cudart, fake_nccl):
+    out = run(
+        """
+        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
+                                  world_size=1)
+        for _ in range(2):
+            try:
+                pscore.all_reduce(gpu([1.0]))
+            except pscore.Error as e:
+                print("ERROR", e)
+        print("JOINS", sum(line.startswith("ncclCommInitRank") for line in nccl_log()))
+        """,
+        fake_cudart,
+        fake_nccl,
+        FAKE_NCCL_INIT_ERROR="2",
+    )
+    failed = "ERROR rank 0: ncclCommInitRank (group world, 1 ranks, cuda:0): unhandled system error"
+    assert failed in out
+    assert "(when this group's NCCL communicator was made)" in out
+    assert "JOINS 1" in out
+
+
 RANK = """
 import ctypes, os, sys
 import numpy as np

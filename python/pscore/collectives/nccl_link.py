@@ -98,6 +98,7 @@ class NcclLink:
     def __init__(self, group):
         self._group = group
         self._comm = None
+        self._failed: Exception | None = None  # why joining failed, raised again by later calls
         self._lock = threading.Lock()
         self._checked: set = set()
         self._checks = 0
@@ -107,8 +108,16 @@ class NcclLink:
         id, every rank waits (with the group's timeout) until all have come for it, then joins;
         ValueError when a later buffer is on another device."""
         with self._lock:
+            if self._failed is not None:  # the ranks' keys are spent: joining again cannot work
+                raise type(self._failed)(
+                    f"{self._failed} (when this group's NCCL communicator was made)"
+                )
             if self._comm is None:
-                self._comm = self._join(device)
+                try:
+                    self._comm = self._join(device)
+                except Exception as e:
+                    self._failed = e
+                    raise
             elif self._comm.device != device:
                 raise ValueError(
                     f"group {self._group.name}'s NCCL communicator is on cuda:{self._comm.device}; "
