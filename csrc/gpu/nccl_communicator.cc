@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "common/error.h"
 
@@ -179,8 +180,7 @@ NcclCommunicator::WorkPtr NcclCommunicator::enqueue(const char* kind, const View
     throw_if_broken(work->what());  // the watchdog's cause explains a failed enqueue better
     throw;
   }
-  wake_.notify_one();
-  return work;
+  return work;  // the watchdog finds it at its next round
 }
 
 NcclCommunicator::WorkPtr NcclCommunicator::allreduce(const BufferView& b, ReduceOp op) {
@@ -392,20 +392,27 @@ void NcclCommunicator::check_outstanding() {
     std::lock_guard<std::mutex> lock(mu_);
     pending.assign(outstanding_.begin(), outstanding_.end());
   }
+  std::unordered_set<const NcclWork*> finished;
+  const NcclWork* late = nullptr;  // the oldest operation past the timeout
   for (const auto& work : pending) {
     if (work->has_event() && work->poll()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      outstanding_.erase(std::remove(outstanding_.begin(), outstanding_.end(), work),
-                         outstanding_.end());
-    } else if (work->age_ms() > options_.timeout_ms) {
-      fail(work->what() + " timed out after " + std::to_string(options_.timeout_ms) +
-               " ms: not complete on cuda:" + std::to_string(device()) +
-               " (a peer that did not join it, or a stream that never reached it); the NCCL "
-               "communicator was aborted",
-           true, work.get());
-      return;
+      finished.insert(work.get());
+    } else if (!late && work->age_ms() > options_.timeout_ms) {
+      late = work.get();
     }
   }
+  if (late) {
+    fail(late->what() + " timed out after " + std::to_string(options_.timeout_ms) +
+             " ms: not complete on cuda:" + std::to_string(device()) +
+             " (a peer that did not join it, or a stream that never reached it); the NCCL "
+             "communicator was aborted",
+         true, late);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  outstanding_.erase(std::remove_if(outstanding_.begin(), outstanding_.end(),
+                                    [&](const WorkPtr& w) { return finished.count(w.get()); }),
+                     outstanding_.end());
 }
 
 void NcclCommunicator::watchdog() {
