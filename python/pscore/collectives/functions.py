@@ -12,7 +12,8 @@ from typing import Any
 
 from .. import _C
 from .._enums import by_name
-from ..buffer import CUDA, BufferView, view
+from ..buffer import CUDA, BufferView
+from ..buffer import view as _view
 from ..errors import NetworkError
 from ..errors import TimeoutError as PscoreTimeoutError
 from .group import default_group, resolve
@@ -95,9 +96,9 @@ def _finish(g, keep: Any, async_op: bool, call, *args):
     return CollectiveWork(handle, keep, g) if async_op else None
 
 
-def _cuda(g, *views: BufferView) -> bool:
-    """Whether the call goes to the group's NCCL communicator: CUDA buffers on a group with one."""
-    return g.nccl is not None and any(v.device_type == CUDA for v in views)
+def view(x: Any, *, writable: bool = True, what: str = "tensor") -> BufferView:
+    """x as a collective takes it: host memory, or CUDA memory the core stages."""
+    return _view(x, writable=writable, what=what, host=None)
 
 
 def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
@@ -108,12 +109,17 @@ def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
             raise ValueError(f"{what}[{i}] has {b.numel} elements, expected {ref.numel}")
 
 
+def _cuda(g, *views: BufferView) -> bool:
+    """Whether the call goes to the group's NCCL communicator: CUDA buffers on a group with one."""
+    return g.nccl is not None and any(v.device_type == CUDA for v in views)
+
+
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     """Reduces `tensor` across the group in place: every rank ends with the result of `op`."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor, host=None)
+    b = view(tensor)
     code = _op_code(op, b.dtype)
     if _cuda(g, b):
         sig = (b.dtype, b.numel, code.name)
@@ -126,7 +132,7 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor, host=None)
+    b = view(tensor)
     root = g.group_rank(src, "src")
     if _cuda(g, b):
         sig = (b.dtype, b.numel, root)
@@ -139,7 +145,7 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor, host=None)
+    b = view(tensor)
     root = g.group_rank(dst, "dst")
     code = _op_code(op, b.dtype)
     if _cuda(g, b):
@@ -153,12 +159,12 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor, writable=False, host=None)
+    b = view(tensor, writable=False)
     if len(tensor_list) != g.size:
         raise ValueError(
             f"all_gather: tensor_list has {len(tensor_list)} entries, the group has {g.size} ranks"
         )
-    outs = [view(t, what=f"tensor_list[{i}]", host=None) for i, t in enumerate(tensor_list)]
+    outs = [view(t, what=f"tensor_list[{i}]") for i, t in enumerate(tensor_list)]
     _same_kind(outs, b, "tensor_list")
     if _cuda(g, b, *outs):
         sig = (b.dtype, b.numel)
@@ -180,8 +186,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(input_tensor, writable=False, host=None)
-    out = view(output_tensor, what="output_tensor", host=None)
+    b = view(input_tensor, writable=False)
+    out = view(output_tensor, what="output_tensor")
     if out.dtype != b.dtype or out.numel != b.numel * g.size:
         raise ValueError(
             f"all_gather_into_tensor: output must be {g.size} x {b.numel} {b.dtype}, "
@@ -199,16 +205,13 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = view(output, what="output", host=None)
+    out = view(output, what="output")
     if len(input_list) != g.size:
         raise ValueError(
             f"reduce_scatter: input_list has {len(input_list)} entries, "
             f"the group has {g.size} ranks"
         )
-    ins = [
-        view(t, writable=False, what=f"input_list[{i}]", host=None)
-        for i, t in enumerate(input_list)
-    ]
+    ins = [view(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
     _same_kind(ins, out, "input_list")
     return _reduce_scatter(g, ins, out, (out, ins), _op_code(op, out.dtype), async_op)
 
@@ -227,8 +230,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = view(output, what="output", host=None)
-    inp = view(input, writable=False, what="input", host=None)
+    out = view(output, what="output")
+    inp = view(input, writable=False, what="input")
     if inp.dtype != out.dtype or inp.numel != out.numel * g.size:
         raise ValueError(
             f"reduce_scatter_tensor: input must be {g.size} x {out.numel} {out.dtype}, "
@@ -245,13 +248,13 @@ def gather(
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor, writable=False, host=None)
+    b = view(tensor, writable=False)
     root = g.group_rank(dst, "dst")
     outs: list[BufferView] = []
     if g.rank == root:
         if gather_list is None or len(gather_list) != g.size:
             raise ValueError(f"gather: the destination needs a gather_list of {g.size} tensors")
-        outs = [view(t, what=f"gather_list[{i}]", host=None) for i, t in enumerate(gather_list)]
+        outs = [view(t, what=f"gather_list[{i}]") for i, t in enumerate(gather_list)]
         _same_kind(outs, b, "gather_list")
     elif gather_list:
         raise ValueError("gather: only the destination rank passes a gather_list")
@@ -269,15 +272,14 @@ def scatter(
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = view(tensor, host=None)
+    out = view(tensor)
     root = g.group_rank(src, "src")
     ins: list[BufferView] = []
     if g.rank == root:
         if scatter_list is None or len(scatter_list) != g.size:
             raise ValueError(f"scatter: the source needs a scatter_list of {g.size} tensors")
         ins = [
-            view(t, writable=False, what=f"scatter_list[{i}]", host=None)
-            for i, t in enumerate(scatter_list)
+            view(t, writable=False, what=f"scatter_list[{i}]") for i, t in enumerate(scatter_list)
         ]
         _same_kind(ins, out, "scatter_list")
     elif scatter_list:
@@ -299,13 +301,10 @@ def all_to_all(
     if len(output_tensor_list) != g.size or len(input_tensor_list) != g.size:
         raise ValueError(f"all_to_all: need {g.size} input and {g.size} output tensors")
     ins = [
-        view(t, writable=False, what=f"input_tensor_list[{i}]", host=None)
+        view(t, writable=False, what=f"input_tensor_list[{i}]")
         for i, t in enumerate(input_tensor_list)
     ]
-    outs = [
-        view(t, what=f"output_tensor_list[{i}]", host=None)
-        for i, t in enumerate(output_tensor_list)
-    ]
+    outs = [view(t, what=f"output_tensor_list[{i}]") for i, t in enumerate(output_tensor_list)]
     dtype = ins[0].dtype
     for b in ins + outs:
         if b.dtype != dtype:
@@ -350,8 +349,8 @@ def all_to_all_single(
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    out = view(output, what="output", host=None)
-    inp = view(input, writable=False, what="input", host=None)
+    out = view(output, what="output")
+    inp = view(input, writable=False, what="input")
     if out.dtype != inp.dtype:
         raise TypeError(f"all_to_all_single: output is {out.dtype}, input is {inp.dtype}")
     ins = _splits(inp, input_split_sizes, g.size, "input")
@@ -372,7 +371,7 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
     g = resolve(group)
     if g is None:
         raise ValueError("isend: this rank is not in the group")
-    b = view(tensor, writable=False, host=None)
+    b = view(tensor, writable=False)
     peer = g.group_rank(dst, "dst")
     if _cuda(g, b):
         return g.nccl.run("send", None, b, b, True, lambda c: c.send(b, peer))
@@ -385,7 +384,7 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
     g = resolve(group)
     if g is None:
         raise ValueError("irecv: this rank is not in the group")
-    b = view(tensor, host=None)
+    b = view(tensor)
     if _cuda(g, b):
         if src is None:
             raise ValueError(
