@@ -362,7 +362,8 @@ void NcclCommunicator::fail(const std::string& cause, bool timed_out, const Nccl
         own ? error_of(cause, timed_out)
             : error_of(work->what() + ": the NCCL communicator was aborted: " + cause, timed_out));
   }
-  // Outside the lock: an enqueue stuck inside NCCL holds enqueue_mu_, and abort is what frees it.
+  // Outside mu_: an enqueue stuck inside NCCL holds enqueue_mu_, and abort is what frees it.
+  std::lock_guard<std::mutex> release(release_mu_);
   nccl().ncclCommAbort(comm_);
   wake_.notify_all();
 }
@@ -377,8 +378,15 @@ void NcclCommunicator::abort(const std::string& reason) { fail(reason, false, nu
 void NcclCommunicator::check_outstanding() {
   const auto& nccl = gpu::nccl();
   NcclResult async = kNcclSuccess;
-  const NcclResult queried = nccl.ncclCommGetAsyncError(comm_, &async);
-  if (queried != kNcclSuccess) async = queried;
+  {
+    std::lock_guard<std::mutex> release(release_mu_);  // comm_ stays alive meanwhile
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (comm_released_) return;
+    }
+    const NcclResult queried = nccl.ncclCommGetAsyncError(comm_, &async);
+    if (queried != kNcclSuccess) async = queried;
+  }
   if (async != kNcclSuccess && async != kNcclInProgress) {
     const char* message = nccl.ncclGetErrorString(async);
     fail("rank " + std::to_string(rank()) + ": NCCL reported an asynchronous error (group " +
@@ -433,9 +441,11 @@ void NcclCommunicator::destroy() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
   }
-  // Lets the outstanding operations finish (the watchdog aborts them past the timeout).
+  // Lets the outstanding operations finish, sweeping them as the watchdog does (which aborts
+  // them past the timeout).
   const Deadline deadline(options_.timeout_ms);
   for (;;) {
+    check_outstanding();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (outstanding_.empty() || comm_released_) break;
@@ -455,6 +465,7 @@ void NcclCommunicator::destroy() {
   wake_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
   if (release) {
+    std::lock_guard<std::mutex> lock(release_mu_);
     const auto& nccl = gpu::nccl();
     clean ? nccl.ncclCommDestroy(comm_) : nccl.ncclCommAbort(comm_);
   }

@@ -92,6 +92,7 @@ class NcclCommunicator {
   const NcclOptions options_;
   NcclComm comm_ = nullptr;
   std::mutex enqueue_mu_;  // one enqueue at a time: a communicator is not thread-safe
+  std::mutex release_mu_;  // held around ncclCommGetAsyncError, abort and destroy of comm_
   std::mutex mu_;          // guards the fields below
   std::condition_variable wake_;
   std::deque<WorkPtr> outstanding_;
