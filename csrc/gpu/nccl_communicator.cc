@@ -113,7 +113,7 @@ NcclCommunicator::NcclCommunicator(const NcclOptions& options, const std::string
   {
     DeviceScope scope(cuda_runtime(), options.device);
     nccl.check(nccl.ncclCommInitRank(&comm_, options.size, id, options.rank),
-               "rank " + std::to_string(options.rank) + ": ncclCommInitRank (group " +
+               "rank " + std::to_string(named_rank()) + ": ncclCommInitRank (group " +
                    options.group + ", " + std::to_string(options.size) +
                    " ranks, cuda:" + std::to_string(options.device) + ")");
   }
@@ -122,10 +122,15 @@ NcclCommunicator::NcclCommunicator(const NcclOptions& options, const std::string
 
 NcclCommunicator::~NcclCommunicator() { destroy(); }
 
+int NcclCommunicator::named_rank() const {
+  const auto& ranks = options_.ranks;
+  return static_cast<int>(ranks.size()) == options_.size ? ranks[options_.rank] : options_.rank;
+}
+
 std::string NcclCommunicator::describe(const char* kind, uint64_t seq) const {
   std::string ranks;
   for (int r : options_.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  return "rank " + std::to_string(options_.rank) + ": nccl " + kind + " #" + std::to_string(seq) +
+  return "rank " + std::to_string(named_rank()) + ": nccl " + kind + " #" + std::to_string(seq) +
          " (group " + options_.group + ", ranks [" + ranks + "])";
 }
 
@@ -172,13 +177,17 @@ NcclCommunicator::WorkPtr NcclCommunicator::enqueue(const char* kind, const View
     CudaEvent event = nullptr;
     cuda.check(cuda.cudaEventCreateWithFlags(&event, kEventDisableTiming), "cudaEventCreate");
     work->set_event(event);
-    cuda.check(cuda.cudaEventRecord(event, stream), work->what() + ": cudaEventRecord");
+    cuda.check(cuda.cudaEventRecord(event, stream), "cudaEventRecord");
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     outstanding_.erase(std::remove(outstanding_.begin(), outstanding_.end(), work),
                        outstanding_.end());
     throw_if_broken(work->what());  // the watchdog's cause explains a failed enqueue better
-    throw;
+    try {
+      throw;
+    } catch (const Error& e) {  // NCCL's or the runtime's failure: named with the operation
+      throw Error(work->what() + ": " + e.what());
+    }
   }
   return work;  // the watchdog finds it at its next round
 }
@@ -389,7 +398,7 @@ void NcclCommunicator::check_outstanding() {
   }
   if (async != kNcclSuccess && async != kNcclInProgress) {
     const char* message = nccl.ncclGetErrorString(async);
-    fail("rank " + std::to_string(rank()) + ": NCCL reported an asynchronous error (group " +
+    fail("rank " + std::to_string(named_rank()) + ": NCCL reported an asynchronous error (group " +
              options_.group + "): " + (message ? message : "unknown error") + " (NCCL error " +
              std::to_string(async) + ")",
          false, nullptr);

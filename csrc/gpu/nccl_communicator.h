@@ -30,7 +30,7 @@ struct NcclOptions {
   int device = 0;                // the CUDA device every buffer must be on
   int64_t timeout_ms = 1800000;  // an operation not complete on the GPU after this aborts
   std::string group = "world";   // for messages
-  std::vector<int> ranks;        // the group's global ranks, for messages
+  std::vector<int> ranks;        // for messages: the members' global ranks, in order
 };
 
 class NcclCommunicator {
@@ -78,6 +78,8 @@ class NcclCommunicator {
   // records the operation's event after it.
   WorkPtr enqueue(const char* kind, const Views& buffers, const Body& body);
   std::string describe(const char* kind, uint64_t seq) const;
+  // How messages name this rank: its global rank when `ranks` lists every member.
+  int named_rank() const;
   void check_peer(int peer, const char* role, const std::string& what) const;
   void check_device(const BufferView& b, size_t index, const std::string& what) const;
   void throw_if_broken(const std::string& what);

@@ -325,7 +325,7 @@ def test_a_failed_join_is_raised_again_not_retried(fake_cudart, fake_nccl):
     )
     failed = "ERROR rank 0: ncclCommInitRank (group world, 1 ranks, cuda:0): unhandled system error"
     assert failed in out
-    assert "(when this group's NCCL communicator was made)" in out
+    assert "(when this NCCL communicator was made)" in out
     assert "JOINS 1" in out
 
 
@@ -339,6 +339,11 @@ from pscore.store import TCPStore
 rank = int(sys.argv[1])
 store = TCPStore("127.0.0.1", int(sys.argv[2]), is_master=False, timeout=30)
 g = pscore.init_process_group("nccl", store=store, rank=rank, world_size=2, timeout=30)
+try:  # the first CUDA operation is a send/recv: the pair's communicator is made for it
+    message = FakeCudaBuffer(np.ones(2, np.float32))
+    pscore.send(message, dst=1) if rank == 0 else pscore.recv(message, src=0)
+except pscore.Error as e:
+    print("P2P", e)
 comm = g.nccl.communicator(0)
 nccl = ctypes.CDLL(os.environ["PSCORE_NCCL_LIBRARY"])
 nccl.fake_nccl_read_log.restype = ctypes.c_size_t
@@ -376,11 +381,19 @@ def test_the_unique_id_travels_through_the_store_and_headers_are_compared(fake_c
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out
     inits = [[line for line in out.splitlines() if "ncclCommInitRank" in line] for out in outs]
-    id0 = inits[0][0].split("id=")[1]
-    assert inits[0] == [f"LOG ncclCommInitRank nranks=2 rank=0 id={id0}"]
-    assert inits[1] == [f"LOG ncclCommInitRank nranks=2 rank=1 id={id0}"]  # rank 0's id
-    assert id0.endswith("last=Z")  # all 128 bytes came through
-    assert "ncclGetUniqueId" in outs[0] and "ncclGetUniqueId" not in outs[1]
+    pair_id, group_id = (line.split("id=")[1] for line in inits[0])
+    assert pair_id != group_id
+    for r in range(2):  # the pair's communicator first, then the group's: both with rank 0's ids
+        assert inits[r] == [
+            f"LOG ncclCommInitRank nranks=2 rank={r} id={pair_id}",
+            f"LOG ncclCommInitRank nranks=2 rank={r} id={group_id}",
+        ]
+    assert group_id.endswith("last=Z")  # all 128 bytes came through
+    assert outs[0].count("LOG ncclGetUniqueId") == 2 and "ncclGetUniqueId" not in outs[1]
+    assert "LOG ncclSend count=2 dtype=7 peer=1 " in outs[0]
+    assert "LOG ncclRecv count=2 dtype=7 peer=0 " in outs[1]
+    assert "P2P rank 0: nccl send #1 (group world send/recv, ranks [0, 1]): ncclSend:" in outs[0]
+    assert "P2P rank 1: nccl recv #1 (group world send/recv, ranks [0, 1]): ncclRecv:" in outs[1]
     differ = "allreduce on group world: the ranks' calls differ (rank 0: allreduce float32 4 "
     for r, out in enumerate(outs):
         assert f"CHECK rank {r}: nccl {differ}" in out

@@ -374,7 +374,9 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
     b = view(tensor, writable=False)
     peer = g.group_rank(dst, "dst")
     if _cuda(g, b):
-        return g.nccl.run("send", None, b, b, True, lambda c: c.send(b, peer))
+        # On the pair's communicator of two ranks, the peer is the other one: 1 - its rank.
+        call = lambda c: c.send(b, 1 - c.rank)  # noqa: E731
+        return g.nccl.run("send", None, b, b, True, call, peer=peer)
     return _finish(g, b, True, g.native.send, b, peer, tag, True)
 
 
@@ -391,7 +393,8 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
                 "irecv: NCCL cannot receive from any source; pass src for a CUDA tensor"
             )
         peer = g.group_rank(src, "src")
-        return g.nccl.run("recv", None, b, b, True, lambda c: c.recv(b, peer), source=src)
+        call = lambda c: c.recv(b, 1 - c.rank)  # noqa: E731 - the pair's other rank
+        return g.nccl.run("recv", None, b, b, True, call, source=src, peer=peer)
     if src is None:
         return _finish(g, b, True, g.native.recv_any, b, tag, True)
     return _finish(g, b, True, g.native.recv, b, g.group_rank(src, "src"), tag, True)

@@ -93,60 +93,70 @@ def _current_stream(device: int, default: int) -> int:
 
 
 class NcclLink:
-    """A group's NCCL communicator, made on its first CUDA operation, and the header checks."""
+    """A group's NCCL communicators, each made on its first use, and the header checks: one of
+    the whole group for collectives, and one per pair of ranks for send/recv (as torch's), so
+    that point-to-point calls need no call from the other ranks."""
 
     def __init__(self, group):
         self._group = group
-        self._comm = None
-        self._failed: Exception | None = None  # why joining failed, raised again by later calls
+        self._comms: dict = {}  # None: the group's; a peer's group rank: that pair's
+        self._failed: dict = {}  # why joining one failed, raised again by later calls
         self._lock = threading.Lock()
         self._checked: set = set()
         self._checks = 0
 
-    def communicator(self, device: int):
-        """The communicator on CUDA device `device`, joined on first use: rank 0 posts a unique
-        id, every rank waits (with the group's timeout) until all have come for it, then joins;
-        ValueError when a later buffer is on another device."""
+    def communicator(self, device: int, peer: int | None = None):
+        """The communicator on CUDA device `device`: the group's, or with `peer` (a group rank)
+        the two-rank one of this rank and peer. Joined on first use: its lowest rank posts a
+        unique id in the store, the members wait (with the group's timeout) until all have come
+        for it, then join. ValueError when a later buffer is on another device."""
         with self._lock:
-            if self._failed is not None:  # the ranks' keys are spent: joining again cannot work
-                raise type(self._failed)(
-                    f"{self._failed} (when this group's NCCL communicator was made)"
-                )
-            if self._comm is None:
+            if peer in self._failed:  # the members' keys are spent: joining again cannot work
+                failed = self._failed[peer]
+                raise type(failed)(f"{failed} (when this NCCL communicator was made)")
+            comm = self._comms.get(peer)
+            if comm is None:
                 try:
-                    self._comm = self._join(device)
+                    comm = self._comms[peer] = self._join(device, peer)
                 except Exception as e:
-                    self._failed = e
+                    self._failed[peer] = e
                     raise
-            elif self._comm.device != device:
+            elif comm.device != device:
                 raise ValueError(
-                    f"group {self._group.name}'s NCCL communicator is on cuda:{self._comm.device}; "
+                    f"group {self._group.name}'s NCCL communicator is on cuda:{comm.device}; "
                     f"this rank's CUDA tensors for it must all be there, got one on cuda:{device}"
                 )
-            return self._comm
+            return comm
 
-    def _join(self, device: int):
+    def _join(self, device: int, peer: int | None):
         g = self._group
-        if g.rank == 0:
-            g.store.set("nccl/id", _C.nccl_unique_id())
-        # Every rank reaches its first CUDA operation before any blocks in ncclCommInitRank,
-        # which has no timeout of its own: a rank that never comes is a TimeoutError here.
+        if peer is None:
+            members, prefix, label = list(range(g.size)), "nccl", g.name
+        else:
+            members = sorted((g.rank, peer))
+            prefix, label = f"nccl/p2p/{members[0]}-{members[1]}", f"{g.name} send/recv"
+        me = members.index(g.rank)
+        if me == 0:
+            g.store.set(f"{prefix}/id", _C.nccl_unique_id())
+        # Every member comes before any blocks in ncclCommInitRank, which has no timeout of its
+        # own: a member that never comes is a TimeoutError here.
         try:
-            rendezvous._gather(g.store, "nccl/joined", g.rank, g.size, str(device), g.timeout_s)
+            rendezvous._gather(
+                g.store, f"{prefix}/joined", me, len(members), str(device), g.timeout_s
+            )
         except TimeoutError as e:
             raise PscoreTimeoutError(
-                f"rank {g.rank}: group {g.name}'s NCCL communicator: {e}. It is made by the "
-                "group's first CUDA operation, which every rank of the group must call (a "
-                "collective, before any CUDA send/recv)"
+                f"rank {g.rank}: the NCCL communicator of group {label} (group ranks {members}) "
+                f"is made by its members' first CUDA operation on it, which one has not made: {e}"
             ) from None
         return _C.NcclCommunicator(
-            g.rank,
-            g.size,
-            g.store.get("nccl/id"),
+            me,
+            len(members),
+            g.store.get(f"{prefix}/id"),
             device,
             timeout_ms=int(g.timeout_s * 1000),
-            group=g.name,
-            ranks=list(g.ranks),
+            group=label,
+            ranks=[g.ranks[m] for m in members],
         )
 
     def check(self, kind: str, signature: tuple) -> None:
@@ -177,10 +187,15 @@ class NcclLink:
         async_op: bool,
         call: Callable,
         source: int = -1,
+        peer: int | None = None,
     ) -> NcclWork | None:
         """Enqueues call(communicator) on `first`'s device and stream after checking `signature`
-        (None: not checked, for send/recv, which only two ranks call); its Work when async_op."""
-        comm = self.communicator(first.device_index)
+        (None: not checked); with `peer` (a group rank) on the pair's communicator, for
+        send/recv. Its Work when async_op."""
+        if peer is not None and peer == self._group.rank:
+            verb = {"send": "send to", "recv": "receive from"}[kind]
+            raise ValueError(f"{kind}: a rank cannot {verb} itself")
+        comm = self.communicator(first.device_index, peer)
         if signature is not None:
             self.check(kind, signature)
         handle = call(comm)
@@ -189,8 +204,8 @@ class NcclLink:
         return NcclWork(handle, keep, first.device_index, first.stream, source)
 
     def destroy(self) -> None:
-        """Destroys the communicator (after its outstanding operations, up to the timeout)."""
+        """Destroys the communicators (after their outstanding operations, up to the timeout)."""
         with self._lock:
-            comm, self._comm = self._comm, None
-        if comm is not None:
+            comms, self._comms = list(self._comms.values()), {}
+        for comm in comms:
             comm.destroy()
