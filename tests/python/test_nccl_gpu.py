@@ -147,6 +147,12 @@ RANK = textwrap.dedent(
     torch.cuda.set_device(rank)
     store = TCPStore("127.0.0.1", port, is_master=False, timeout=60)
     pscore.init_process_group("nccl", store=store, rank=rank, world_size=2, timeout=60)
+    first = torch.full((3,), 5.0, device="cuda") if rank == 0 else torch.zeros(3, device="cuda")
+    if rank == 0:  # a send/recv before any collective: the pair's own communicator
+        pscore.send(first, dst=1)
+    else:
+        pscore.recv(first, src=0)
+        assert first.tolist() == [5.0] * 3
     x = torch.full((1000,), float(rank + 1), device="cuda")
     pscore.all_reduce(x)
     assert x[0].item() == 3.0, x
