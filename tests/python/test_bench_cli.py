@@ -129,3 +129,19 @@ def test_a_short_ps_run_against_torch_rpc_is_silent_on_stderr():
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert "# dense push+pull, 2 servers, 1 workers" in result.stdout
+
+
+def test_cuda_allreduce_without_a_gpu_says_so():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    result = run_bench("allreduce", "--device", "cuda", "--compare", "nccl-torch,gloo-torch")
+    assert result.returncode == 2
+    assert "--device cuda needs a CUDA GPU and torch built with CUDA; this machine has none" in (
+        result.stderr
+    )
+
+
+def test_cuda_compare_names_the_peers_it_takes(capsys):
+    assert bench_main.main(["allreduce", "--compare", "nccl-torch"]) == 2
+    assert "--compare on CPU takes gloo, mpi or none, got nccl-torch" in capsys.readouterr().err

@@ -1,7 +1,11 @@
 """Collective benchmarks against torch.distributed's gloo (in the same processes) and Open MPI
 (an `mpirun` job beside them, mpi_compare.py), alternating rounds in the same run:
 `python -m pscore.bench allreduce --world 2 --compare gloo,mpi --json out.json`.
-`--api pscore,torch` also times pscore through torch.distributed (torch_api.py)."""
+`--api pscore,torch` also times pscore through torch.distributed (torch_api.py).
+`--device cuda --compare nccl-torch,gloo-torch` times CUDA tensors: pscore's NCCL backend against
+torch's NCCL (world --world when there are that many GPUs, else 1: NCCL refuses two ranks on one
+device), and pscore's staged TCP/shm path (backend tcp) against torch gloo on CUDA tensors with
+--world ranks sharing the GPUs."""
 
 from __future__ import annotations
 
@@ -48,13 +52,20 @@ def parse_sizes(text: str) -> list[int]:
     return out
 
 
+# --compare names on CUDA tensors -> (pscore's backend, torch's backend)
+CUDA_PEERS = {"nccl-torch": ("nccl", "nccl"), "gloo-torch": ("tcp", "gloo")}
+CPU_PEERS = ("gloo", "mpi")
+
+
 def parse_peers(text: str) -> list[str]:
-    """'gloo,mpi' -> ['gloo', 'mpi']; 'none' -> []."""
+    """'gloo,mpi' -> ['gloo', 'mpi']; 'none' -> []. CPU peers: gloo, mpi; CUDA peers: those of
+    CUDA_PEERS (main checks which fit --device)."""
     peers = [p.strip() for p in text.split(",") if p.strip() and p.strip() != "none"]
-    unknown = [p for p in peers if p not in ("gloo", "mpi")]
+    unknown = [p for p in peers if p not in CPU_PEERS and p not in CUDA_PEERS]
     if unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown peer {unknown[0]!r}: expected gloo, mpi, gloo,mpi or none"
+            f"unknown peer {unknown[0]!r}: expected gloo, mpi, gloo,mpi or none "
+            f"(on --device cuda: {','.join(CUDA_PEERS)})"
         )
     return peers
 
@@ -63,12 +74,12 @@ def default_sizes() -> list[int]:
     return [4 << 10 << (2 * i) for i in range(8)]  # 4 KB .. 64 MB, x4 steps
 
 
-def _ops(name, torch, pscore, world):
-    """make(nbytes) -> pscore's own call, its buffers built once per size."""
+def _ops(name, torch, pscore, world, device):
+    """make(nbytes) -> pscore's own call, its buffers built on `device` once per size."""
 
     def make(nbytes):  # noqa: PLR0911 - one return per operation
         n = max(1, nbytes // 4)
-        x = torch.ones(n, dtype=torch.float32)
+        x = torch.ones(n, dtype=torch.float32, device=device)
         if name == "allreduce":
             return lambda: pscore.all_reduce(x)
         if name == "broadcast":
@@ -76,16 +87,16 @@ def _ops(name, torch, pscore, world):
         if name == "reduce":
             return lambda: pscore.reduce(x, 0)
         if name == "allgather":
-            part = torch.ones(max(1, n // world))
-            out = torch.empty(part.numel() * world)
+            part = torch.ones(max(1, n // world), device=device)
+            out = torch.empty(part.numel() * world, device=device)
             return lambda: pscore.all_gather_into_tensor(out, part)
         if name == "reduce_scatter":
-            out = torch.empty(max(1, n // world))
-            inp = torch.ones(out.numel() * world)
+            out = torch.empty(max(1, n // world), device=device)
+            inp = torch.ones(out.numel() * world, device=device)
             return lambda: pscore.reduce_scatter_tensor(out, inp)
         if name == "alltoall":
             m = max(world, n - n % world)
-            inp, out = torch.ones(m), torch.empty(m)
+            inp, out = torch.ones(m, device=device), torch.empty(m, device=device)
             return lambda: pscore.all_to_all_single(out, inp)
         if name == "barrier":
             return pscore.barrier
@@ -94,11 +105,17 @@ def _ops(name, torch, pscore, world):
     return make
 
 
-def _time(fn, iters: int) -> list[float]:
+def _no_sync() -> None:
+    pass
+
+
+def _time(fn, iters: int, sync=_no_sync) -> list[float]:
+    """Seconds per call, each until sync() returns (CUDA calls return once enqueued)."""
     samples = []
     for _ in range(iters):
         t0 = time.perf_counter()
         fn()
+        sync()
         samples.append(time.perf_counter() - t0)
     return samples
 
@@ -116,24 +133,30 @@ def _worker(rank, args, port, dist_file, queue):
     from pscore.store import TCPStore
 
     torch.set_num_threads(1)
+    device, sync = "cpu", _no_sync
+    if args.device == "cuda":  # ranks share the GPUs when they outnumber them
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        sync = torch.cuda.synchronize
     store = TCPStore("127.0.0.1", port, is_master=False, timeout=60)
-    pscore.init_process_group(store=store, rank=rank, world_size=args.world, timeout=120)
+    pscore.init_process_group(
+        args.backend, store=store, rank=rank, world_size=args.world, timeout=120
+    )
+    peer = args.torch_peer
     groups = dict(
-        zip(
-            (TORCH_ROW, "gloo"),
-            init_groups(dist, rank, args.world, dist_file, args.api, "gloo" in args.compare),
-        )
+        zip((TORCH_ROW, peer), init_groups(dist, rank, args.world, dist_file, args.api, peer))
     )
     mpi = "mpi" in args.compare and mpi_compare.MpiTurns(
         store, rank, pscore.barrier, args.mpi_timeout
     )
-    makers = {"pscore": _ops(args.collective, torch, pscore, args.world)}
+    makers = {"pscore": _ops(args.collective, torch, pscore, args.world, device)}
     makers.update(
-        (key, torch_calls(args.collective, torch, dist, g, args.world))
+        (key, torch_calls(args.collective, torch, dist, g, args.world, device))
         for key, g in groups.items()
         if g is not None
     )
-    makers = {k: makers[k] for k in [row_key(api) for api in args.api] + ["gloo"] if k in makers}
+    wanted = [row_key(api) for api in args.api] + [peer]
+    makers = {k: makers[k] for k in wanted if k in makers}
     rows = []
     for i, nbytes in enumerate(args.sizes):
         calls = {key: make(nbytes) for key, make in makers.items()}
@@ -141,12 +164,14 @@ def _worker(rank, args, port, dist_file, queue):
         samples = {key: [] for key in calls}
         for r in range(args.rounds):  # alternate so each sees the same machine weather
             for key, call in calls.items():
-                _time(call, 2)
-                samples[key] += _time(call, iters)
+                _time(call, 2, sync)
+                samples[key] += _time(call, iters, sync)
             if mpi:
                 mpi.take(i, r, f"{args.collective} {human_bytes(nbytes)}")
         rows.append((nbytes, samples))
-    queue.put((rank, rows, pscore.get_backend()))
+    used = pscore.get_backend() + ("+nccl" if args.backend == "nccl" else "")
+    queue.put((rank, rows, used))
+    pscore.destroy_process_group()
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -207,8 +232,8 @@ def run(args) -> dict:
         entry.update(
             (key, _row(args.collective, args.world, nbytes, s)) for key, s in samples.items()
         )
-        if "gloo" in entry:
-            entry["time_ratio"] = entry[main_key]["p50_us"] / entry["gloo"]["p50_us"]
+        if args.torch_peer in entry:
+            entry["time_ratio"] = entry[main_key]["p50_us"] / entry[args.torch_peer]["p50_us"]
         if len(args.api) > 1:
             entry["torch_api_ratio"] = entry[TORCH_ROW]["p50_us"] / entry["pscore"]["p50_us"]
         out.append(entry)
@@ -218,7 +243,9 @@ def run(args) -> dict:
     report = {
         "collective": args.collective,
         "world": args.world,
+        "device": args.device,
         "backend": backend,
+        "peer": args.torch_peer,
         "api": list(args.api),
         "results": out,
     }
@@ -229,18 +256,20 @@ def run(args) -> dict:
 
 def print_report(report: dict) -> None:
     """One line per size: pscore's own call (the torch API's when it ran alone), the torch API's
-    p50 and its ratio to pscore's own call when both ran, and gloo's columns when compared."""
+    p50 and its ratio to pscore's own call when both ran, and the torch peer's columns (gloo, or
+    nccl on CUDA) when compared."""
     apis = report.get("api", ["pscore"])
     main_key = row_key("pscore" if "pscore" in apis else "torch")
     both = len(apis) > 1
-    compare = any("gloo" in r for r in report["results"])
+    peer = report.get("peer")
+    compare = bool(peer) and any(peer in r for r in report["results"])
     cols = ["bytes", "p50 us", "algbw GB/s", "busbw GB/s"]
     widths = [10, 12, 12, 12]
     if both:
         cols += ["torch p50 us", "torch / pscore"]
         widths += [14, 16]
     if compare:
-        cols += ["gloo p50 us", "gloo busbw", "busbw x gloo", "time / gloo"]
+        cols += [f"{peer} p50 us", f"{peer} busbw", f"busbw x {peer}", f"time / {peer}"]
         widths += [13, 12, 14, 13]
     rows = []
     for r in report["results"]:
@@ -249,13 +278,13 @@ def print_report(report: dict) -> None:
         if both:
             row += [r[TORCH_ROW]["p50_us"], r["torch_api_ratio"]]
         if compare:
-            g = r["gloo"]
+            g = r[peer]
             speed = ours["busbw_GBps"] / g["busbw_GBps"] if g["busbw_GBps"] else 0.0
             row += [g["p50_us"], g["busbw_GBps"], speed, r["time_ratio"]]
         rows.append(row)
     title = (
         f"{report['collective']} world={report['world']} backend={report['backend']} "
-        f"api={','.join(apis)}"
+        f"api={','.join(apis)}" + ("" if report.get("device", "cpu") == "cpu" else " device=cuda")
     )
     print_table(title, cols, rows, widths)
     if "mpi" in report:
@@ -280,11 +309,18 @@ def parser(name: str) -> argparse.ArgumentParser:
         "one host)",
     )
     p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where the tensors live (default %(default)s; cuda needs a GPU and torch with CUDA)",
+    )
+    p.add_argument(
         "--compare",
         type=parse_peers,
-        default="gloo",
+        default=None,
         help="the peers timed alongside: gloo, mpi (Open MPI's mpirun with mpi4py; btl "
-        "vader, or tcp when the transport is tcp), gloo,mpi or none (default %(default)s)",
+        "vader, or tcp when the transport is tcp), gloo,mpi or none (default gloo); on "
+        f"--device cuda a comma-separated subset of {','.join(CUDA_PEERS)} (default all)",
     )
     mpi_compare.add_arguments(p)
     p.add_argument(
@@ -320,20 +356,62 @@ def parser(name: str) -> argparse.ArgumentParser:
     return p
 
 
+def _fail(args, message: str) -> int:
+    print(f"python -m pscore.bench {args.collective}: {message}", file=sys.stderr)
+    return 2
+
+
+def _run_cuda(args) -> int:
+    """One report per --compare peer on CUDA tensors; JSON {"device": "cuda", "reports": [...]}."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        return _fail(
+            args,
+            "--device cuda needs a CUDA GPU and torch built with CUDA; this machine has none "
+            "(torch.cuda.is_available() is False or torch is missing)",
+        )
+    peers = list(CUDA_PEERS) if args.compare is None else args.compare
+    unknown = [p for p in peers if p not in CUDA_PEERS]
+    if unknown or not peers:
+        return _fail(args, f"--compare on CUDA takes some of {','.join(CUDA_PEERS)}, got {peers}")
+    reports = []
+    world = args.world
+    for name in peers:
+        args.backend, args.torch_peer = CUDA_PEERS[name]
+        args.compare, args.world = [], world
+        if args.backend == "nccl" and torch.cuda.device_count() < world:
+            print(f"# {name}: {torch.cuda.device_count()} GPU(s) for {world} ranks: world 1")
+            args.world = 1  # NCCL refuses two ranks on one device
+        report = run(args)
+        print_report(report)
+        reports.append(report)
+    write_json(args.json, {"collective": args.collective, "device": "cuda", "reports": reports})
+    return 0
+
+
 def main(argv: list[str]) -> int:
     args = parser(argv[0]).parse_args(argv[1:])
     args.collective = argv[0]
     if args.world < 1 or args.iters < 1 or args.rounds < 1:
-        print(
-            f"python -m pscore.bench {args.collective}: --world, --iters and --rounds must be "
-            f">= 1, got {args.world}, {args.iters}, {args.rounds}",
-            file=sys.stderr,
+        return _fail(
+            args,
+            f"--world, --iters and --rounds must be >= 1, got {args.world}, {args.iters}, "
+            f"{args.rounds}",
         )
-        return 2
+    if args.device == "cuda":
+        return _run_cuda(args)
+    args.compare = ["gloo"] if args.compare is None else args.compare
+    cuda_only = [p for p in args.compare if p not in CPU_PEERS]
+    if cuda_only:
+        return _fail(args, f"--compare on CPU takes gloo, mpi or none, got {cuda_only[0]}")
     missing = "mpi" in args.compare and mpi_compare.missing_dependencies()
     if missing:
-        print(f"python -m pscore.bench {args.collective}: {missing}", file=sys.stderr)
-        return 2
+        return _fail(args, missing)
+    args.backend = "tcp"
+    args.torch_peer = "gloo" if "gloo" in args.compare else None
     report = run(args)
     print_report(report)
     write_json(args.json, report)

@@ -30,14 +30,15 @@ def row_key(api: str) -> str:
     return TORCH_ROW if api == "torch" else "pscore"
 
 
-def init_groups(dist, rank: int, world: int, init_file: str, apis, gloo: bool):
-    """torch.distributed's groups for the run: (the pscore-backed group or None, the gloo group
-    or None). With the torch API the default group is pscore's and gloo gets a new group."""
+def init_groups(dist, rank: int, world: int, init_file: str, apis, peer: str | None):
+    """torch.distributed's groups for the run: (the pscore-backed group or None, the group of
+    torch backend `peer` (gloo, nccl) or None). With the torch API the default group is pscore's
+    and the peer gets a new group."""
     if "torch" not in apis:
-        if not gloo:
+        if not peer:
             return None, None
         dist.init_process_group(
-            "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+            peer, init_method=f"file://{init_file}", rank=rank, world_size=world
         )
         return None, dist.group.WORLD
     from .. import torch_backend  # noqa: F401 - registers the "pscore" backend
@@ -45,18 +46,18 @@ def init_groups(dist, rank: int, world: int, init_file: str, apis, gloo: bool):
     dist.init_process_group(
         "pscore", init_method=f"file://{init_file}", rank=rank, world_size=world
     )
-    return dist.group.WORLD, dist.new_group(backend="gloo") if gloo else None
+    return dist.group.WORLD, dist.new_group(backend=peer) if peer else None
 
 
-def torch_calls(name: str, torch, dist, group, world: int):
+def torch_calls(name: str, torch, dist, group, world: int, device="cpu"):
     """make(nbytes) -> a call of collective `name` through torch.distributed on `group`, its
-    buffers built once per size (the shapes pscore's own calls get). torch 2.13 renamed
+    buffers built on `device` once per size (the shapes pscore's own calls get). torch 2.13 renamed
     all_gather_into_tensor and reduce_scatter_tensor (the old names warn); older torch has only
     those."""
 
     def make(nbytes):  # noqa: PLR0911 - one return per operation
         n = max(1, nbytes // 4)
-        x = torch.ones(n, dtype=torch.float32)
+        x = torch.ones(n, dtype=torch.float32, device=device)
         if name == "allreduce":
             return lambda: dist.all_reduce(x, group=group)
         if name == "broadcast":
@@ -64,18 +65,18 @@ def torch_calls(name: str, torch, dist, group, world: int):
         if name == "reduce":
             return lambda: dist.reduce(x, 0, group=group)
         if name == "allgather":
-            part = torch.ones(max(1, n // world))
-            out = torch.empty(part.numel() * world)
+            part = torch.ones(max(1, n // world), device=device)
+            out = torch.empty(part.numel() * world, device=device)
             gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
             return lambda: gather(out, part, group=group)
         if name == "reduce_scatter":
-            out = torch.empty(max(1, n // world))
-            inp = torch.ones(out.numel() * world)
+            out = torch.empty(max(1, n // world), device=device)
+            inp = torch.ones(out.numel() * world, device=device)
             scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
             return lambda: scatter(out, inp, group=group)
         if name == "alltoall":
             m = max(world, n - n % world)
-            inp, out = torch.ones(m), torch.empty(m)
+            inp, out = torch.ones(m, device=device), torch.empty(m, device=device)
             return lambda: dist.all_to_all_single(out, inp, group=group)
         if name == "barrier":
             return lambda: dist.barrier(group=group)

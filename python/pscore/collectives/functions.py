@@ -1,17 +1,20 @@
 """Collectives and point-to-point calls with torch.distributed's names and semantics, on numpy
-arrays and contiguous CPU torch tensors, in place and without copies, and on CUDA tensors
-(staged through pinned host memory, csrc/gpu/staging.h; docs/gpu_staged.md). `src` and `dst`
-are global ranks; `group` defaults to the world. With `async_op=True` a call returns a Work at
-once, otherwise None when it has finished."""
+arrays and contiguous torch tensors, in place and without copies. `src` and `dst` are global
+ranks; `group` defaults to the world. With `async_op=True` a call returns a Work at once,
+otherwise None when it has finished. CUDA tensors go to the group's NCCL communicator on a group
+with NCCL (backends "nccl" and "auto"; nccl_link.py), where a call returns once enqueued on the
+caller's stream, as torch's NCCL backend does; elsewhere the core stages them through pinned
+host memory (csrc/gpu/staging.h; docs/gpu_staged.md)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from .. import _C
 from .._enums import by_name
-from ..buffer import BufferView
+from ..buffer import CUDA, BufferView
 from ..buffer import view as _view
 from ..errors import NetworkError
 from ..errors import TimeoutError as PscoreTimeoutError
@@ -95,9 +98,9 @@ def _finish(g, keep: Any, async_op: bool, call, *args):
     return CollectiveWork(handle, keep, g) if async_op else None
 
 
-def view(x: Any, *, writable: bool = True, what: str = "tensor") -> BufferView:
-    """x as a collective takes it: host memory, or CUDA memory the core stages."""
-    return _view(x, writable=writable, what=what, host=None)
+# x as a collective takes it: host memory, or CUDA memory (NCCL's or staged by the core). A
+# partial, not a function: no Python frame on the latency path.
+view = functools.partial(_view, host=None)
 
 
 def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
@@ -108,13 +111,22 @@ def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
             raise ValueError(f"{what}[{i}] has {b.numel} elements, expected {ref.numel}")
 
 
+def _cuda(g, *views: BufferView) -> bool:
+    """Whether the call goes to the group's NCCL communicator: CUDA buffers on a group with one."""
+    return g.nccl is not None and any(v.device_type == CUDA for v in views)
+
+
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     """Reduces `tensor` across the group in place: every rank ends with the result of `op`."""
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
     b = view(tensor)
-    return _finish(g, b, async_op, g.native.allreduce, b, _op_code(op, b.dtype), async_op)
+    code = _op_code(op, b.dtype)
+    if b.device_type == CUDA and g.nccl is not None:
+        sig = (b.dtype, b.numel, code.name)
+        return g.nccl.run("allreduce", sig, b, b, async_op, lambda c: c.allreduce(b, code))
+    return _finish(g, b, async_op, g.native.allreduce, b, code, async_op)
 
 
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
@@ -123,7 +135,11 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     if g is None:
         return CompletedWork() if async_op else None
     b = view(tensor)
-    return _finish(g, b, async_op, g.native.broadcast, b, g.group_rank(src, "src"), async_op)
+    root = g.group_rank(src, "src")
+    if _cuda(g, b):
+        sig = (b.dtype, b.numel, root)
+        return g.nccl.run("broadcast", sig, b, b, async_op, lambda c: c.broadcast(b, root))
+    return _finish(g, b, async_op, g.native.broadcast, b, root, async_op)
 
 
 def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -133,7 +149,11 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
         return CompletedWork() if async_op else None
     b = view(tensor)
     root = g.group_rank(dst, "dst")
-    return _finish(g, b, async_op, g.native.reduce, b, _op_code(op, b.dtype), root, async_op)
+    code = _op_code(op, b.dtype)
+    if _cuda(g, b):
+        sig = (b.dtype, b.numel, code.name, root)
+        return g.nccl.run("reduce", sig, b, b, async_op, lambda c: c.reduce(b, code, root))
+    return _finish(g, b, async_op, g.native.reduce, b, code, root, async_op)
 
 
 def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
@@ -148,6 +168,9 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
         )
     outs = [view(t, what=f"tensor_list[{i}]") for i, t in enumerate(tensor_list)]
     _same_kind(outs, b, "tensor_list")
+    if _cuda(g, b, *outs):
+        sig = (b.dtype, b.numel)
+        return g.nccl.run("allgather", sig, b, (b, outs), async_op, lambda c: c.allgather(b, outs))
     return _finish(g, (b, outs), async_op, g.native.allgather, b, outs, async_op)
 
 
@@ -172,9 +195,11 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
             f"all_gather_into_tensor: output must be {g.size} x {b.numel} {b.dtype}, "
             f"got {out.numel} {out.dtype}"
         )
-    return _finish(
-        g, (b, out), async_op, g.native.allgather, b, _split(out, g.size, "output"), async_op
-    )
+    outs = _split(out, g.size, "output")
+    if _cuda(g, b, out):
+        sig = (b.dtype, b.numel)
+        return g.nccl.run("allgather", sig, b, (b, out), async_op, lambda c: c.allgather(b, outs))
+    return _finish(g, (b, out), async_op, g.native.allgather, b, outs, async_op)
 
 
 def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -190,16 +215,15 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
         )
     ins = [view(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
     _same_kind(ins, out, "input_list")
-    return _finish(
-        g,
-        (out, ins),
-        async_op,
-        g.native.reduce_scatter,
-        ins,
-        out,
-        _op_code(op, out.dtype),
-        async_op,
-    )
+    return _reduce_scatter(g, ins, out, (out, ins), _op_code(op, out.dtype), async_op)
+
+
+def _reduce_scatter(g, ins: list[BufferView], out: BufferView, keep, code, async_op: bool):
+    if _cuda(g, out, *ins):
+        sig = (out.dtype, out.numel, code.name)
+        call = lambda c: c.reduce_scatter(ins, out, code)  # noqa: E731
+        return g.nccl.run("reduce_scatter", sig, out, keep, async_op, call)
+    return _finish(g, keep, async_op, g.native.reduce_scatter, ins, out, code, async_op)
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -215,16 +239,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
             f"reduce_scatter_tensor: input must be {g.size} x {out.numel} {out.dtype}, "
             f"got {inp.numel} {inp.dtype}"
         )
-    return _finish(
-        g,
-        (out, inp),
-        async_op,
-        g.native.reduce_scatter,
-        _split(inp, g.size, "input"),
-        out,
-        _op_code(op, out.dtype),
-        async_op,
-    )
+    ins = _split(inp, g.size, "input")
+    return _reduce_scatter(g, ins, out, (out, inp), _op_code(op, out.dtype), async_op)
 
 
 def gather(
@@ -244,6 +260,10 @@ def gather(
         _same_kind(outs, b, "gather_list")
     elif gather_list:
         raise ValueError("gather: only the destination rank passes a gather_list")
+    if _cuda(g, b, *outs):
+        sig = (b.dtype, b.numel, root)
+        call = lambda c: c.gather(b, outs, root)  # noqa: E731
+        return g.nccl.run("gather", sig, b, (b, outs), async_op, call)
     return _finish(g, (b, outs), async_op, g.native.gather, b, outs, root, async_op)
 
 
@@ -266,6 +286,10 @@ def scatter(
         _same_kind(ins, out, "scatter_list")
     elif scatter_list:
         raise ValueError("scatter: only the source rank passes a scatter_list")
+    if _cuda(g, out, *ins):
+        sig = (out.dtype, out.numel, root)
+        call = lambda c: c.scatter(ins, out, root)  # noqa: E731
+        return g.nccl.run("scatter", sig, out, (out, ins), async_op, call)
     return _finish(g, (out, ins), async_op, g.native.scatter, ins, out, root, async_op)
 
 
@@ -287,7 +311,15 @@ def all_to_all(
     for b in ins + outs:
         if b.dtype != dtype:
             raise TypeError(f"all_to_all: mixed dtypes {b.dtype} and {dtype}")
-    return _finish(g, (ins, outs), async_op, g.native.all_to_all, ins, outs, async_op)
+    return _all_to_all(g, ins, outs, (ins, outs), async_op)
+
+
+def _all_to_all(g, ins: list[BufferView], outs: list[BufferView], keep, async_op: bool):
+    if _cuda(g, *ins, *outs):
+        sig = (ins[0].dtype,)  # split sizes may differ between ranks
+        call = lambda c: c.all_to_all(ins, outs)  # noqa: E731
+        return g.nccl.run("all_to_all", sig, ins[0], keep, async_op, call)
+    return _finish(g, keep, async_op, g.native.all_to_all, ins, outs, async_op)
 
 
 def _splits(buf: BufferView, sizes, n: int, what: str) -> list[BufferView]:
@@ -325,7 +357,7 @@ def all_to_all_single(
         raise TypeError(f"all_to_all_single: output is {out.dtype}, input is {inp.dtype}")
     ins = _splits(inp, input_split_sizes, g.size, "input")
     outs = _splits(out, output_split_sizes, g.size, "output")
-    return _finish(g, (out, inp), async_op, g.native.all_to_all, ins, outs, async_op)
+    return _all_to_all(g, ins, outs, (out, inp), async_op)
 
 
 def barrier(group=None, async_op: bool = False):
@@ -343,6 +375,10 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
         raise ValueError("isend: this rank is not in the group")
     b = view(tensor, writable=False)
     peer = g.group_rank(dst, "dst")
+    if _cuda(g, b):
+        # On the pair's communicator of two ranks, the peer is the other one: 1 - its rank.
+        call = lambda c: c.send(b, 1 - c.rank)  # noqa: E731
+        return g.nccl.run("send", None, b, b, True, call, peer=peer)
     return _finish(g, b, True, g.native.send, b, peer, tag, True)
 
 
@@ -353,6 +389,14 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
     if g is None:
         raise ValueError("irecv: this rank is not in the group")
     b = view(tensor)
+    if _cuda(g, b):
+        if src is None:
+            raise ValueError(
+                "irecv: NCCL cannot receive from any source; pass src for a CUDA tensor"
+            )
+        peer = g.group_rank(src, "src")
+        call = lambda c: c.recv(b, 1 - c.rank)  # noqa: E731 - the pair's other rank
+        return g.nccl.run("recv", None, b, b, True, call, source=src, peer=peer)
     if src is None:
         return _finish(g, b, True, g.native.recv_any, b, tag, True)
     return _finish(g, b, True, g.native.recv, b, g.group_rank(src, "src"), tag, True)

@@ -10,7 +10,7 @@ from .. import _C, _config, stall
 from ..store.create import create_store, env_store
 from ..store.native import TCPStore
 from ..store.prefix import PrefixStore
-from . import failure_report, registration, rendezvous
+from . import failure_report, nccl_link, registration, rendezvous
 from .stall_watch import GroupWatch
 
 __all__ = [
@@ -27,17 +27,19 @@ __all__ = [
     "tuning_from_env",
 ]
 
-BACKENDS = ("tcp", "pscore", "cpu")
+BACKENDS = ("tcp", "pscore", "cpu", "nccl", "auto")  # nccl, auto: CUDA tensors on NCCL
 _BROKEN = ": the group is broken: "  # how a call on a group broken earlier fails (C++)
 
 
 class ProcessGroup:
-    """A set of ranks with their own connections. `ranks` are global ranks, in group order."""
+    """A set of ranks with their own connections. `ranks` are global ranks, in group order.
+    `nccl`: the group's NCCL side (nccl_link.py) for CUDA tensors, or None."""
 
     def __init__(
         self, native, ranks: list[int], name: str, timeout_s: float, store=None, store_host=None
     ):
         self.native = native
+        self.nccl: nccl_link.NcclLink | None = None
         self.ranks = ranks
         self.name = name
         self.timeout_s = timeout_s
@@ -133,6 +135,8 @@ _world: dict = {
     "groups": 0,
     "store_host": None,
     "master_addr": None,  # sub-groups advertise the address the default group did
+    "nccl": False,  # whether the default group's backend sends CUDA tensors to NCCL
+    "nccl_groups": [],  # groups whose NCCL communicators destroy_process_group destroys
 }
 
 
@@ -161,9 +165,11 @@ def build_group(
     ranks: list[int],
     master_addr=None,
     store_host: int | None = None,
+    nccl: bool = False,
 ) -> ProcessGroup:
     """Connects this rank to the group's other `ranks` (global ranks) through `store`, whose
-    server runs in global rank `store_host`'s process when known (None: elsewhere or unknown)."""
+    server runs in global rank `store_host`'s process when known (None: elsewhere or unknown).
+    nccl: CUDA tensors go to an NCCL communicator, made on the group's first CUDA operation."""
     prefixed = PrefixStore(f"pscore/{name}", store)
     job = _config.JOB_ID.get()
     hosts_store = ranks[rank] == 0  # global rank 0 serves pscore's own stores
@@ -172,6 +178,9 @@ def build_group(
     )
     native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000), **tuning_from_env())
     group = ProcessGroup(native, ranks, name, timeout_s, prefixed, store_host)
+    if nccl:
+        group.nccl = nccl_link.NcclLink(group)
+        _world["nccl_groups"].append(group)
     if world > 1:
         group.stall_watch = GroupWatch(native, prefixed, name, timeout_s)
     return group
@@ -187,7 +196,9 @@ def init_process_group(
     group_name: str = "world",
 ) -> ProcessGroup:
     """Joins the default group. With nothing given, rank, world size and the master's address
-    come from the environment (PSCORE_*, torchrun, TF_CONFIG, Slurm, Open MPI)."""
+    come from the environment (PSCORE_*, torchrun, TF_CONFIG, Slurm, Open MPI). backend "nccl"
+    sends CUDA tensors to NCCL (an error when NCCL does not load), "auto" when NCCL loads;
+    CPU tensors take TCP/shm with every backend."""
     if _world["group"] is not None:
         raise RuntimeError(
             "pscore.init_process_group was already called; destroy_process_group first"
@@ -196,6 +207,7 @@ def init_process_group(
         backend = "tcp"
     if str(backend).lower() not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not supported; use one of {BACKENDS}")
+    use_nccl = nccl_link.wanted(str(backend).lower())
     timeout_s = timeout_seconds(timeout)
     master_addr = None
     store_host = None  # the store's server runs in rank 0 when pscore starts it (env://, tcp://)
@@ -234,6 +246,7 @@ def init_process_group(
         list(range(world_size)),
         master_addr,
         store_host,
+        nccl=use_nccl,
     )
     registration.mark_connected()
     _world.update(
@@ -243,6 +256,7 @@ def init_process_group(
         groups=0,
         store_host=store_host,
         master_addr=master_addr,
+        nccl=use_nccl,
     )
     return group
 
@@ -263,9 +277,13 @@ def resolve(group) -> ProcessGroup | None:
     return group
 
 
-def new_group(ranks=None, timeout=None) -> ProcessGroup | _NonMember:
-    """Creates a sub-group. Every rank of the default group must call it, in the same order."""
+def new_group(ranks=None, timeout=None, backend=None) -> ProcessGroup | _NonMember:
+    """Creates a sub-group. Every rank of the default group must call it, in the same order.
+    backend: as init_process_group's; None inherits the default group's."""
     world = default_group()
+    if backend is not None and str(backend).lower() not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not supported; use one of {BACKENDS}")
+    use_nccl = _world["nccl"] if backend is None else nccl_link.wanted(str(backend).lower())
     ranks = sorted(set(range(world.size) if ranks is None else ranks))
     for r in ranks:
         if not 0 <= r < world.size:
@@ -288,19 +306,31 @@ def new_group(ranks=None, timeout=None) -> ProcessGroup | _NonMember:
         ranks,
         _world["master_addr"],
         store_host=_world["store_host"],
+        nccl=use_nccl,
     )
 
 
 def destroy_process_group(group=None) -> None:
     """Forgets the default group and its store, so init_process_group may run again (a
-    sub-group given here is left alone); a group's connections close when its last reference
-    goes."""
+    sub-group given here is left alone but for its NCCL communicator); a group's connections
+    close when its last reference goes. NCCL communicators are destroyed: the given group's, or
+    with None every group's."""
     target = _world["group"] if group is None else group
     if isinstance(target, ProcessGroup) and target.stall_watch is not None:
         stall.unregister(target.stall_watch)  # its store may go with the group
+    for g in list(_world["nccl_groups"]) if group is None else [target]:
+        if isinstance(g, ProcessGroup) and g.nccl is not None:
+            g.nccl.destroy()
     if group is None:
         _world.update(
-            group=None, store=None, rank=None, groups=0, store_host=None, master_addr=None
+            group=None,
+            store=None,
+            rank=None,
+            groups=0,
+            store_host=None,
+            master_addr=None,
+            nccl=False,
+            nccl_groups=[],
         )
 
 
