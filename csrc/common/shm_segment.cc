@@ -36,7 +36,11 @@ void ShmSegment::release() {
   data_ = nullptr;
 }
 
-ShmSegment ShmSegment::create(const std::string& name, size_t nbytes) {
+namespace {
+int map_flags(bool prefault) { return MAP_SHARED | (prefault ? MAP_POPULATE : 0); }
+}  // namespace
+
+ShmSegment ShmSegment::create(const std::string& name, size_t nbytes, bool prefault) {
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) throw Error(errno_message("shm_open(" + name + ")", errno));
   ShmSegment seg;
@@ -49,7 +53,17 @@ ShmSegment ShmSegment::create(const std::string& name, size_t nbytes) {
     throw Error(errno_message(
         "ftruncate of shared memory " + name + " to " + std::to_string(nbytes) + " bytes", err));
   }
-  void* p = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (prefault) {
+    const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(nbytes));
+    if (err != 0) {
+      ::close(fd);
+      ::shm_unlink(name.c_str());
+      throw Error(errno_message("allocating " + std::to_string(nbytes) +
+                                    " bytes of shared memory " + name + " (is /dev/shm full?)",
+                                err));
+    }
+  }
+  void* p = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, map_flags(prefault), fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) {
     ::shm_unlink(name.c_str());
@@ -60,7 +74,7 @@ ShmSegment ShmSegment::create(const std::string& name, size_t nbytes) {
   return seg;
 }
 
-ShmSegment ShmSegment::open(const std::string& name) {
+ShmSegment ShmSegment::open(const std::string& name, bool prefault) {
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) throw NetworkError(errno_message("shm_open(" + name + ")", errno));
   struct stat st{};
@@ -69,8 +83,8 @@ ShmSegment ShmSegment::open(const std::string& name) {
     ::close(fd);
     throw NetworkError(errno_message("fstat of shared memory " + name, err));
   }
-  void* p =
-      ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE,
+                   map_flags(prefault), fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) throw NetworkError(errno_message("mmap of shared memory " + name, errno));
   ShmSegment seg;

@@ -16,9 +16,12 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
 
   // Creates a zero-filled segment of nbytes; throws Error when the name exists or /dev/shm is full.
-  static ShmSegment create(const std::string& name, size_t nbytes);
-  // Maps an existing segment; throws NetworkError when it cannot be opened.
-  static ShmSegment open(const std::string& name);
+  // prefault: allocate every page now (so a full /dev/shm is this error, not a SIGBUS later) and
+  // map them all, so first touches cost no page faults.
+  static ShmSegment create(const std::string& name, size_t nbytes, bool prefault = false);
+  // Maps an existing segment; throws NetworkError when it cannot be opened. prefault: map every
+  // page now.
+  static ShmSegment open(const std::string& name, bool prefault = false);
 
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }

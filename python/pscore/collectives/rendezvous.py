@@ -102,13 +102,15 @@ def wait_until_done(store, world: int, timeout: float, who: str) -> None:
 
 
 def _try_shm(store, rank, world, job_id, timeout):
-    """Returns a connected ShmTransport, or None when some rank could not map the segments."""
+    """(a connected ShmTransport, "") or (None, why not) when some rank could not make or map
+    the segments."""
+    why = ""
     try:
         ring_bytes = _config.SHM_RING_BYTES.get()
         t = _C.ShmTransport(rank, world, job_id, ring_bytes=ring_bytes)
         mine = f"{t.segment_name}|{t.token}"
-    except Exception:  # noqa: BLE001 - /dev/shm unusable: fall back, but every rank must vote
-        t, mine = None, "-"
+    except Exception as e:  # noqa: BLE001 - /dev/shm unusable: fall back, but every rank must vote
+        t, mine, why = None, "-", str(e)
     entries = _gather(store, "shm", rank, world, mine, timeout)
     ok = t is not None and all(e != "-" for e in entries)
     if ok:
@@ -116,12 +118,15 @@ def _try_shm(store, rank, world, job_id, timeout):
         tokens = [int(e.split("|")[1]) for e in entries]
         try:
             t.connect(names, tokens)
-        except ConnectionError:
-            ok = False
+        except ConnectionError as e:
+            ok, why = False, str(e)
     votes = _gather(store, "shm_ok", rank, world, "1" if ok else "0", timeout)
     if t is not None:
         t.unlink()  # every rank has mapped (or given up on) every segment by now
-    return t if all(v == "1" for v in votes) else None
+    if all(v == "1" for v in votes):
+        return t, ""
+    failed = [r for r, v in enumerate(votes) if v != "1"]
+    return None, why or f"rank(s) {failed} could not (ranks on several hosts?)"
 
 
 def _tcp(store, rank, world, job_id, timeout, master_addr):
@@ -157,12 +162,13 @@ def connect(
     t = None
     if choice != "tcp":
         hosts = _gather(store, "host", rank, world, host_identity(), timeout)
+        why = "the ranks are on several hosts"
         if all(h == hosts[0] for h in hosts):
-            t = _try_shm(store, rank, world, job_id, left())
+            t, why = _try_shm(store, rank, world, job_id, left())
         if t is None and choice == "shm":
             raise RuntimeError(
-                f"rank {rank}: {_config.TRANSPORT.name}=shm but not every rank could map the "
-                "others' shared memory (ranks on several hosts?)"
+                f"rank {rank}: {_config.TRANSPORT.name}=shm but not every rank could make or map "
+                f"the others' shared memory: {why}"
             )
     if t is None:
         t = _tcp(store, rank, world, job_id, left(), master_addr)
