@@ -1,5 +1,7 @@
 #include "collectives/exchange.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -176,6 +178,10 @@ void Exchange::run() {
     }
     if (now - idle_since < ctx_.spin_us) {
       PSCORE_CPU_RELAX();
+      continue;
+    }
+    if (now - idle_since < ctx_.yield_us) {
+      sched_yield();  // a peer waiting for this core runs now, and no wake-up syscall is needed
       continue;
     }
     // Announce the sleep, look once more (a peer may have signalled in between), then block.

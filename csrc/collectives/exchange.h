@@ -24,6 +24,7 @@ struct OpContext {
   int64_t timeout_ms = 30000;
   Deadline deadline = Deadline::never();
   int spin_us = 0;      // busy-poll this long before sleeping (0 when ranks outnumber cores)
+  int yield_us = 0;     // then poll, giving the core away (sched_yield) each time, this long
   uint64_t nbytes = 0;  // the operation's size, for reports
   // When set, where the exchange records the peer it goes to sleep on (the stall inspector).
   std::atomic<int>* waiting_on = nullptr;

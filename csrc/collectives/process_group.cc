@@ -13,6 +13,7 @@
 namespace pscore {
 namespace {
 constexpr int kDefaultSpinUs = 50;
+constexpr int kDefaultYieldUs = 100;
 constexpr int kAnySourceSliceMs = 50;              // a receive from any source sleeps this long
 constexpr int64_t kAnySourcePeerCheckUs = 100000;  // and looks for dead peers this often
 }  // namespace
@@ -20,7 +21,9 @@ constexpr int64_t kAnySourcePeerCheckUs = 100000;  // and looks for dead peers t
 ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions options)
     : transport_(std::move(transport)), options_(options) {
   int cores = static_cast<int>(std::thread::hardware_concurrency());
-  spin_us_ = options_.spin_us >= 0 ? options_.spin_us : (size() <= cores ? kDefaultSpinUs : 0);
+  const bool fits = size() <= cores;
+  spin_us_ = options_.spin_us >= 0 ? options_.spin_us : (fits ? kDefaultSpinUs : 0);
+  yield_us_ = options_.yield_us >= 0 ? options_.yield_us : (fits ? 0 : kDefaultYieldUs);
   send_lanes_.resize(size());
   recv_lanes_.resize(size());
   executor_ = std::make_unique<Executor>();
@@ -40,6 +43,7 @@ OpContext ProcessGroup::context(OpKind kind, DType dtype, int lane) const {
   ctx.lane = lane;
   ctx.timeout_ms = options_.timeout_ms;
   ctx.spin_us = spin_us_;
+  ctx.yield_us = yield_us_;
   return ctx;
 }
 

@@ -20,7 +20,8 @@ namespace pscore {
 
 struct GroupOptions {
   int64_t timeout_ms = 30000;
-  int spin_us = -1;                          // -1: spin only when ranks fit on the cores
+  int spin_us = -1;   // -1: spin only when ranks fit on the cores
+  int yield_us = -1;  // -1: when ranks outnumber the cores, poll with sched_yield before sleeping
   size_t small_allreduce_bytes = 64 << 10;   // below: recursive doubling; above: ring
   size_t large_broadcast_bytes = 512 << 10;  // above (and n > 3): scatter + allgather
 };
@@ -109,6 +110,7 @@ class ProcessGroup {
   std::shared_ptr<Transport> transport_;
   GroupOptions options_;
   int spin_us_;
+  int yield_us_;
   std::mutex submit_mu_;       // keeps sequence numbers in queue order across caller threads
   uint64_t seq_ = 0;           // collective sequence number, advanced at submission
   OpProgress progress_;        // the collective lane's running op

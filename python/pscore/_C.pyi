@@ -240,6 +240,7 @@ class ProcessGroup:
         transport: Transport,
         timeout_ms: typing.SupportsInt | typing.SupportsIndex = 30000,
         spin_us: typing.SupportsInt | typing.SupportsIndex = -1,
+        yield_us: typing.SupportsInt | typing.SupportsIndex = -1,
         small_allreduce_bytes: typing.SupportsInt | typing.SupportsIndex = 65536,
         large_broadcast_bytes: typing.SupportsInt | typing.SupportsIndex = 524288,
     ) -> None: ...

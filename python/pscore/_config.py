@@ -137,6 +137,13 @@ LARGE_BROADCAST_BYTES = Var(
     512 << 10,
     "broadcasts above this size (and > 3 ranks) use scatter + allgather",
 )
+YIELD_US = Var(
+    "PSCORE_YIELD_US",
+    "int",
+    None,
+    "when ranks outnumber the cores, how long (us) a waiting rank polls with sched_yield "
+    "before it sleeps (default 100; 0: sleep at once)",
+)
 SOCKET_BUFFER_BYTES = Var(
     "PSCORE_SOCKET_BUFFER_BYTES",
     "bytes",
