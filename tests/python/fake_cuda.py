@@ -29,6 +29,7 @@ __all__ = [
     "caller_stream",
     "compile_fake",
     "fake_cudart",
+    "run_code",
     "run_python",
     "use_fake_runtime",
 ]
@@ -58,21 +59,25 @@ def fake_cudart(tmp_path_factory) -> str:
     return compile_fake("fake_cudart.c", tmp_path_factory.mktemp("fake_cudart"))
 
 
-def run_python(
-    code: str, fake_path: str, timeout: float = 120, **env
-) -> subprocess.CompletedProcess:
-    """Runs `code` in a fresh interpreter that loads the fake runtime (PSCORE_CUDART_LIBRARY)
-    and can import pscore and this helper."""
+def run_code(code: str, timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter that can import pscore and this helper, with `env`
+    added to this process's environment."""
     path = os.pathsep.join([PACKAGE_ROOT, HELPERS_DIR])
-    environ = {**os.environ, "PYTHONPATH": path, "PSCORE_CUDART_LIBRARY": fake_path, **env}
     return subprocess.run(
         [sys.executable, "-c", code],
-        env=environ,
+        env={**os.environ, "PYTHONPATH": path, **env},
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
+
+
+def run_python(
+    code: str, fake_path: str, timeout: float = 120, **env
+) -> subprocess.CompletedProcess:
+    """run_code with the fake runtime as the CUDA runtime (PSCORE_CUDART_LIBRARY)."""
+    return run_code(code, timeout, PSCORE_CUDART_LIBRARY=fake_path, **env)
 
 
 def use_fake_runtime(fake_path: str) -> FakeRuntime:
