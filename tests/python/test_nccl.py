@@ -7,21 +7,16 @@ and auto's fallback. Each case runs in a subprocess: a process loads each librar
 # ruff: noqa: F811 - the fixture fake_cudart, imported, is a test argument
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
+from dist_helpers import run_rank_scripts
 from fake_cuda import (  # noqa: F401 - fake_cudart is a fixture
-    HELPERS_DIR,
-    PACKAGE_ROOT,
     compile_fake,
     fake_cudart,
     run_python,
 )
-
-from pscore.store import TCPStore
 
 PRELUDE = textwrap.dedent(
     """
@@ -360,26 +355,9 @@ except ValueError as e:
 
 
 def test_the_unique_id_travels_through_the_store_and_headers_are_compared(fake_cudart, fake_nccl):
-    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=30)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, HELPERS_DIR]),
-        "PSCORE_CUDART_LIBRARY": fake_cudart,
-        "PSCORE_NCCL_LIBRARY": fake_nccl,
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", RANK, str(r), str(server.port)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out
+    outs = run_rank_scripts(
+        RANK, 2, 120, PSCORE_CUDART_LIBRARY=fake_cudart, PSCORE_NCCL_LIBRARY=fake_nccl
+    )
     inits = [[line for line in out.splitlines() if "ncclCommInitRank" in line] for out in outs]
     pair_id, group_id = (line.split("id=")[1] for line in inits[0])
     assert pair_id != group_id
