@@ -28,6 +28,7 @@ __all__ = [
     "FakeRuntime",
     "caller_stream",
     "compile_fake",
+    "compile_library",
     "fake_cudart",
     "run_code",
     "run_python",
@@ -40,17 +41,22 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(pscore.__file__))
 DLPACK_CUDA = 2
 
 
-def compile_fake(source: str, out_dir: str | os.PathLike) -> str:
-    """tests/fakes/<source> built with `cc -shared -fPIC` into out_dir; the library's path."""
+def compile_library(source: str | os.PathLike, out_dir: str | os.PathLike) -> str:
+    """The C file `source` built with `cc -shared -fPIC` into out_dir/lib<stem>.so; its path."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip(f"no C compiler (cc) to build tests/fakes/{source}")
+        pytest.skip(f"no C compiler (cc) to build {source}")
     out = os.path.join(out_dir, "lib" + Path(source).stem + ".so")
-    cmd = [cc, "-shared", "-fPIC", "-O1", "-o", out, str(FAKES_DIR / source), "-lpthread"]
+    cmd = [cc, "-shared", "-fPIC", "-O1", "-o", out, str(source), "-lpthread"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr}")
     return out
+
+
+def compile_fake(source: str, out_dir: str | os.PathLike) -> str:
+    """tests/fakes/<source> built by compile_library."""
+    return compile_library(FAKES_DIR / source, out_dir)
 
 
 @pytest.fixture(scope="session")

@@ -7,13 +7,13 @@ and auto's fallback. Each case runs in a subprocess: a process loads each librar
 # ruff: noqa: F811 - the fixture fake_cudart, imported, is a test argument
 from __future__ import annotations
 
-import subprocess
 import textwrap
 
 import pytest
 from dist_helpers import run_rank_scripts
 from fake_cuda import (  # noqa: F401 - fake_cudart is a fixture
     compile_fake,
+    compile_library,
     fake_cudart,
     run_python,
 )
@@ -78,8 +78,7 @@ def test_nccl_backend_without_nccl_says_what_was_tried_and_how_to_get_it(fake_cu
 def test_a_library_without_the_symbols_is_named(fake_cudart, tmp_path):
     source = tmp_path / "partial.c"
     source.write_text("int ncclGetVersion(int* v) { *v = 22105; return 0; }\n")
-    lib = str(tmp_path / "libpartial.so")
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, str(source)], check=True, timeout=60)
+    lib = compile_library(source, tmp_path)
     out = run(
         """
         from pscore import _C, cuda_libraries
