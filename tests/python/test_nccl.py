@@ -40,6 +40,10 @@ PRELUDE = textwrap.dedent(
 
     def gpu(values, dtype=np.float32):
         return FakeCudaBuffer(np.array(values, dtype=dtype))
+
+    def join(backend="nccl", **options):  # the default group: this one rank
+        return pscore.init_process_group(backend, init_method="tcp://127.0.0.1:0", rank=0,
+                                         world_size=1, **options)
     """
 )
 
@@ -57,13 +61,18 @@ def run(code: str, cudart: str, nccl: str, timeout: float = 60, **env) -> str:
     return result.stdout
 
 
+@pytest.fixture
+def run_nccl(fake_cudart, fake_nccl):
+    """run() over the fake runtime and the fake NCCL."""
+    return lambda code, **env: run(code, fake_cudart, fake_nccl, **env)
+
+
 def test_nccl_backend_without_nccl_says_what_was_tried_and_how_to_get_it(fake_cudart, tmp_path):
     missing = str(tmp_path / "libnccl.so.2")
     out = run(
         """
         try:
-            pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                      world_size=1)
+            join()
         except pscore.Error as e:
             print("ERROR", e)
         """,
@@ -99,8 +108,7 @@ def test_auto_without_nccl_warns_once_and_keeps_cpu_tensors_working(fake_cudart,
         """
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            g = pscore.init_process_group("auto", init_method="tcp://127.0.0.1:0", rank=0,
-                                          world_size=1)
+            g = join("auto")
             sub = pscore.new_group([0])
         print("WARNINGS", len(caught), caught[0].category.__name__, caught[0].message)
         print("NCCL", g.nccl, sub.nccl)
@@ -116,11 +124,10 @@ def test_auto_without_nccl_warns_once_and_keeps_cpu_tensors_working(fake_cudart,
     assert "CPU [1.0, 1.0, 1.0]" in out
 
 
-def test_every_collective_on_cuda_buffers_of_one_rank(fake_cudart, fake_nccl):
-    out = run(
+def test_every_collective_on_cuda_buffers_of_one_rank(run_nccl):
+    out = run_nccl(
         """
-        g = pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                      world_size=1)
+        g = join()
         with caller_stream(42):
             x = gpu([1, 2, 3, 4])
             pscore.all_reduce(x, op="avg")
@@ -156,8 +163,6 @@ def test_every_collective_on_cuda_buffers_of_one_rank(fake_cudart, fake_nccl):
         pscore.destroy_process_group()
         print("LAST", nccl_log()[-1])
         """,
-        fake_cudart,
-        fake_nccl,
     )
     assert f"VALUES {[[1.0, 2.0, 3.0, 4.0]] * 8}" in out
     assert "WORK True True True" in out
@@ -171,11 +176,10 @@ def test_every_collective_on_cuda_buffers_of_one_rank(fake_cudart, fake_nccl):
     assert "LAST ncclCommDestroy" in out
 
 
-def test_an_operation_sees_work_queued_before_it_on_the_callers_stream(fake_cudart, fake_nccl):
-    out = run(
+def test_an_operation_sees_work_queued_before_it_on_the_callers_stream(run_nccl):
+    out = run_nccl(
         """
-        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                  world_size=1)
+        join()
         src = np.array([5, 6, 7], np.float32)
         x, out = gpu([0, 0, 0]), gpu([0, 0, 0])
         cuda.lib.cudaMemcpyAsync.argtypes = [ctypes.c_void_p] * 2 + [
@@ -192,19 +196,16 @@ def test_an_operation_sees_work_queued_before_it_on_the_callers_stream(fake_cuda
         work.wait(timeout=10)
         print("AFTER", out.array.tolist())
         """,
-        fake_cudart,
-        fake_nccl,
     )
     assert "BEFORE [0.0, 0.0, 0.0]" in out  # returned once enqueued
     assert "WAITS [9]" in out
     assert "AFTER [5.0, 6.0, 7.0]" in out
 
 
-def test_what_nccl_cannot_do_is_a_clear_error(fake_cudart, fake_nccl):
-    out = run(
+def test_what_nccl_cannot_do_is_a_clear_error(run_nccl):
+    out = run_nccl(
         """
-        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                  world_size=1)
+        join()
         x = gpu([1, 2], np.int32)
         for name, call in [
             ("band", lambda: pscore.all_reduce(x, op="band")),
@@ -220,8 +221,6 @@ def test_what_nccl_cannot_do_is_a_clear_error(fake_cudart, fake_nccl):
             except ValueError as e:
                 print(name, "ValueError", e)
         """,
-        fake_cudart,
-        fake_nccl,
         FAKE_NCCL_VERSION="2805",  # 2.8.5 (codes before 2.9): before avg and bfloat16
     )
     assert "band ValueError allreduce: NCCL has no band reduction" in out
@@ -235,12 +234,11 @@ def test_what_nccl_cannot_do_is_a_clear_error(fake_cudart, fake_nccl):
     assert mixed in out
 
 
-def test_a_stuck_operation_times_out_names_op_and_ranks_and_aborts(fake_cudart, fake_nccl):
-    out = run(
+def test_a_stuck_operation_times_out_names_op_and_ranks_and_aborts(run_nccl):
+    out = run_nccl(
         """
         import time
-        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                  world_size=1, timeout=1.0)
+        join(timeout=1.0)
         x = gpu([1, 2])
         pscore.all_reduce(x, async_op=True).wait(timeout=10)
         cuda.set_stuck(True)  # nothing queued from now on completes
@@ -260,8 +258,6 @@ def test_a_stuck_operation_times_out_names_op_and_ranks_and_aborts(fake_cudart, 
         pscore.destroy_process_group()
         print("DESTROYED", "ncclCommDestroy" in nccl_log())
         """,
-        fake_cudart,
-        fake_nccl,
     )
     culprit = "rank 0: nccl allreduce #2 (group world, ranks [0]) timed out after 1000 ms"
     aborted = "(group world, ranks [0]): the NCCL communicator was aborted: " + culprit
@@ -271,11 +267,10 @@ def test_a_stuck_operation_times_out_names_op_and_ranks_and_aborts(fake_cudart, 
     assert "DESTROYED False" in out  # an aborted communicator is not destroyed again
 
 
-def test_an_async_nccl_error_aborts_with_ncclls_message(fake_cudart, fake_nccl):
-    out = run(
+def test_an_async_nccl_error_aborts_with_ncclls_message(run_nccl):
+    out = run_nccl(
         """
-        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                  world_size=1, timeout=30.0)
+        join(timeout=30.0)
         x = gpu([1, 2])
         pscore.all_reduce(x, async_op=True).wait(timeout=10)
         cuda.set_stuck(True)
@@ -291,8 +286,6 @@ def test_an_async_nccl_error_aborts_with_ncclls_message(fake_cudart, fake_nccl):
             print("LATER", type(e).__name__, e)
         print("ABORTED", nccl_log().count("ncclCommAbort"))
         """,
-        fake_cudart,
-        fake_nccl,
     )
     message = "rank 0: NCCL reported an asynchronous error (group world): remote process exited"
     aborted = "(group world, ranks [0]): the NCCL communicator was aborted: " + message
@@ -301,11 +294,10 @@ def test_an_async_nccl_error_aborts_with_ncclls_message(fake_cudart, fake_nccl):
     assert "ABORTED 1" in out
 
 
-def test_a_failed_join_is_raised_again_not_retried(fake_cudart, fake_nccl):
-    out = run(
+def test_a_failed_join_is_raised_again_not_retried(run_nccl):
+    out = run_nccl(
         """
-        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                  world_size=1)
+        join()
         for _ in range(2):
             try:
                 pscore.all_reduce(gpu([1.0]))
@@ -313,8 +305,6 @@ def test_a_failed_join_is_raised_again_not_retried(fake_cudart, fake_nccl):
                 print("ERROR", e)
         print("JOINS", sum(line.startswith("ncclCommInitRank") for line in nccl_log()))
         """,
-        fake_cudart,
-        fake_nccl,
         FAKE_NCCL_INIT_ERROR="2",
     )
     failed = "ERROR rank 0: ncclCommInitRank (group world, 1 ranks, cuda:0): unhandled system error"
