@@ -25,11 +25,13 @@ __all__ = [
     "HELPERS_DIR",
     "PACKAGE_ROOT",
     "FakeCudaBuffer",
+    "FakeNccl",
     "FakeRuntime",
     "caller_stream",
     "compile_fake",
     "compile_library",
     "fake_cudart",
+    "read_log",
     "run_code",
     "run_python",
     "use_fake_runtime",
@@ -110,10 +112,7 @@ class FakeRuntime:
 
     def log(self) -> list[str]:
         """Every call since the last reset, one line each."""
-        size = self.lib.fake_cudart_read_log(None, 0)
-        out = ctypes.create_string_buffer(size + 1)
-        self.lib.fake_cudart_read_log(out, size + 1)
-        return out.value.decode().splitlines()
+        return read_log(self.lib.fake_cudart_read_log)
 
     def calls(self, name: str | None = None) -> list[tuple[str, dict[str, int]]]:
         """The log parsed: (entry point, {field: integer}), only `name`'s when given."""
@@ -138,6 +137,33 @@ class FakeRuntime:
     def fail(self, name: str | None, status: int = 700) -> None:
         """Entry point `name` returns `status` from now on (None: nothing fails)."""
         self.lib.fake_cudart_fail(name.encode() if name else None, status)
+
+
+class FakeNccl:
+    """The fake NCCL's test switches (tests/fakes/fake_nccl.c), through the handle the core
+    loaded."""
+
+    def __init__(self, path: str):
+        self.lib = ctypes.CDLL(path)
+        self.lib.fake_nccl_read_log.restype = ctypes.c_size_t
+        self.lib.fake_nccl_read_log.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.fake_nccl_set_async_error.argtypes = [ctypes.c_int]
+
+    def log(self) -> list[str]:
+        """Every call since the last reset, one line each."""
+        return read_log(self.lib.fake_nccl_read_log)
+
+    def set_async_error(self, code: int) -> None:
+        """ncclCommGetAsyncError reports `code` from now on."""
+        self.lib.fake_nccl_set_async_error(code)
+
+
+def read_log(read_function) -> list[str]:
+    """A fake's call log, through its read_log(out, capacity) export (tests/fakes/fake_log.h)."""
+    size = read_function(None, 0)
+    out = ctypes.create_string_buffer(size + 1)
+    read_function(out, size + 1)
+    return out.value.decode().splitlines()
 
 
 class FakeCudaBuffer:

@@ -23,20 +23,16 @@ PRELUDE = textwrap.dedent(
     import ctypes, os, warnings
     import numpy as np
     import pscore
-    from fake_cuda import FakeCudaBuffer, FakeRuntime, caller_stream
+    from fake_cuda import FakeCudaBuffer, FakeNccl, FakeRuntime, caller_stream
 
     cuda = FakeRuntime(os.environ["PSCORE_CUDART_LIBRARY"])
     cuda.lib.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
 
-    def fake_nccl():
-        lib = ctypes.CDLL(os.environ["PSCORE_NCCL_LIBRARY"])  # the handle the core loaded
-        lib.fake_nccl_read_log.restype = ctypes.c_size_t
-        return lib
+    def fake_nccl():  # its switches, through the handle the core loaded
+        return FakeNccl(os.environ["PSCORE_NCCL_LIBRARY"])
 
     def nccl_log():
-        out = ctypes.create_string_buffer(1 << 16)
-        fake_nccl().fake_nccl_read_log(out, 1 << 16)
-        return out.value.decode().splitlines()
+        return fake_nccl().log()
 
     def gpu(values, dtype=np.float32):
         return FakeCudaBuffer(np.array(values, dtype=dtype))
@@ -275,7 +271,7 @@ def test_an_async_nccl_error_aborts_with_ncclls_message(run_nccl):
         pscore.all_reduce(x, async_op=True).wait(timeout=10)
         cuda.set_stuck(True)
         work = pscore.all_reduce(x, async_op=True)
-        fake_nccl().fake_nccl_set_async_error(6)
+        fake_nccl().set_async_error(6)
         try:
             work.wait(timeout=60)
         except pscore.Error as e:
@@ -314,10 +310,10 @@ def test_a_failed_join_is_raised_again_not_retried(run_nccl):
 
 
 RANK = """
-import ctypes, os, sys
+import os, sys
 import numpy as np
 import pscore
-from fake_cuda import FakeCudaBuffer
+from fake_cuda import FakeCudaBuffer, FakeNccl
 from pscore.store import TCPStore
 
 rank = int(sys.argv[1])
@@ -329,11 +325,7 @@ try:  # the first CUDA operation is a send/recv: the pair's communicator is made
 except pscore.Error as e:
     print("P2P", e)
 comm = g.nccl.communicator(0)
-nccl = ctypes.CDLL(os.environ["PSCORE_NCCL_LIBRARY"])
-nccl.fake_nccl_read_log.restype = ctypes.c_size_t
-log = ctypes.create_string_buffer(1 << 16)
-nccl.fake_nccl_read_log(log, 1 << 16)
-for line in log.value.decode().splitlines():
+for line in FakeNccl(os.environ["PSCORE_NCCL_LIBRARY"]).log():
     print("LOG", line)
 x = FakeCudaBuffer(np.ones(4 + 4 * rank, np.float32))  # ranks disagree on the size
 try:
