@@ -53,6 +53,20 @@ void CudaRuntime::check(CudaStatus status, const std::string& what) const {
               std::to_string(status) + ")");
 }
 
+CudaDeviceScope::CudaDeviceScope(const CudaRuntime& cuda, int device, const std::string& what)
+    : cuda_(cuda) {
+  const std::string prefix = what.empty() ? "" : what + ": ";
+  int current = 0;
+  cuda.check(cuda.cudaGetDevice(&current), prefix + "cudaGetDevice");
+  if (current == device) return;
+  cuda.check(cuda.cudaSetDevice(device), prefix + "cudaSetDevice(" + std::to_string(device) + ")");
+  previous_ = current;
+}
+
+CudaDeviceScope::~CudaDeviceScope() {
+  if (previous_ >= 0) cuda_.cudaSetDevice(previous_);
+}
+
 void set_cuda_runtime_candidates(std::vector<std::string> paths) {
   std::lock_guard<std::mutex> lock(loading);
   candidates = std::move(paths);
