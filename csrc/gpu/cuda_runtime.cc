@@ -1,25 +1,11 @@
 #include "gpu/cuda_runtime.h"
 
-#include <atomic>
-#include <memory>
-#include <mutex>
-
 #include "common/error.h"
 #include "gpu/dynamic_library.h"
 
 namespace pscore::gpu {
 
 namespace {
-
-struct Loaded {
-  DynamicLibrary library;
-  CudaRuntime api;
-};
-
-std::mutex loading;
-std::vector<std::string> candidates = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
-std::unique_ptr<Loaded> loaded;           // guarded by `loading`; never freed once set
-std::atomic<const CudaRuntime*> ready{};  // loaded->api once loaded: the lock-free fast path
 
 CudaRuntime bind(const DynamicLibrary& lib) {
   CudaRuntime api;
@@ -43,6 +29,9 @@ CudaRuntime bind(const DynamicLibrary& lib) {
   bind_symbol(lib, api.cudaGetErrorString, "cudaGetErrorString");
   return api;
 }
+
+LazyLibrary<CudaRuntime> library("the CUDA runtime (libcudart)",
+                                 {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}, bind);
 
 }  // namespace
 
@@ -68,20 +57,9 @@ CudaDeviceScope::~CudaDeviceScope() {
 }
 
 void set_cuda_runtime_candidates(std::vector<std::string> paths) {
-  std::lock_guard<std::mutex> lock(loading);
-  candidates = std::move(paths);
+  library.set_candidates(std::move(paths));
 }
 
-const CudaRuntime& cuda_runtime() {
-  if (const CudaRuntime* api = ready.load(std::memory_order_acquire)) return *api;
-  std::lock_guard<std::mutex> lock(loading);
-  if (!loaded) {
-    auto library = DynamicLibrary::open_first(candidates, "the CUDA runtime (libcudart)");
-    CudaRuntime api = bind(library);
-    loaded.reset(new Loaded{std::move(library), std::move(api)});
-    ready.store(&loaded->api, std::memory_order_release);
-  }
-  return loaded->api;
-}
+const CudaRuntime& cuda_runtime() { return library.get(); }
 
 }  // namespace pscore::gpu
