@@ -1,25 +1,11 @@
 #include "gpu/cuda_runtime.h"
 
-#include <atomic>
-#include <memory>
-#include <mutex>
-
 #include "common/error.h"
 #include "gpu/dynamic_library.h"
 
 namespace pscore::gpu {
 
 namespace {
-
-struct Loaded {
-  DynamicLibrary library;
-  CudaRuntime api;
-};
-
-std::mutex loading;
-std::vector<std::string> candidates = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
-std::unique_ptr<Loaded> loaded;           // guarded by `loading`; never freed once set
-std::atomic<const CudaRuntime*> ready{};  // loaded->api once loaded: the lock-free fast path
 
 CudaRuntime bind(const DynamicLibrary& lib) {
   CudaRuntime api;
@@ -44,6 +30,9 @@ CudaRuntime bind(const DynamicLibrary& lib) {
   return api;
 }
 
+LazyLibrary<CudaRuntime> library("the CUDA runtime (libcudart)",
+                                 {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}, bind);
+
 }  // namespace
 
 void CudaRuntime::check(CudaStatus status, const std::string& what) const {
@@ -53,21 +42,24 @@ void CudaRuntime::check(CudaStatus status, const std::string& what) const {
               std::to_string(status) + ")");
 }
 
-void set_cuda_runtime_candidates(std::vector<std::string> paths) {
-  std::lock_guard<std::mutex> lock(loading);
-  candidates = std::move(paths);
+CudaDeviceScope::CudaDeviceScope(const CudaRuntime& cuda, int device, const std::string& what)
+    : cuda_(cuda) {
+  const std::string prefix = what.empty() ? "" : what + ": ";
+  int current = 0;
+  cuda.check(cuda.cudaGetDevice(&current), prefix + "cudaGetDevice");
+  if (current == device) return;
+  cuda.check(cuda.cudaSetDevice(device), prefix + "cudaSetDevice(" + std::to_string(device) + ")");
+  previous_ = current;
 }
 
-const CudaRuntime& cuda_runtime() {
-  if (const CudaRuntime* api = ready.load(std::memory_order_acquire)) return *api;
-  std::lock_guard<std::mutex> lock(loading);
-  if (!loaded) {
-    auto library = DynamicLibrary::open_first(candidates, "the CUDA runtime (libcudart)");
-    CudaRuntime api = bind(library);
-    loaded.reset(new Loaded{std::move(library), std::move(api)});
-    ready.store(&loaded->api, std::memory_order_release);
-  }
-  return loaded->api;
+CudaDeviceScope::~CudaDeviceScope() {
+  if (previous_ >= 0) cuda_.cudaSetDevice(previous_);
 }
+
+void set_cuda_runtime_candidates(std::vector<std::string> paths) {
+  library.set_candidates(std::move(paths));
+}
+
+const CudaRuntime& cuda_runtime() { return library.get(); }
 
 }  // namespace pscore::gpu

@@ -46,6 +46,21 @@ struct CudaRuntime {
   void check(CudaStatus status, const std::string& what) const;
 };
 
+// Makes `device` current on this thread for one scope, then restores the caller's device (torch
+// keeps its own notion of the current device in the runtime's). Errors start with `what` (none
+// when empty).
+class CudaDeviceScope {
+ public:
+  CudaDeviceScope(const CudaRuntime& cuda, int device, const std::string& what);
+  ~CudaDeviceScope();
+  CudaDeviceScope(const CudaDeviceScope&) = delete;
+  CudaDeviceScope& operator=(const CudaDeviceScope&) = delete;
+
+ private:
+  const CudaRuntime& cuda_;
+  int previous_ = -1;  // the caller's device when it was another; -1: nothing to restore
+};
+
 // Where the runtime may be loaded from, in order (paths or sonames); Python sets them
 // (pscore/cuda_libraries.py) before the first load. Default: the system's libcudart.so.13/.12.
 void set_cuda_runtime_candidates(std::vector<std::string> candidates);

@@ -1,8 +1,5 @@
 #include "gpu/nccl.h"
 
-#include <atomic>
-#include <memory>
-#include <mutex>
 #include <stdexcept>
 
 #include "common/error.h"
@@ -11,16 +8,6 @@
 namespace pscore::gpu {
 
 namespace {
-
-struct Loaded {
-  DynamicLibrary library;
-  Nccl api;
-};
-
-std::mutex loading;
-std::vector<std::string> candidates = {"libnccl.so.2", "libnccl.so"};
-std::unique_ptr<Loaded> loaded;    // guarded by `loading`; never freed once set
-std::atomic<const Nccl*> ready{};  // loaded->api once loaded: the lock-free fast path
 
 // ncclDataType_t and ncclRedOp_t codes of NCCL's public API.
 constexpr NcclDataType kNcclInt8 = 0, kNcclUint8 = 1, kNcclInt32 = 2, kNcclInt64 = 4,
@@ -50,6 +37,8 @@ Nccl bind(const DynamicLibrary& lib) {
   api.check(api.ncclGetVersion(&api.version_code), "ncclGetVersion");
   return api;
 }
+
+LazyLibrary<Nccl> library("NCCL (libnccl)", {"libnccl.so.2", "libnccl.so"}, bind);
 
 }  // namespace
 
@@ -118,20 +107,9 @@ NcclRedOp Nccl::op(ReduceOp op, const std::string& what) const {
 }
 
 void set_nccl_candidates(std::vector<std::string> paths) {
-  std::lock_guard<std::mutex> lock(loading);
-  candidates = std::move(paths);
+  library.set_candidates(std::move(paths));
 }
 
-const Nccl& nccl() {
-  if (const Nccl* api = ready.load(std::memory_order_acquire)) return *api;
-  std::lock_guard<std::mutex> lock(loading);
-  if (!loaded) {
-    auto library = DynamicLibrary::open_first(candidates, "NCCL (libnccl)");
-    Nccl api = bind(library);
-    loaded.reset(new Loaded{std::move(library), std::move(api)});
-    ready.store(&loaded->api, std::memory_order_release);
-  }
-  return loaded->api;
-}
+const Nccl& nccl() { return library.get(); }
 
 }  // namespace pscore::gpu

@@ -12,21 +12,6 @@ namespace pscore::gpu {
 
 namespace {
 
-// Makes `device` current on this thread for one scope, then restores the caller's device (torch
-// keeps its own notion of the current device in the runtime's).
-class DeviceScope {
- public:
-  DeviceScope(const CudaRuntime& cuda, int device) : cuda_(cuda) {
-    cuda.check(cuda.cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) cuda.check(cuda.cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { cuda_.cudaSetDevice(previous_); }
-
- private:
-  const CudaRuntime& cuda_;
-  int previous_ = 0;
-};
-
 // Runs calls between ncclGroupStart and ncclGroupEnd, ending the group also when one throws.
 void grouped(const Nccl& nccl, const std::string& what, const std::function<void()>& calls) {
   nccl.check(nccl.ncclGroupStart(), what + ": ncclGroupStart");
@@ -111,11 +96,11 @@ NcclCommunicator::NcclCommunicator(const NcclOptions& options, const std::string
   std::memcpy(id.internal, unique_id.data(), kNcclUniqueIdBytes);
   const auto& nccl = gpu::nccl();
   {
-    DeviceScope scope(cuda_runtime(), options.device);
-    nccl.check(nccl.ncclCommInitRank(&comm_, options.size, id, options.rank),
-               "rank " + std::to_string(named_rank()) + ": ncclCommInitRank (group " +
-                   options.group + ", " + std::to_string(options.size) +
-                   " ranks, cuda:" + std::to_string(options.device) + ")");
+    const std::string what = "rank " + std::to_string(named_rank()) + ": ncclCommInitRank (group " +
+                             options.group + ", " + std::to_string(options.size) +
+                             " ranks, cuda:" + std::to_string(options.device) + ")";
+    CudaDeviceScope scope(cuda_runtime(), options.device, what);
+    nccl.check(nccl.ncclCommInitRank(&comm_, options.size, id, options.rank), what);
   }
   watchdog_ = std::thread([this] { watchdog(); });
 }
@@ -172,7 +157,7 @@ NcclCommunicator::WorkPtr NcclCommunicator::enqueue(const char* kind, const View
   const auto& cuda = cuda_runtime();
   auto stream = reinterpret_cast<CudaStream>(buffers.empty() ? 0 : buffers.front().stream);
   try {
-    DeviceScope scope(cuda, options_.device);
+    CudaDeviceScope scope(cuda, options_.device, "");  // the catch below names the operation
     body(nccl(), stream);
     CudaEvent event = nullptr;
     cuda.check(cuda.cudaEventCreateWithFlags(&event, kEventDisableTiming), "cudaEventCreate");

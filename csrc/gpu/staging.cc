@@ -62,20 +62,12 @@ StagedOp::StagedOp(PinnedPool& pool, const BufferView& first, std::string what, 
       what_(std::move(what)),
       timeout_ms_(timeout_ms),
       device_(first.device_index),
-      stream_(reinterpret_cast<CudaStream>(first.stream)) {
-  int current = 0;
-  cuda_.check(cuda_.cudaGetDevice(&current), what_ + ": cudaGetDevice");
-  if (current != device_) {
-    cuda_.check(cuda_.cudaSetDevice(device_),
-                what_ + ": cudaSetDevice(" + std::to_string(device_) + ")");
-    previous_device_ = current;
-  }
-}
+      stream_(reinterpret_cast<CudaStream>(first.stream)),
+      device_scope_(cuda_, device_, what_) {}
 
 StagedOp::~StagedOp() {
   for (PinnedPool::Block* block : leased_) pool_.release(block, stream_, device_);
   for (CudaEvent event : events_) cuda_.cudaEventDestroy(event);  // CUDA lets a pending one go
-  if (previous_device_ >= 0) cuda_.cudaSetDevice(previous_device_);
 }
 
 PinnedPool::Block* StagedOp::lease(size_t bytes) {

@@ -72,7 +72,7 @@ class StagedOp {
   int64_t timeout_ms_;
   int device_;
   CudaStream stream_;
-  int previous_device_ = -1;  // restored by the destructor
+  CudaDeviceScope device_scope_;  // the caller's device comes back after the destructor's body
   std::vector<PinnedPool::Block*> leased_;
   std::vector<Staged> staged_;
   std::vector<CudaEvent> events_;

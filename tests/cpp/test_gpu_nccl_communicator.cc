@@ -1,7 +1,6 @@
 // The NCCL communicator over the fakes of tests/fakes/ (a host-memory CUDA runtime and a one-rank
 // NCCL, built by tests/cpp/CMakeLists.txt): operations on the buffer's stream, the watchdog's
 // timeout and async-error aborts, and enqueues racing the watchdog (run under the sanitizers).
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -10,17 +9,11 @@
 #include <vector>
 
 #include "common/error.h"
+#include "fake_gpu.h"
 #include "gpu/nccl_communicator.h"
 
 namespace pscore::gpu {
 namespace {
-
-// A fake's test switch, through the handle the core loaded (dlopen of the same path).
-template <typename Fn>
-Fn* fake_switch(const char* path, const char* name) {
-  void* lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-  return lib ? reinterpret_cast<Fn*>(dlsym(lib, name)) : nullptr;
-}
 
 class NcclCommunicatorTest : public ::testing::Test {
  protected:
@@ -55,14 +48,7 @@ class NcclCommunicatorTest : public ::testing::Test {
     return std::make_unique<NcclCommunicator>(o, NcclCommunicator::unique_id());
   }
   static BufferView on_gpu(std::vector<float>& values, uintptr_t stream = 7) {
-    BufferView b;
-    b.data = values.data();
-    b.numel = values.size();
-    b.nbytes = values.size() * sizeof(float);
-    b.dtype = DType::kFloat32;
-    b.device = DeviceType::kCuda;
-    b.stream = stream;
-    return b;
+    return cuda_view(values, stream);
   }
 };
 

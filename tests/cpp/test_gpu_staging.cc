@@ -3,7 +3,6 @@
 // on the caller's stream, blocks reused only once no copy uses them, CUDA errors and stuck
 // streams named by the operation, mixed devices refused. The fake runs a queued copy only when
 // the host waits for it, so a missing wait shows as a wrong value.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "fake_gpu.h"
 #include "gpu/staging.h"
 
 namespace pscore::gpu {
@@ -27,11 +27,10 @@ struct Fake {
   Fake() {
     set_cuda_runtime_candidates({PSCORE_FAKE_CUDART});
     cuda_runtime();
-    void* lib = dlopen(PSCORE_FAKE_CUDART, RTLD_NOW);
-    read_log = reinterpret_cast<decltype(read_log)>(dlsym(lib, "fake_cudart_read_log"));
-    reset = reinterpret_cast<decltype(reset)>(dlsym(lib, "fake_cudart_reset"));
-    set_stuck = reinterpret_cast<decltype(set_stuck)>(dlsym(lib, "fake_cudart_set_stuck"));
-    fail = reinterpret_cast<decltype(fail)>(dlsym(lib, "fake_cudart_fail"));
+    read_log = fake_switch<size_t(char*, size_t)>(PSCORE_FAKE_CUDART, "fake_cudart_read_log");
+    reset = fake_switch<void()>(PSCORE_FAKE_CUDART, "fake_cudart_reset");
+    set_stuck = fake_switch<void(int)>(PSCORE_FAKE_CUDART, "fake_cudart_set_stuck");
+    fail = fake_switch<void(const char*, int)>(PSCORE_FAKE_CUDART, "fake_cudart_fail");
   }
 
   // The calls logged since the last reset whose line starts with `prefix`.
@@ -55,19 +54,6 @@ Fake& fake() {
   f->fail(nullptr, 0);
   set_staging_chunk_bytes(64);
   return *f;
-}
-
-BufferView cuda_view(std::vector<float>& v, uintptr_t stream, int device = 0) {
-  BufferView b;
-  b.data = v.data();
-  b.nbytes = v.size() * sizeof(float);
-  b.numel = v.size();
-  b.dtype = DType::kFloat32;
-  b.device = DeviceType::kCuda;
-  b.device_index = device;
-  b.stream = stream;
-  b.shape = {static_cast<int64_t>(v.size())};
-  return b;
 }
 
 void synchronize() { cuda_runtime().cudaStreamSynchronize(nullptr); }

@@ -21,11 +21,12 @@
  * Freeing pinned memory a queued copy still uses is logged as "VIOLATION ..." and refused. */
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_log.h"
 
 typedef int cudaError_t;
 typedef void* cudaStream_t;
@@ -65,11 +66,7 @@ static char fail_name[64];
 static cudaError_t fail_status;
 static Op* queue_head;
 static Op* queue_tail;
-static char* log_text;
-static size_t log_size, log_capacity;
 static __thread int current_device;
-
-#define U(p) ((unsigned long long)(uintptr_t)(p)) /* pointers are logged as decimal integers */
 
 static void init_locked(void) {
   if (initialized) return;
@@ -85,28 +82,6 @@ static void init_locked(void) {
     fail_name[eq - fail] = '\0';
     fail_status = atoi(eq + 1);
   }
-}
-
-static void log_line_locked(const char* format, ...) {
-  char line[256];
-  va_list args;
-  va_start(args, format);
-  int n = vsnprintf(line, sizeof line - 1, format, args);
-  va_end(args);
-  if (n < 0) return;
-  if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
-  line[n++] = '\n';
-  if (log_size + (size_t)n + 1 > log_capacity) {
-    size_t capacity = log_capacity ? log_capacity * 2 : 4096;
-    while (capacity < log_size + (size_t)n + 1) capacity *= 2;
-    char* grown = realloc(log_text, capacity);
-    if (!grown) return;
-    log_text = grown;
-    log_capacity = capacity;
-  }
-  memcpy(log_text + log_size, line, (size_t)n);
-  log_size += (size_t)n;
-  log_text[log_size] = '\0';
 }
 
 /* Takes the lock, logs the call and returns the injected failure for `name` (or success). */
@@ -342,19 +317,13 @@ void fake_cudart_fail(const char* name, int status) {
 
 size_t fake_cudart_read_log(char* out, size_t capacity) {
   pthread_mutex_lock(&lock);
-  size_t size = log_size;
-  if (out && capacity > 0) {
-    size_t n = size < capacity - 1 ? size : capacity - 1;
-    if (n) memcpy(out, log_text, n);
-    out[n] = '\0';
-  }
+  size_t size = log_read_locked(out, capacity);
   pthread_mutex_unlock(&lock);
   return size;
 }
 
 void fake_cudart_reset(void) {
   pthread_mutex_lock(&lock);
-  log_size = 0;
-  if (log_text) log_text[0] = '\0';
+  log_clear_locked();
   pthread_mutex_unlock(&lock);
 }

@@ -21,12 +21,13 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "fake_log.h"
 
 typedef int ncclResult_t;
 typedef int ncclDataType_t;
@@ -57,12 +58,8 @@ static ncclResult_t async_error;
 static ncclResult_t init_error;
 static int group_depth;
 static unsigned long long ids_made;
-static char* log_text;
-static size_t log_size, log_capacity;
 typedef int (*MemcpyAsync)(void*, const void*, size_t, int, cudaStream_t);
 static MemcpyAsync memcpy_async;
-
-#define U(p) ((unsigned long long)(uintptr_t)(p))
 
 static void init_locked(void) {
   if (initialized) return;
@@ -77,28 +74,6 @@ static void init_locked(void) {
   if (!cudart) cudart = getenv("PSCORE_CUDART_LIBRARY");
   void* runtime = cudart ? dlopen(cudart, RTLD_NOW | RTLD_LOCAL) : NULL;
   if (runtime) memcpy_async = (MemcpyAsync)dlsym(runtime, "cudaMemcpyAsync");
-}
-
-static void log_line_locked(const char* format, ...) {
-  char line[512];
-  va_list args;
-  va_start(args, format);
-  int n = vsnprintf(line, sizeof line - 1, format, args);
-  va_end(args);
-  if (n < 0) return;
-  if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
-  line[n++] = '\n';
-  if (log_size + (size_t)n + 1 > log_capacity) {
-    size_t capacity = log_capacity ? log_capacity * 2 : 4096;
-    while (capacity < log_size + (size_t)n + 1) capacity *= 2;
-    char* grown = realloc(log_text, capacity);
-    if (!grown) return;
-    log_text = grown;
-    log_capacity = capacity;
-  }
-  memcpy(log_text + log_size, line, (size_t)n);
-  log_size += (size_t)n;
-  log_text[log_size] = '\0';
 }
 
 #define ENTER(...)           \
@@ -290,19 +265,13 @@ void fake_nccl_set_async_error(int code) {
 
 size_t fake_nccl_read_log(char* out, size_t capacity) {
   pthread_mutex_lock(&lock);
-  size_t size = log_size;
-  if (out && capacity > 0) {
-    size_t n = size < capacity - 1 ? size : capacity - 1;
-    if (n) memcpy(out, log_text, n);
-    out[n] = '\0';
-  }
+  size_t size = log_read_locked(out, capacity);
   pthread_mutex_unlock(&lock);
   return size;
 }
 
 void fake_nccl_reset(void) {
   pthread_mutex_lock(&lock);
-  log_size = 0;
-  if (log_text) log_text[0] = '\0';
+  log_clear_locked();
   pthread_mutex_unlock(&lock);
 }

@@ -1,14 +1,24 @@
-"""Runs a function on N real processes that form a pscore group over loopback."""
+"""Runs a function on N real processes that form a pscore group over loopback, or a script on
+N fresh interpreters that meet at one store."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import traceback
+from pathlib import Path
 
+import pscore
 from pscore.store import TCPStore
 
+__all__ = ["run_rank_scripts", "run_ranks"]
+
 _ctx = mp.get_context("fork")
+_PYTHONPATH = os.pathsep.join(
+    [os.path.dirname(os.path.dirname(pscore.__file__)), str(Path(__file__).resolve().parent)]
+)
 
 
 def _entry(fn, rank, world, port, transport, timeout, env, queue, args):
@@ -66,3 +76,31 @@ def run_ranks(
             "\n".join(f"rank {r} failed:\n{tb}" for r, tb in sorted(errors.items()))
         )
     return results
+
+
+def run_rank_scripts(code: str, world: int, timeout: float, **env) -> list[str]:
+    """Runs `python -c code RANK PORT` for each rank on fresh interpreters that can import
+    pscore and these helpers (`env` added to the environment), with a TCPStore server at PORT;
+    returns each rank's output (stdout and stderr), asserting that every rank exited 0."""
+    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=timeout)
+    environ = {**os.environ, "PYTHONPATH": _PYTHONPATH, **env}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(rank), str(server.port)],
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(world)
+    ]
+    try:
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+    return outs

@@ -25,10 +25,14 @@ __all__ = [
     "HELPERS_DIR",
     "PACKAGE_ROOT",
     "FakeCudaBuffer",
+    "FakeNccl",
     "FakeRuntime",
     "caller_stream",
     "compile_fake",
+    "compile_library",
     "fake_cudart",
+    "read_log",
+    "run_code",
     "run_python",
     "use_fake_runtime",
 ]
@@ -39,17 +43,22 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(pscore.__file__))
 DLPACK_CUDA = 2
 
 
-def compile_fake(source: str, out_dir: str | os.PathLike) -> str:
-    """tests/fakes/<source> built with `cc -shared -fPIC` into out_dir; the library's path."""
+def compile_library(source: str | os.PathLike, out_dir: str | os.PathLike) -> str:
+    """The C file `source` built with `cc -shared -fPIC` into out_dir/lib<stem>.so; its path."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip(f"no C compiler (cc) to build tests/fakes/{source}")
+        pytest.skip(f"no C compiler (cc) to build {source}")
     out = os.path.join(out_dir, "lib" + Path(source).stem + ".so")
-    cmd = [cc, "-shared", "-fPIC", "-O1", "-o", out, str(FAKES_DIR / source), "-lpthread"]
+    cmd = [cc, "-shared", "-fPIC", "-O1", "-o", out, str(source), "-lpthread"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr}")
     return out
+
+
+def compile_fake(source: str, out_dir: str | os.PathLike) -> str:
+    """tests/fakes/<source> built by compile_library."""
+    return compile_library(FAKES_DIR / source, out_dir)
 
 
 @pytest.fixture(scope="session")
@@ -58,21 +67,25 @@ def fake_cudart(tmp_path_factory) -> str:
     return compile_fake("fake_cudart.c", tmp_path_factory.mktemp("fake_cudart"))
 
 
-def run_python(
-    code: str, fake_path: str, timeout: float = 120, **env
-) -> subprocess.CompletedProcess:
-    """Runs `code` in a fresh interpreter that loads the fake runtime (PSCORE_CUDART_LIBRARY)
-    and can import pscore and this helper."""
+def run_code(code: str, timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter that can import pscore and this helper, with `env`
+    added to this process's environment."""
     path = os.pathsep.join([PACKAGE_ROOT, HELPERS_DIR])
-    environ = {**os.environ, "PYTHONPATH": path, "PSCORE_CUDART_LIBRARY": fake_path, **env}
     return subprocess.run(
         [sys.executable, "-c", code],
-        env=environ,
+        env={**os.environ, "PYTHONPATH": path, **env},
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
+
+
+def run_python(
+    code: str, fake_path: str, timeout: float = 120, **env
+) -> subprocess.CompletedProcess:
+    """run_code with the fake runtime as the CUDA runtime (PSCORE_CUDART_LIBRARY)."""
+    return run_code(code, timeout, PSCORE_CUDART_LIBRARY=fake_path, **env)
 
 
 def use_fake_runtime(fake_path: str) -> FakeRuntime:
@@ -99,10 +112,7 @@ class FakeRuntime:
 
     def log(self) -> list[str]:
         """Every call since the last reset, one line each."""
-        size = self.lib.fake_cudart_read_log(None, 0)
-        out = ctypes.create_string_buffer(size + 1)
-        self.lib.fake_cudart_read_log(out, size + 1)
-        return out.value.decode().splitlines()
+        return read_log(self.lib.fake_cudart_read_log)
 
     def calls(self, name: str | None = None) -> list[tuple[str, dict[str, int]]]:
         """The log parsed: (entry point, {field: integer}), only `name`'s when given."""
@@ -127,6 +137,33 @@ class FakeRuntime:
     def fail(self, name: str | None, status: int = 700) -> None:
         """Entry point `name` returns `status` from now on (None: nothing fails)."""
         self.lib.fake_cudart_fail(name.encode() if name else None, status)
+
+
+class FakeNccl:
+    """The fake NCCL's test switches (tests/fakes/fake_nccl.c), through the handle the core
+    loaded."""
+
+    def __init__(self, path: str):
+        self.lib = ctypes.CDLL(path)
+        self.lib.fake_nccl_read_log.restype = ctypes.c_size_t
+        self.lib.fake_nccl_read_log.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.fake_nccl_set_async_error.argtypes = [ctypes.c_int]
+
+    def log(self) -> list[str]:
+        """Every call since the last reset, one line each."""
+        return read_log(self.lib.fake_nccl_read_log)
+
+    def set_async_error(self, code: int) -> None:
+        """ncclCommGetAsyncError reports `code` from now on."""
+        self.lib.fake_nccl_set_async_error(code)
+
+
+def read_log(read_function) -> list[str]:
+    """A fake's call log, through its read_log(out, capacity) export (tests/fakes/fake_log.h)."""
+    size = read_function(None, 0)
+    out = ctypes.create_string_buffer(size + 1)
+    read_function(out, size + 1)
+    return out.value.decode().splitlines()
 
 
 class FakeCudaBuffer:

@@ -4,26 +4,9 @@ the runtime once."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from fake_cuda import run_code
 
-import pscore
 from pscore import cuda_libraries
-
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(pscore.__file__))
-
-
-def _run(code: str, **env) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "PYTHONPATH": PACKAGE_ROOT, **env}
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_explicit_path_is_the_only_candidate(monkeypatch):
@@ -44,7 +27,7 @@ def test_default_candidates_end_with_the_system_sonames(monkeypatch):
 
 
 def test_import_loads_no_gpu_library():
-    result = _run(
+    result = run_code(
         "import pscore, pscore.torch_backend\n"
         "maps = open('/proc/self/maps').read()\n"
         "assert 'libcudart' not in maps and 'libnccl' not in maps, 'loaded at import'\n"
@@ -53,7 +36,7 @@ def test_import_loads_no_gpu_library():
 
 
 def test_missing_runtime_names_every_candidate():
-    result = _run(
+    result = run_code(
         "import pscore\n"
         "from pscore import _C, cuda_libraries\n"
         "cuda_libraries.register_candidates()\n"

@@ -7,44 +7,39 @@ and auto's fallback. Each case runs in a subprocess: a process loads each librar
 # ruff: noqa: F811 - the fixture fake_cudart, imported, is a test argument
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from dist_helpers import run_rank_scripts
 from fake_cuda import (  # noqa: F401 - fake_cudart is a fixture
-    HELPERS_DIR,
-    PACKAGE_ROOT,
     compile_fake,
+    compile_library,
     fake_cudart,
     run_python,
 )
-
-from pscore.store import TCPStore
 
 PRELUDE = textwrap.dedent(
     """
     import ctypes, os, warnings
     import numpy as np
     import pscore
-    from fake_cuda import FakeCudaBuffer, FakeRuntime, caller_stream
+    from fake_cuda import FakeCudaBuffer, FakeNccl, FakeRuntime, caller_stream
 
     cuda = FakeRuntime(os.environ["PSCORE_CUDART_LIBRARY"])
     cuda.lib.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
 
-    def fake_nccl():
-        lib = ctypes.CDLL(os.environ["PSCORE_NCCL_LIBRARY"])  # the handle the core loaded
-        lib.fake_nccl_read_log.restype = ctypes.c_size_t
-        return lib
+    def fake_nccl():  # its switches, through the handle the core loaded
+        return FakeNccl(os.environ["PSCORE_NCCL_LIBRARY"])
 
     def nccl_log():
-        out = ctypes.create_string_buffer(1 << 16)
-        fake_nccl().fake_nccl_read_log(out, 1 << 16)
-        return out.value.decode().splitlines()
+        return fake_nccl().log()
 
     def gpu(values, dtype=np.float32):
         return FakeCudaBuffer(np.array(values, dtype=dtype))
+
+    def join(backend="nccl", **options):  # the default group: this one rank
+        return pscore.init_process_group(backend, init_method="tcp://127.0.0.1:0", rank=0,
+                                         world_size=1, **options)
     """
 )
 
@@ -62,13 +57,18 @@ def run(code: str, cudart: str, nccl: str, timeout: float = 60, **env) -> str:
     return result.stdout
 
 
+@pytest.fixture
+def run_nccl(fake_cudart, fake_nccl):
+    """run() over the fake runtime and the fake NCCL."""
+    return lambda code, **env: run(code, fake_cudart, fake_nccl, **env)
+
+
 def test_nccl_backend_without_nccl_says_what_was_tried_and_how_to_get_it(fake_cudart, tmp_path):
     missing = str(tmp_path / "libnccl.so.2")
     out = run(
         """
         try:
-            pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                      world_size=1)
+            join()
         except pscore.Error as e:
             print("ERROR", e)
         """,
@@ -83,8 +83,7 @@ def test_nccl_backend_without_nccl_says_what_was_tried_and_how_to_get_it(fake_cu
 def test_a_library_without_the_symbols_is_named(fake_cudart, tmp_path):
     source = tmp_path / "partial.c"
     source.write_text("int ncclGetVersion(int* v) { *v = 22105; return 0; }\n")
-    lib = str(tmp_path / "libpartial.so")
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, str(source)], check=True, timeout=60)
+    lib = compile_library(source, tmp_path)
     out = run(
         """
         from pscore import _C, cuda_libraries
@@ -105,8 +104,7 @@ def test_auto_without_nccl_warns_once_and_keeps_cpu_tensors_working(fake_cudart,
         """
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            g = pscore.init_process_group("auto", init_method="tcp://127.0.0.1:0", rank=0,
-                                          world_size=1)
+            g = join("auto")
             sub = pscore.new_group([0])
         print("WARNINGS", len(caught), caught[0].category.__name__, caught[0].message)
         print("NCCL", g.nccl, sub.nccl)
@@ -122,11 +120,10 @@ def test_auto_without_nccl_warns_once_and_keeps_cpu_tensors_working(fake_cudart,
     assert "CPU [1.0, 1.0, 1.0]" in out
 
 
-def test_every_collective_on_cuda_buffers_of_one_rank(fake_cudart, fake_nccl):
-    out = run(
+def test_every_collective_on_cuda_buffers_of_one_rank(run_nccl):
+    out = run_nccl(
         """
-        g = pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                      world_size=1)
+        g = join()
         with caller_stream(42):
             x = gpu([1, 2, 3, 4])
             pscore.all_reduce(x, op="avg")
@@ -162,8 +159,6 @@ def test_every_collective_on_cuda_buffers_of_one_rank(fake_cudart, fake_nccl):
         pscore.destroy_process_group()
         print("LAST", nccl_log()[-1])
         """,
-        fake_cudart,
-        fake_nccl,
     )
     assert f"VALUES {[[1.0, 2.0, 3.0, 4.0]] * 8}" in out
     assert "WORK True True True" in out
@@ -177,11 +172,10 @@ def test_every_collective_on_cuda_buffers_of_one_rank(fake_cudart, fake_nccl):
     assert "LAST ncclCommDestroy" in out
 
 
-def test_an_operation_sees_work_queued_before_it_on_the_callers_stream(fake_cudart, fake_nccl):
-    out = run(
+def test_an_operation_sees_work_queued_before_it_on_the_callers_stream(run_nccl):
+    out = run_nccl(
         """
-        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                  world_size=1)
+        join()
         src = np.array([5, 6, 7], np.float32)
         x, out = gpu([0, 0, 0]), gpu([0, 0, 0])
         cuda.lib.cudaMemcpyAsync.argtypes = [ctypes.c_void_p] * 2 + [
@@ -198,19 +192,16 @@ def test_an_operation_sees_work_queued_before_it_on_the_callers_stream(fake_cuda
         work.wait(timeout=10)
         print("AFTER", out.array.tolist())
         """,
-        fake_cudart,
-        fake_nccl,
     )
     assert "BEFORE [0.0, 0.0, 0.0]" in out  # returned once enqueued
     assert "WAITS [9]" in out
     assert "AFTER [5.0, 6.0, 7.0]" in out
 
 
-def test_what_nccl_cannot_do_is_a_clear_error(fake_cudart, fake_nccl):
-    out = run(
+def test_what_nccl_cannot_do_is_a_clear_error(run_nccl):
+    out = run_nccl(
         """
-        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                  world_size=1)
+        join()
         x = gpu([1, 2], np.int32)
         for name, call in [
             ("band", lambda: pscore.all_reduce(x, op="band")),
@@ -226,8 +217,6 @@ def test_what_nccl_cannot_do_is_a_clear_error(fake_cudart, fake_nccl):
             except ValueError as e:
                 print(name, "ValueError", e)
         """,
-        fake_cudart,
-        fake_nccl,
         FAKE_NCCL_VERSION="2805",  # 2.8.5 (codes before 2.9): before avg and bfloat16
     )
     assert "band ValueError allreduce: NCCL has no band reduction" in out
@@ -241,12 +230,11 @@ def test_what_nccl_cannot_do_is_a_clear_error(fake_cudart, fake_nccl):
     assert mixed in out
 
 
-def test_a_stuck_operation_times_out_names_op_and_ranks_and_aborts(fake_cudart, fake_nccl):
-    out = run(
+def test_a_stuck_operation_times_out_names_op_and_ranks_and_aborts(run_nccl):
+    out = run_nccl(
         """
         import time
-        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                  world_size=1, timeout=1.0)
+        join(timeout=1.0)
         x = gpu([1, 2])
         pscore.all_reduce(x, async_op=True).wait(timeout=10)
         cuda.set_stuck(True)  # nothing queued from now on completes
@@ -266,8 +254,6 @@ def test_a_stuck_operation_times_out_names_op_and_ranks_and_aborts(fake_cudart, 
         pscore.destroy_process_group()
         print("DESTROYED", "ncclCommDestroy" in nccl_log())
         """,
-        fake_cudart,
-        fake_nccl,
     )
     culprit = "rank 0: nccl allreduce #2 (group world, ranks [0]) timed out after 1000 ms"
     aborted = "(group world, ranks [0]): the NCCL communicator was aborted: " + culprit
@@ -277,16 +263,15 @@ def test_a_stuck_operation_times_out_names_op_and_ranks_and_aborts(fake_cudart, 
     assert "DESTROYED False" in out  # an aborted communicator is not destroyed again
 
 
-def test_an_async_nccl_error_aborts_with_ncclls_message(fake_cudart, fake_nccl):
-    out = run(
+def test_an_async_nccl_error_aborts_with_ncclls_message(run_nccl):
+    out = run_nccl(
         """
-        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                  world_size=1, timeout=30.0)
+        join(timeout=30.0)
         x = gpu([1, 2])
         pscore.all_reduce(x, async_op=True).wait(timeout=10)
         cuda.set_stuck(True)
         work = pscore.all_reduce(x, async_op=True)
-        fake_nccl().fake_nccl_set_async_error(6)
+        fake_nccl().set_async_error(6)
         try:
             work.wait(timeout=60)
         except pscore.Error as e:
@@ -297,8 +282,6 @@ def test_an_async_nccl_error_aborts_with_ncclls_message(fake_cudart, fake_nccl):
             print("LATER", type(e).__name__, e)
         print("ABORTED", nccl_log().count("ncclCommAbort"))
         """,
-        fake_cudart,
-        fake_nccl,
     )
     message = "rank 0: NCCL reported an asynchronous error (group world): remote process exited"
     aborted = "(group world, ranks [0]): the NCCL communicator was aborted: " + message
@@ -307,11 +290,10 @@ def test_an_async_nccl_error_aborts_with_ncclls_message(fake_cudart, fake_nccl):
     assert "ABORTED 1" in out
 
 
-def test_a_failed_join_is_raised_again_not_retried(fake_cudart, fake_nccl):
-    out = run(
+def test_a_failed_join_is_raised_again_not_retried(run_nccl):
+    out = run_nccl(
         """
-        pscore.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0,
-                                  world_size=1)
+        join()
         for _ in range(2):
             try:
                 pscore.all_reduce(gpu([1.0]))
@@ -319,8 +301,6 @@ def test_a_failed_join_is_raised_again_not_retried(fake_cudart, fake_nccl):
                 print("ERROR", e)
         print("JOINS", sum(line.startswith("ncclCommInitRank") for line in nccl_log()))
         """,
-        fake_cudart,
-        fake_nccl,
         FAKE_NCCL_INIT_ERROR="2",
     )
     failed = "ERROR rank 0: ncclCommInitRank (group world, 1 ranks, cuda:0): unhandled system error"
@@ -330,10 +310,10 @@ def test_a_failed_join_is_raised_again_not_retried(fake_cudart, fake_nccl):
 
 
 RANK = """
-import ctypes, os, sys
+import os, sys
 import numpy as np
 import pscore
-from fake_cuda import FakeCudaBuffer
+from fake_cuda import FakeCudaBuffer, FakeNccl
 from pscore.store import TCPStore
 
 rank = int(sys.argv[1])
@@ -345,11 +325,7 @@ try:  # the first CUDA operation is a send/recv: the pair's communicator is made
 except pscore.Error as e:
     print("P2P", e)
 comm = g.nccl.communicator(0)
-nccl = ctypes.CDLL(os.environ["PSCORE_NCCL_LIBRARY"])
-nccl.fake_nccl_read_log.restype = ctypes.c_size_t
-log = ctypes.create_string_buffer(1 << 16)
-nccl.fake_nccl_read_log(log, 1 << 16)
-for line in log.value.decode().splitlines():
+for line in FakeNccl(os.environ["PSCORE_NCCL_LIBRARY"]).log():
     print("LOG", line)
 x = FakeCudaBuffer(np.ones(4 + 4 * rank, np.float32))  # ranks disagree on the size
 try:
@@ -360,26 +336,9 @@ except ValueError as e:
 
 
 def test_the_unique_id_travels_through_the_store_and_headers_are_compared(fake_cudart, fake_nccl):
-    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=30)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, HELPERS_DIR]),
-        "PSCORE_CUDART_LIBRARY": fake_cudart,
-        "PSCORE_NCCL_LIBRARY": fake_nccl,
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", RANK, str(r), str(server.port)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out
+    outs = run_rank_scripts(
+        RANK, 2, 120, PSCORE_CUDART_LIBRARY=fake_cudart, PSCORE_NCCL_LIBRARY=fake_nccl
+    )
     inits = [[line for line in out.splitlines() if "ncclCommInitRank" in line] for out in outs]
     pair_id, group_id = (line.split("id=")[1] for line in inits[0])
     assert pair_id != group_id

@@ -4,15 +4,12 @@ multi-rank NCCL where there are two GPUs or more."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from dist_helpers import run_rank_scripts
 
 import pscore
-from pscore.store import TCPStore
 
 torch = pytest.importorskip("torch")
 
@@ -23,7 +20,6 @@ pytestmark = [
 needs_two_gpus = pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"
 )
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(pscore.__file__))
 SLEEP_CYCLES = 4_000_000_000  # torch.cuda._sleep: a few seconds of GPU clock cycles
 
 
@@ -193,18 +189,6 @@ RANK = textwrap.dedent(
 
 @needs_two_gpus
 def test_two_ranks_on_two_gpus():
-    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=60)
-    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", RANK, str(r), str(server.port)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    for r, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"OK {r}" in out, out
+    outs = run_rank_scripts(RANK, 2, 300)
+    for r, out in enumerate(outs):
+        assert f"OK {r}" in out, out

@@ -4,7 +4,7 @@ ranks; `group` defaults to the world. With `async_op=True` a call returns a Work
 otherwise None when it has finished. CUDA tensors go to the group's NCCL communicator on a group
 with NCCL (backends "nccl" and "auto"; nccl_link.py), where a call returns once enqueued on the
 caller's stream, as torch's NCCL backend does; elsewhere the core stages them through pinned
-host memory (csrc/gpu/staging.h; docs/gpu_staged.md)."""
+host memory (csrc/gpu/staging.h; docs/gpu.md)."""
 
 from __future__ import annotations
 

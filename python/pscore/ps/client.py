@@ -56,7 +56,7 @@ class PSClient:
     with no launcher; -1, read-only, for TF's ps and evaluator tasks). Arrays are numpy
     arrays or CPU torch tensors, read and written in place (float32 values, int64 ids; other
     float/int inputs are converted), or CUDA tensors, staged through pinned host memory (such a
-    call completes before it returns; docs/gpu_staged.md). ``timeout``: a shard that does not
+    call completes before it returns; docs/gpu.md). ``timeout``: a shard that does not
     answer a request within it fails the request with a TimeoutError naming the shard.
     ``retry_timeout``: how long a request keeps reconnecting to a shard that went away
     (restarted with --recover) before it raises NetworkError; retried pushes are applied once.
