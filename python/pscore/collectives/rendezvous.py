@@ -104,8 +104,13 @@ def wait_until_done(store, world: int, timeout: float, who: str) -> None:
 def _try_shm(store, rank, world, job_id, timeout):
     """Returns a connected ShmTransport, or None when some rank could not map the segments."""
     try:
-        ring_bytes = _config.SHM_RING_BYTES.get()
-        t = _C.ShmTransport(rank, world, job_id, ring_bytes=ring_bytes)
+        t = _C.ShmTransport(
+            rank,
+            world,
+            job_id,
+            ring_bytes=_config.SHM_RING_BYTES.get(),
+            single_copy_bytes=_config.SHM_SINGLE_COPY_BYTES.get(),
+        )
         mine = f"{t.segment_name}|{t.token}"
     except Exception:  # noqa: BLE001 - /dev/shm unusable: fall back, but every rank must vote
         t, mine = None, "-"
