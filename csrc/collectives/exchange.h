@@ -50,8 +50,8 @@ class Exchange {
     size_t nbytes;
     ReduceOp op;
     bool reduce;
-    MessageHeader header;  // outgoing, or the one received
-    size_t done = 0;       // bytes of header + payload + padding (or address) moved so far
+    MessageHeader header;      // outgoing, or the one received
+    size_t done = 0;           // bytes of header + payload + padding (or address) moved so far
     bool single_copy = false;  // the payload travels as its address (kSingleCopyFlag)
     uint64_t address = 0;      // receiver: where the payload lies in the sender's memory
     uint64_t ticket = 0;       // sender: the acknowledgement count that releases the buffer

@@ -33,7 +33,7 @@ struct MessageHeader {
   uint32_t magic = kMessageMagic;
   uint8_t op = 0;
   uint8_t dtype = 0;
-  uint16_t flags = 0;  // kSingleCopyFlag
+  uint16_t flags = 0;   // kSingleCopyFlag
   uint64_t seq = 0;     // the group's operation counter (p2p: the pair's message counter)
   uint64_t nbytes = 0;  // payload bytes, before padding to 8
   uint32_t tag = 0;

@@ -384,7 +384,7 @@ class ShmTransport(Transport):
         job_id: str = "pscore",
         ring_bytes: typing.SupportsInt | typing.SupportsIndex = 4194304,
         p2p_ring_bytes: typing.SupportsInt | typing.SupportsIndex = 1048576,
-        single_copy_bytes: typing.SupportsInt | typing.SupportsIndex = 65536,
+        single_copy_bytes: typing.SupportsInt | typing.SupportsIndex = 1048576,
     ) -> None: ...
     def connect(
         self,

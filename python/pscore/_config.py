@@ -158,7 +158,7 @@ SHM_RING_BYTES = Var(
 SHM_SINGLE_COPY_BYTES = Var(
     "PSCORE_SHM_SINGLE_COPY_BYTES",
     "bytes",
-    64 << 10,
+    1 << 20,
     "collective payloads of at least this size are read straight from the sender's memory"
     " (process_vm_readv) when a probe at connect allows it; 0 turns single copy off",
 )

@@ -218,7 +218,8 @@ int wait_child(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-constexpr size_t kBig = 1 << 20;  // floats: 4 MB, far above the 64 KB default threshold
+constexpr size_t kBig =
+    1 << 20;  // floats: 4 MB, above the 1 MB default threshold, also when halved
 
 // The child's probe is refused: it receives through the rings while its own large sends still
 // travel as addresses that the parent reads; both get exact results.

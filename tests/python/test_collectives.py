@@ -237,7 +237,7 @@ def test_bitwise_reductions(transport):
 
 
 def single_copy_matrix(rank, world):
-    # Below and above the 64 KB single-copy threshold (float32): 1 KB, 64 KB + 4, 1.2 MB.
+    # Below and above a 64 KB single-copy threshold (float32): 1 KB, 64 KB + 4, 1.2 MB.
     for n in (256, 16385, 300_001):
         x = np.arange(n, dtype=np.float32) % 1000 + rank
         pscore.all_reduce(x)
