@@ -289,5 +289,49 @@ TEST(SingleCopyProcesses, SenderThatDiesMidTransferIsANetworkErrorNamingIt) {
   }
 }
 
+// The parent publishes its buffer's address; the child sees it and then, unread, either dies or
+// aborts the group. The parent, waiting for the acknowledgement, gets a NetworkError naming it.
+void receiver_leaves(bool abort, const std::string& expected) {
+  Pipe to_child, to_parent;
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      auto t = connect_pair(1, to_parent, to_child);
+      Channel& ch = t->channel(0, kCollectiveLane);
+      MessageHeader h;
+      const Deadline give_up(20000);
+      while (ch.peek(&h, sizeof h) < sizeof h && !give_up.expired()) std::this_thread::yield();
+      if (abort) {
+        t->abort("stopping");
+        to_child.get();  // stay alive until the parent has seen the abort
+      }
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  auto t = connect_pair(0, to_child, to_parent);
+  ProcessGroup g(t, group_options());
+  std::vector<float> x(kBig, 1.0f);
+  try {
+    g.broadcast(x.data(), x.size(), DType::kFloat32, 0, false);
+    FAIL() << "expected a NetworkError";
+  } catch (const NetworkError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 -> rank 1: broadcast"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+  to_child.put("done");
+  EXPECT_EQ(wait_child(pid), 0);
+}
+
+TEST(SingleCopyProcesses, ReceiverThatDiesBeforeReadingIsANetworkErrorNamingIt) {
+  receiver_leaves(false, "died");
+}
+
+TEST(SingleCopyProcesses, ReceiverThatAbortsBeforeReadingIsANetworkErrorNamingIt) {
+  receiver_leaves(true, "rank 1 left the group: stopping");
+}
+
 }  // namespace
 }  // namespace pscore
