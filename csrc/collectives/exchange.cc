@@ -20,7 +20,7 @@ constexpr size_t kHeaderBytes = sizeof(MessageHeader);
 constexpr size_t kAddressBytes = sizeof(uint64_t);
 // Single-copy reads per step: a receive copies this much before the other items get a turn; a
 // reducing receive stages this much in a cache-sized scratch and folds it in.
-constexpr size_t kDirectReadBytes = 4 << 20;
+constexpr size_t kDirectReadBytes = 16 << 20;  // one call runs at 9 GB/s here, 1 MB calls 7
 constexpr size_t kReduceScratchBytes = 256 << 10;
 constexpr int kWaitSliceMs = 50;  // wake up this often to look for dead peers
 constexpr int64_t kPeerCheckUs = 50000;
