@@ -19,6 +19,11 @@ namespace pscore {
 namespace {
 
 constexpr size_t kHeaderBytes = sizeof(MessageHeader);
+constexpr size_t kAddressBytes = sizeof(uint64_t);
+// Single-copy reads per step: a receive copies this much before the other items get a turn; a
+// reducing receive stages this much in a cache-sized scratch and folds it in.
+constexpr size_t kDirectReadBytes = 16 << 20;  // one call runs at 9 GB/s here, 1 MB calls 7
+constexpr size_t kReduceScratchBytes = 256 << 10;
 constexpr int kWaitSliceMs = 50;  // wake up this often to look for dead peers
 constexpr int64_t kPeerCheckUs = 50000;
 const char kZeros[8] = {0};
@@ -54,8 +59,49 @@ std::string Exchange::describe(const Item& it) const {
          std::to_string(it.peer) + ": " + op_kind_name(ctx_.kind) + " #" + std::to_string(ctx_.seq);
 }
 
+namespace {
+bool overlaps(const char* a, size_t na, const char* b, size_t nb) {
+  return na != 0 && nb != 0 && a < b + nb && b < a + na;
+}
+}  // namespace
+
+// A send whose buffer this exchange also receives into keeps the ring: the receiver must read
+// the bytes as they were when the send was posted.
+void Exchange::choose_single_copy() {
+  for (auto& s : items_) {
+    if (!s.is_send || !transport_.channel(s.peer, ctx_.lane).single_copy(s.nbytes)) continue;
+    bool aliased = false;
+    for (const auto& r : items_)
+      aliased |= !r.is_send && overlaps(s.data, s.nbytes, r.data, r.nbytes);
+    if (aliased) continue;
+    s.single_copy = true;
+    s.header.flags = kSingleCopyFlag;
+  }
+}
+
+// A single-copy send writes [header | address], then holds the buffer until acknowledged.
+bool Exchange::step_send_address(Item& it, Channel& ch) {
+  if (it.done < it.prefix()) {
+    const uint64_t address = reinterpret_cast<uint64_t>(it.data);
+    const char* a = reinterpret_cast<const char*>(&address);
+    size_t k;
+    if (it.done < kHeaderBytes)
+      k = ch.write_some(reinterpret_cast<const char*>(&it.header) + it.done, kHeaderBytes - it.done,
+                        a, kAddressBytes);
+    else
+      k = ch.write_some(a + (it.done - kHeaderBytes), it.prefix() - it.done, nullptr, 0);
+    it.done += k;
+    if (it.done == it.prefix()) it.ticket = ch.publish();
+    return k > 0;
+  }
+  if (ch.acknowledged() < it.ticket) return false;
+  it.done = it.total();
+  return true;
+}
+
 // A send streams [header | payload | padding] through write_some.
 bool Exchange::step_send(Item& it, Channel& ch) {
+  if (it.single_copy) return step_send_address(it, ch);
   size_t pad = padding_for(it.nbytes);
   size_t k;
   if (it.done < kHeaderBytes) {
@@ -91,9 +137,13 @@ bool Exchange::step_recv(Item& it, Channel& ch) {
     sink.direct = reinterpret_cast<char*>(&it.header) + it.done;
     k = ch.read_some(kHeaderBytes - it.done, 1, sink);
     it.done += k;
-    if (it.done == kHeaderBytes) check_header(it);
+    if (it.done == kHeaderBytes) {
+      check_header(it);
+      it.single_copy = (it.header.flags & kSingleCopyFlag) != 0;
+    }
     return k > 0;
   }
+  if (it.single_copy) return step_recv_address(it, ch);
   size_t off = it.done - kHeaderBytes;
   if (off < it.nbytes) {
     Sink sink;
@@ -117,6 +167,34 @@ bool Exchange::step_recv(Item& it, Channel& ch) {
   }
   it.done += k;
   return k > 0;
+}
+
+// A single-copy receive reads the address, copies (or stages and folds) the payload straight from
+// the sender's memory, then acknowledges so the sender may reuse its buffer.
+bool Exchange::step_recv_address(Item& it, Channel& ch) {
+  if (it.done < it.prefix()) {
+    Sink sink;
+    sink.direct = reinterpret_cast<char*>(&it.address) + (it.done - kHeaderBytes);
+    const size_t k = ch.read_some(it.prefix() - it.done, 1, sink);
+    it.done += k;
+    if (it.finished()) ch.acknowledge();
+    return k > 0;
+  }
+  const size_t off = it.done - it.prefix();
+  const uint64_t from = it.address + off;
+  size_t n = std::min(it.nbytes - off, kDirectReadBytes);
+  if (it.reduce) {
+    static thread_local std::vector<char> scratch(kReduceScratchBytes);
+    const size_t esize = dtype_size(ctx_.dtype);
+    n = std::min(n, kReduceScratchBytes);
+    for (size_t got = 0; got < n;) got += ch.read_peer(from + got, scratch.data() + got, n - got);
+    reduce_into(it.data + off, scratch.data(), n / esize, ctx_.dtype, it.op);
+  } else {
+    n = ch.read_peer(from, it.data + off, n);
+  }
+  it.done += n;
+  if (it.finished()) ch.acknowledge();
+  return true;
 }
 
 bool Exchange::step(Item& it) {
@@ -155,7 +233,7 @@ const Exchange::Item* Exchange::waited_item() const {
 
 void Exchange::fail_timeout() {
   const Item* worst = waited_item();
-  size_t moved = worst->done > kHeaderBytes ? worst->done - kHeaderBytes : 0;
+  size_t moved = worst->done > worst->prefix() ? worst->done - worst->prefix() : 0;
   moved = std::min(moved, worst->nbytes);
   throw TimeoutError(describe(*worst) + " timed out after " + std::to_string(ctx_.timeout_ms) +
                      " ms " + (worst->is_send ? "sending " : "waiting for ") +
@@ -167,6 +245,7 @@ void Exchange::run() {
   int64_t idle_since = now_us();
   int64_t last_check = idle_since;
   std::vector<WaitItem> waits;
+  choose_single_copy();
   while (pending_ > 0) {
     bool progressed = false;
     for (auto& it : items_) progressed |= step(it);

@@ -51,16 +51,26 @@ class Exchange {
     size_t nbytes;
     ReduceOp op;
     bool reduce;
-    MessageHeader header;  // outgoing, or the one received
-    size_t done = 0;       // bytes of header + payload + padding moved so far
-    // Bytes this item moves in all: header, payload and padding to 8.
-    size_t total() const { return sizeof(MessageHeader) + nbytes + padding_for(nbytes); }
+    MessageHeader header;      // outgoing, or the one received
+    size_t done = 0;           // bytes of header + payload + padding (or address) moved so far
+    bool single_copy = false;  // the payload travels as its address (kSingleCopyFlag)
+    uint64_t address = 0;      // receiver: where the payload lies in the sender's memory
+    uint64_t ticket = 0;       // sender: the acknowledgement count that releases the buffer
+    // Bytes this item moves in all: header, payload and padding to 8 or the payload's address.
+    size_t total() const {
+      return sizeof(MessageHeader) + nbytes + (single_copy ? 8 : padding_for(nbytes));
+    }
+    size_t prefix() const { return sizeof(MessageHeader) + (single_copy ? 8 : 0); }
     bool finished() const { return done == total(); }
   };
 
   bool step(Item& it);
   bool step_send(Item& it, Channel& ch);
   bool step_recv(Item& it, Channel& ch);
+  bool step_send_address(Item& it, Channel& ch);
+  bool step_recv_address(Item& it, Channel& ch);
+  // Marks the sends whose payload the receiver will read from this rank's memory.
+  void choose_single_copy();
   void check_header(const Item& it) const;
   void check_peers();
   // The peer this rank waits on: the first unfinished receive's, else the first send's.

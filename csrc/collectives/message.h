@@ -25,12 +25,15 @@ enum class OpKind : uint8_t {
 const char* op_kind_name(OpKind k);
 
 constexpr uint32_t kMessageMagic = 0x4d534350;  // "PCSM"
+// The payload stays in the sender's memory: its address (8 bytes) follows the header in place of
+// the bytes and padding, and the receiver reads it through Channel::read_peer.
+constexpr uint16_t kSingleCopyFlag = 1;
 
 struct MessageHeader {
   uint32_t magic = kMessageMagic;
   uint8_t op = 0;
   uint8_t dtype = 0;
-  uint16_t reserved = 0;
+  uint16_t flags = 0;   // kSingleCopyFlag
   uint64_t seq = 0;     // the group's operation counter (p2p: the pair's message counter)
   uint64_t nbytes = 0;  // payload bytes, before padding to 8
   uint32_t tag = 0;

@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+
+#include "common/error.h"
 
 namespace pscore {
 
@@ -25,6 +28,28 @@ class Channel {
   // Copies up to n arrived bytes to dst without consuming them; returns how many. Throws
   // NetworkError when the peer is gone and nothing more will arrive.
   virtual size_t peek(void* dst, size_t n) = 0;
+
+  // Single-copy transfers, where the transport offers them (same host, and the receiver may read
+  // the sender's memory): the sender publishes a payload's address in place of its bytes, the
+  // receiver copies the bytes straight out of the sender's memory, then acknowledges, and only
+  // then may the sender reuse the buffer. Acknowledgements come in publishing order.
+  // Sender: whether a payload of nbytes should travel as an address.
+  virtual bool single_copy(size_t nbytes) const {
+    (void)nbytes;
+    return false;
+  }
+  // Sender: records one more published address; returns the acknowledgement count that means
+  // the receiver has read it.
+  virtual uint64_t publish() { return 0; }
+  // Sender: acknowledgements so far. Throws NetworkError when the peer has left the group.
+  virtual uint64_t acknowledged() const { return 0; }
+  // Receiver: copies up to n bytes at the sender's `address` to dst; returns how many (> 0).
+  virtual size_t read_peer(uint64_t address, void* dst, size_t n) {
+    (void)address, (void)dst, (void)n;
+    throw NetworkError("the peer sent an address, but this channel cannot read its memory");
+  }
+  // Receiver: the last published payload has been read.
+  virtual void acknowledge() {}
 };
 
 }  // namespace pscore

@@ -162,6 +162,13 @@ SHM_RING_BYTES = Var(
     4 << 20,
     "shared-memory ring per peer and collective lane; a multiple of 64",
 )
+SHM_SINGLE_COPY_BYTES = Var(
+    "PSCORE_SHM_SINGLE_COPY_BYTES",
+    "bytes",
+    1 << 20,
+    "collective payloads of at least this size are read straight from the sender's memory"
+    " (process_vm_readv) when a probe at connect allows it; 0 turns single copy off",
+)
 # -- parameter server
 STORE = Var("PSCORE_STORE", "str", None, "store URL where pserver shards publish addresses")
 # -- Trainer roles (pscore-run --workers N --servers M sets them)

@@ -234,3 +234,36 @@ def bitwise_matrix(rank, world):
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_bitwise_reductions(transport):
     assert all(run_ranks(bitwise_matrix, 3, transport=transport, env=MATRIX_ENV).values())
+
+
+def single_copy_matrix(rank, world):
+    # Below and above a 64 KB single-copy threshold (float32): 1 KB, 64 KB + 4, 1.2 MB.
+    for n in (256, 16385, 300_001):
+        x = np.arange(n, dtype=np.float32) % 1000 + rank
+        pscore.all_reduce(x)
+        want = world * (np.arange(n, dtype=np.float32) % 1000) + world * (world - 1) / 2
+        assert np.array_equal(x, want), f"all_reduce n={n}"
+        b = torch.full((n,), float(rank))
+        pscore.broadcast(b, src=world - 1)
+        assert torch.equal(b, torch.full((n,), float(world - 1))), f"broadcast n={n}"
+        mine = torch.arange(n, dtype=torch.int32) + rank
+        outs = [torch.empty(n, dtype=torch.int32) for _ in range(world)]
+        pscore.all_gather(outs, mine)
+        for r in range(world):
+            assert torch.equal(outs[r], torch.arange(n, dtype=torch.int32) + r), f"all_gather {n}"
+        ins = [torch.full((n,), rank * 10 + p, dtype=torch.int32) for p in range(world)]
+        pscore.all_to_all(outs, ins)
+        for p in range(world):
+            assert torch.equal(outs[p], torch.full((n,), p * 10 + rank, dtype=torch.int32))
+        out = torch.empty(n, dtype=torch.int64)
+        pscore.reduce_scatter(out, [torch.full((n,), b * 100 + rank) for b in range(world)])
+        assert torch.equal(out, torch.full((n,), rank * 100 * world + world * (world - 1) // 2))
+    pscore.barrier()
+    return True
+
+
+@pytest.mark.parametrize("single_copy_bytes", ["65536", "0"])
+@pytest.mark.parametrize("world", [2, 3])
+def test_single_copy_shm_is_exact(world, single_copy_bytes):
+    env = {"PSCORE_SHM_SINGLE_COPY_BYTES": single_copy_bytes}
+    assert all(run_ranks(single_copy_matrix, world, transport="shm", env=env).values())

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "transport/shm/cross_memory.h"
 
 namespace pscore {
 
@@ -26,8 +27,13 @@ void throw_if_aborted(const ShmHeader* h, const std::string& peer_name) {
   throw NetworkError(peer_name + " left the group: " + reason);
 }
 
-ShmChannel::ShmChannel(RingView out, RingView in, ShmHeader* peer_header, std::string peer_name)
-    : out_(out), in_(in), peer_(peer_header), peer_name_(std::move(peer_name)) {}
+ShmChannel::ShmChannel(RingView out, RingView in, ShmHeader* peer_header, std::string peer_name,
+                       size_t single_copy_bytes)
+    : out_(out),
+      in_(in),
+      peer_(peer_header),
+      peer_name_(std::move(peer_name)),
+      single_copy_bytes_(single_copy_bytes) {}
 
 void ShmChannel::ring_peer() { ring_doorbell(peer_); }
 
@@ -91,6 +97,28 @@ size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
                          std::memory_order_release);
   ring_peer();
   return k;
+}
+
+// The peer's flag lives in the header of the ring we write to: it vouches for the reader.
+bool ShmChannel::single_copy(size_t nbytes) const {
+  return single_copy_bytes_ != 0 && nbytes >= single_copy_bytes_ &&
+         out_.header->single_copy_ok.load(std::memory_order_acquire) == 1;
+}
+
+uint64_t ShmChannel::acknowledged() const {
+  throw_if_aborted(peer_, peer_name_);
+  return out_.header->acks.load(std::memory_order_acquire);
+}
+
+size_t ShmChannel::read_peer(uint64_t address, void* dst, size_t n) {
+  if (in_.header->single_copy_ok.load(std::memory_order_relaxed) != 1)
+    throw NetworkError(peer_name_ + " sent an address, but this rank never probed its memory");
+  return read_process_memory(peer_->pid, address, dst, n, peer_name_);
+}
+
+void ShmChannel::acknowledge() {
+  in_.header->acks.fetch_add(1, std::memory_order_release);
+  ring_peer();
 }
 
 }  // namespace pscore

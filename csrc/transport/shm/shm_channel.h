@@ -18,10 +18,18 @@ class ShmChannel : public Channel {
  public:
   // `peer_header` is rung after each write and each read (the peer is both our consumer and
   // our producer); writes fail once it has aborted the group. `peer_name` names it in errors.
-  ShmChannel(RingView out, RingView in, ShmHeader* peer_header, std::string peer_name);
+  // Payloads of at least `single_copy_bytes` travel as addresses when the peer has probed that
+  // it may read our memory (0: never).
+  ShmChannel(RingView out, RingView in, ShmHeader* peer_header, std::string peer_name,
+             size_t single_copy_bytes);
   size_t write_some(const void* a, size_t na, const void* b, size_t nb) override;
   size_t read_some(size_t max, size_t granule, const Sink& sink) override;
   size_t peek(void* dst, size_t n) override;
+  bool single_copy(size_t nbytes) const override;
+  uint64_t publish() override { return ++published_; }
+  uint64_t acknowledged() const override;
+  size_t read_peer(uint64_t address, void* dst, size_t n) override;
+  void acknowledge() override;
 
  private:
   size_t pass_on(size_t max, size_t granule, const Sink& sink) const;
@@ -30,6 +38,8 @@ class ShmChannel : public Channel {
   RingView in_;
   ShmHeader* peer_;
   std::string peer_name_;
+  size_t single_copy_bytes_;
+  uint64_t published_ = 0;
 };
 
 // Throws NetworkError naming `peer_name` when the rank owning `h` has aborted the group.

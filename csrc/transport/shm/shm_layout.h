@@ -10,7 +10,7 @@
 
 namespace pscore {
 
-constexpr uint64_t kShmMagic = 0x50534d454d303031ull;  // "PSMEM001"
+constexpr uint64_t kShmMagic = 0x50534d454d303032ull;  // "PSMEM002"
 constexpr size_t kShmReasonBytes = 480;
 
 struct alignas(64) ShmHeader {
@@ -21,6 +21,7 @@ struct alignas(64) ShmHeader {
   int32_t world;
   int32_t pad;
   uint64_t ring_bytes[kNumLanes];
+  uint64_t self_address;  // where the owner maps this header, for peers' cross-memory probes
   alignas(64) std::atomic<uint32_t> doorbell;  // bumped by peers after they write or free space
   alignas(64) std::atomic<uint32_t> sleepers;  // threads of this rank blocked on the doorbell
   alignas(64) std::atomic<uint32_t> aborted;
@@ -30,6 +31,11 @@ struct alignas(64) ShmHeader {
 struct alignas(64) RingHeader {
   alignas(64) std::atomic<uint64_t> head;  // bytes ever written (producer)
   alignas(64) std::atomic<uint64_t> tail;  // bytes ever consumed (consumer)
+  // Single-copy transfers (cross_memory.h): the consumer sets `single_copy_ok` once it has probed
+  // that it may read the producer's memory, and bumps `acks` after reading each payload that
+  // the producer published as an address.
+  alignas(64) std::atomic<uint64_t> acks;
+  std::atomic<uint32_t> single_copy_ok;
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free,

@@ -5,11 +5,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <stdexcept>
 
 #include "common/error.h"
+#include "transport/shm/cross_memory.h"
 
 namespace pscore {
 namespace {
@@ -55,6 +57,7 @@ ShmTransport::ShmTransport(int rank, int size, ShmOptions options)
   h->rank = rank;
   h->world = size;
   for (int l = 0; l < kNumLanes; ++l) h->ring_bytes[l] = rings[l];
+  h->self_address = reinterpret_cast<uint64_t>(h);
   peers_.resize(size);
   pidfds_.assign(size, -1);
   channels_.resize(static_cast<size_t>(size) * kNumLanes);
@@ -79,16 +82,33 @@ void ShmTransport::connect(const std::vector<std::string>& names,
                          " is not the one it published (another host or job?)");
     peers_[p] = std::move(seg);
     pidfds_[p] = pidfd_open(h->pid);
+    if (options_.single_copy_bytes != 0) probe_single_copy(p);
   }
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     for (int lane = 0; lane < kNumLanes; ++lane) {
       RingView out = ring(peers_[p], rank_, lane);
       RingView in = ring(own_, p, lane);
+      // Point-to-point sends stay buffered: one must complete before the peer posts its receive.
+      size_t single_copy = lane == kCollectiveLane ? options_.single_copy_bytes : 0;
       channels_[p * kNumLanes + lane] =
-          std::make_unique<ShmChannel>(out, in, peer_header(p), rank_name(p));
+          std::make_unique<ShmChannel>(out, in, peer_header(p), rank_name(p), single_copy);
     }
   }
+}
+
+// Reads the peer's token out of its own mapping of its header; success tells the peer (through
+// the flag in the ring it writes to us) that its large payloads may travel as addresses.
+void ShmTransport::probe_single_copy(int peer) {
+  const ShmHeader* h = peer_header(peer);
+  if (!can_read_process_memory(h->pid, h->self_address + offsetof(ShmHeader, token), h->token))
+    return;
+  ring(own_, peer, kCollectiveLane).header->single_copy_ok.store(1, std::memory_order_release);
+}
+
+bool ShmTransport::single_copy_from(int peer) const {
+  if (peer == rank_ || !peers_.at(peer).data()) return false;
+  return ring(own_, peer, kCollectiveLane).header->single_copy_ok.load() == 1;
 }
 
 ShmHeader* ShmTransport::peer_header(int peer) const {

@@ -15,6 +15,9 @@ namespace pscore {
 struct ShmOptions {
   uint64_t ring_bytes = 4 << 20;      // collective lane, per peer
   uint64_t p2p_ring_bytes = 1 << 20;  // send/recv lane, per peer
+  // Collective payloads of at least this many bytes are read straight out of the sender's memory
+  // (cross_memory.h) when the receiver's probe at connect allows it; 0 turns that off.
+  uint64_t single_copy_bytes = 1 << 20;
   std::string job_id = "pscore";
 };
 
@@ -31,6 +34,9 @@ class ShmTransport : public Transport {
   void connect(const std::vector<std::string>& names, const std::vector<uint64_t>& tokens);
   // Removes this rank's segment name once every peer has mapped it.
   void unlink() { own_.unlink(); }
+  // Whether this rank reads `peer`'s large collective payloads straight from its memory (the
+  // probe at connect succeeded and single copy is on).
+  bool single_copy_from(int peer) const;
 
   const char* name() const override { return "shm"; }
   int rank() const override { return rank_; }
@@ -46,6 +52,7 @@ class ShmTransport : public Transport {
   ShmHeader* header() const { return static_cast<ShmHeader*>(own_.data()); }
   ShmHeader* peer_header(int peer) const;
   RingView ring(const ShmSegment& seg, int peer, int lane) const;
+  void probe_single_copy(int peer);
 
   int rank_;
   int size_;

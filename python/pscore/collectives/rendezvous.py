@@ -106,8 +106,13 @@ def _try_shm(store, rank, world, job_id, timeout):
     the segments."""
     why = ""
     try:
-        ring_bytes = _config.SHM_RING_BYTES.get()
-        t = _C.ShmTransport(rank, world, job_id, ring_bytes=ring_bytes)
+        t = _C.ShmTransport(
+            rank,
+            world,
+            job_id,
+            ring_bytes=_config.SHM_RING_BYTES.get(),
+            single_copy_bytes=_config.SHM_SINGLE_COPY_BYTES.get(),
+        )
         mine = f"{t.segment_name}|{t.token}"
     except Exception as e:  # noqa: BLE001 - /dev/shm unusable: fall back, but every rank must vote
         t, mine, why = None, "-", str(e)

@@ -1,0 +1,337 @@
+// Single-copy transfers over a real ShmTransport: large collective payloads travel as addresses
+// and the receiver reads them with process_vm_readv. Ranks as threads (every collective, exact
+// results, a threshold of 64 bytes so most messages take the path) and as forked processes (a
+// probe that seccomp refuses falls back to the rings; a sender that dies after publishing its
+// address is a NetworkError naming it).
+#include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/message.h"
+#include "collectives/process_group.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "transport/shm/shm_transport.h"
+
+namespace pscore {
+namespace {
+
+using Groups = std::vector<std::shared_ptr<ProcessGroup>>;
+
+void in_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(n);
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+ShmOptions small_rings(uint64_t single_copy_bytes) {
+  ShmOptions so;
+  so.ring_bytes = 4096;  // a ring-borne message laps it; an address fits at once
+  so.p2p_ring_bytes = 1024;
+  so.single_copy_bytes = single_copy_bytes;
+  return so;
+}
+
+GroupOptions group_options() {
+  GroupOptions o;
+  o.timeout_ms = 20000;
+  o.large_broadcast_bytes = 64;
+  return o;
+}
+
+std::vector<std::shared_ptr<ShmTransport>> connected(int n, const ShmOptions& so) {
+  std::vector<std::shared_ptr<ShmTransport>> s(n);
+  std::vector<std::string> names(n);
+  std::vector<uint64_t> tokens(n);
+  for (int r = 0; r < n; ++r) {
+    s[r] = std::make_shared<ShmTransport>(r, n, so);
+    names[r] = s[r]->segment_name();
+    tokens[r] = s[r]->token();
+  }
+  in_threads(n, [&](int r) { s[r]->connect(names, tokens); });
+  for (auto& t : s) t->unlink();
+  return s;
+}
+
+Groups groups_over(const std::vector<std::shared_ptr<ShmTransport>>& s, size_t small_allreduce) {
+  Groups g;
+  GroupOptions o = group_options();
+  o.small_allreduce_bytes = small_allreduce;
+  for (auto& t : s) g.push_back(std::make_shared<ProcessGroup>(t, o));
+  return g;
+}
+
+// Every collective at sizes below and above the threshold, exact integer results.
+void run_every_collective(const Groups& g, int n, int r) {
+  for (size_t count : {size_t{3}, size_t{16}, size_t{1000}, size_t{70001}}) {
+    std::vector<int32_t> x(count);
+    for (size_t i = 0; i < count; ++i) x[i] = static_cast<int32_t>(i % 1000) + r;
+    g[r]->allreduce(x.data(), count, DType::kInt32, ReduceOp::kSum, false);
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(x[i], n * static_cast<int32_t>(i % 1000) + n * (n - 1) / 2) << count;
+
+    std::vector<int32_t> b(count, r == 1 ? 7 : -1);
+    g[r]->broadcast(b.data(), count, DType::kInt32, 1, false);
+    for (auto v : b) ASSERT_EQ(v, 7);
+
+    std::vector<int32_t> acc(count, r + 1);
+    g[r]->reduce(acc.data(), count, DType::kInt32, ReduceOp::kSum, 0, false);
+    if (r == 0)
+      for (auto v : acc) ASSERT_EQ(v, n * (n + 1) / 2);
+
+    std::vector<int32_t> mine(count, r);
+    std::vector<std::vector<int32_t>> outs(n, std::vector<int32_t>(count, -1));
+    std::vector<void*> ptrs;
+    for (auto& o : outs) ptrs.push_back(o.data());
+    g[r]->allgather(mine.data(), count, DType::kInt32, ptrs, false);
+    for (int p = 0; p < n; ++p)
+      for (auto v : outs[p]) ASSERT_EQ(v, p);
+
+    std::vector<std::vector<int32_t>> blocks(n, std::vector<int32_t>(count));
+    std::vector<const void*> in_ptrs;
+    for (int k = 0; k < n; ++k) {
+      std::fill(blocks[k].begin(), blocks[k].end(), k * 100 + r);
+      in_ptrs.push_back(blocks[k].data());
+    }
+    std::vector<int32_t> red(count);
+    g[r]->reduce_scatter(in_ptrs, red.data(), count, DType::kInt32, ReduceOp::kSum, false);
+    for (auto v : red) ASSERT_EQ(v, r * 100 * n + n * (n - 1) / 2);
+
+    std::vector<size_t> counts(n, count);
+    for (auto& o : outs) std::fill(o.begin(), o.end(), -1);
+    g[r]->all_to_all(in_ptrs, counts, ptrs, counts, DType::kInt32, false);
+    for (int p = 0; p < n; ++p)
+      for (auto v : outs[p]) ASSERT_EQ(v, r * 100 + p);
+  }
+  g[r]->barrier(false);
+}
+
+class SingleCopyTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SingleCopyTest, EveryCollectiveIsExactOverAddresses) {
+  const int n = GetParam();
+  auto s = connected(n, small_rings(64));
+  for (int r = 0; r < n; ++r)
+    for (int p = 0; p < n; ++p) EXPECT_EQ(s[r]->single_copy_from(p), p != r);
+  for (size_t small : {size_t{0}, size_t{1} << 30}) {  // ring allreduce, recursive doubling
+    Groups g = groups_over(s, small);
+    in_threads(n, [&](int r) { run_every_collective(g, n, r); });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, SingleCopyTest, ::testing::Values(2, 3, 4));
+
+TEST(SingleCopy, TurnedOffUsesTheRings) {
+  auto s = connected(2, small_rings(0));
+  EXPECT_FALSE(s[0]->single_copy_from(1));
+  EXPECT_FALSE(s[1]->single_copy_from(0));
+  Groups g = groups_over(s, 0);
+  in_threads(2, [&](int r) { run_every_collective(g, 2, r); });
+}
+
+// Two processes: this one is rank 0, a forked child rank 1; pipes carry segment names.
+struct Pipe {
+  int fd[2] = {-1, -1};
+  Pipe() { EXPECT_EQ(::pipe(fd), 0); }
+  ~Pipe() {
+    for (int f : fd)
+      if (f >= 0) ::close(f);
+  }
+  void put(const std::string& s) const {
+    uint32_t len = static_cast<uint32_t>(s.size());
+    EXPECT_EQ(::write(fd[1], &len, 4), 4);
+    EXPECT_EQ(::write(fd[1], s.data(), len), static_cast<ssize_t>(len));
+  }
+  std::string get() const {
+    uint32_t len = 0;
+    if (::read(fd[0], &len, 4) != 4) return "";
+    std::string s(len, '\0');
+    size_t got = 0;
+    while (got < len) {
+      ssize_t k = ::read(fd[0], s.data() + got, len - got);
+      if (k <= 0) return "";
+      got += static_cast<size_t>(k);
+    }
+    return s;
+  }
+};
+
+// Creates this process's rank, swaps segment names and tokens with the other and connects.
+std::shared_ptr<ShmTransport> connect_pair(int rank, const Pipe& out, const Pipe& in) {
+  auto t = std::make_shared<ShmTransport>(rank, 2, ShmOptions{});
+  out.put(t->segment_name() + "|" + std::to_string(t->token()));
+  std::string other = in.get();
+  size_t bar = other.find('|');
+  if (bar == std::string::npos) throw std::runtime_error("the other process sent no segment");
+  std::vector<std::string> names(2);
+  std::vector<uint64_t> tokens(2);
+  names[rank] = t->segment_name();
+  tokens[rank] = t->token();
+  names[1 - rank] = other.substr(0, bar);
+  tokens[1 - rank] = std::stoull(other.substr(bar + 1));
+  t->connect(names, tokens);
+  out.put("mapped");  // the other may unlink its name only once this rank has mapped it
+  if (in.get() != "mapped") throw std::runtime_error("the other process did not connect");
+  t->unlink();
+  return t;
+}
+
+// Makes process_vm_readv fail with EPERM in this process, as a container's seccomp profile can.
+void forbid_process_vm_readv() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+    ::_exit(3);
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+constexpr size_t kBig =
+    1 << 20;  // floats: 4 MB, above the 1 MB default threshold, also when halved
+
+// The child's probe is refused: it receives through the rings while its own large sends still
+// travel as addresses that the parent reads; both get exact results.
+TEST(SingleCopyProcesses, RefusedProbeFallsBackToTheRings) {
+  Pipe to_child, to_parent;
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    forbid_process_vm_readv();
+    int code = 1;
+    try {
+      auto t = connect_pair(1, to_parent, to_child);
+      ProcessGroup g(t, group_options());
+      std::vector<float> x(kBig, 2.0f);
+      g.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
+      bool exact = true;
+      for (float v : x) exact &= v == 3.0f;
+      code = t->single_copy_from(0) ? 4 : exact ? 0 : 5;
+    } catch (...) {
+      code = 6;
+    }
+    ::_exit(code);
+  }
+  auto t = connect_pair(0, to_child, to_parent);
+  EXPECT_TRUE(t->single_copy_from(1));
+  ProcessGroup g(t, group_options());
+  std::vector<float> x(kBig, 1.0f);
+  g.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], 3.0f) << i;
+  EXPECT_EQ(wait_child(pid), 0);
+}
+
+// The child publishes its buffer's address, then dies before the parent reads it.
+TEST(SingleCopyProcesses, SenderThatDiesMidTransferIsANetworkErrorNamingIt) {
+  Pipe to_child, to_parent;
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      auto t = connect_pair(1, to_parent, to_child);
+      ProcessGroup g(t, group_options());
+      std::vector<float> x(kBig, 5.0f);
+      auto work = g.broadcast(x.data(), x.size(), DType::kFloat32, 1, true);
+      to_child.get();  // the parent has seen the address: die holding the buffer
+      ::_exit(0);
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  auto t = connect_pair(0, to_child, to_parent);
+  ProcessGroup g(t, group_options());
+  // Wait until the header and address lie in the ring, unread.
+  Channel& ch = t->channel(1, kCollectiveLane);
+  MessageHeader h;
+  const Deadline give_up(20000);
+  while (ch.peek(&h, sizeof h) < sizeof h && !give_up.expired()) std::this_thread::yield();
+  ASSERT_EQ(h.flags, kSingleCopyFlag);
+  to_child.put("die");
+  EXPECT_EQ(wait_child(pid), 0);
+  std::vector<float> x(kBig, 0.0f);
+  try {
+    g.broadcast(x.data(), x.size(), DType::kFloat32, 1, false);
+    FAIL() << "expected a NetworkError";
+  } catch (const NetworkError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("broadcast"), std::string::npos) << e.what();
+  }
+}
+
+// The parent publishes its buffer's address; the child sees it and then, unread, either dies or
+// aborts the group. The parent, waiting for the acknowledgement, gets a NetworkError naming it.
+void receiver_leaves(bool abort, const std::string& expected) {
+  Pipe to_child, to_parent;
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      auto t = connect_pair(1, to_parent, to_child);
+      Channel& ch = t->channel(0, kCollectiveLane);
+      MessageHeader h;
+      const Deadline give_up(20000);
+      while (ch.peek(&h, sizeof h) < sizeof h && !give_up.expired()) std::this_thread::yield();
+      if (abort) {
+        t->abort("stopping");
+        to_child.get();  // stay alive until the parent has seen the abort
+      }
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  auto t = connect_pair(0, to_child, to_parent);
+  ProcessGroup g(t, group_options());
+  std::vector<float> x(kBig, 1.0f);
+  try {
+    g.broadcast(x.data(), x.size(), DType::kFloat32, 0, false);
+    FAIL() << "expected a NetworkError";
+  } catch (const NetworkError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 -> rank 1: broadcast"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+  to_child.put("done");
+  EXPECT_EQ(wait_child(pid), 0);
+}
+
+TEST(SingleCopyProcesses, ReceiverThatDiesBeforeReadingIsANetworkErrorNamingIt) {
+  receiver_leaves(false, "died");
+}
+
+TEST(SingleCopyProcesses, ReceiverThatAbortsBeforeReadingIsANetworkErrorNamingIt) {
+  receiver_leaves(true, "rank 1 left the group: stopping");
+}
+
+}  // namespace
+}  // namespace pscore
