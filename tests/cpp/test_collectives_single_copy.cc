@@ -23,28 +23,12 @@
 #include "collectives/process_group.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "in_threads.h"
 #include "transport/shm/shm_transport.h"
-
 namespace pscore {
 namespace {
 
 using Groups = std::vector<std::shared_ptr<ProcessGroup>>;
-
-void in_threads(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(n);
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
 
 ShmOptions small_rings(uint64_t single_copy_bytes) {
   ShmOptions so;

@@ -20,10 +20,13 @@ PYTHON_PATH = os.path.dirname(
 OPTIONS = ["--world", "--transport", "--compare", "--sizes", "--iters", "--rounds", "--json"]
 
 
-def run_bench(*args, timeout=120):
+def run_bench(*args, path=None, timeout=120):
+    """`python -m pscore.bench *args` on the pscore under test; `path`: the children's PATH."""
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([PYTHON_PATH, os.environ.get("PYTHONPATH", "")])
     )
+    if path is not None:
+        env["PATH"] = path
     return subprocess.run(
         [sys.executable, "-m", "pscore.bench", *args],
         env=env,

@@ -11,18 +11,14 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import time
 
 import pytest
+import test_bench_cli
 
 from pscore.bench import collectives, mpi_compare
 
-# The folder holding the pscore under test (python/, or site-packages when installed).
-PYTHON_PATH = os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.abspath(collectives.__file__)))
-)
 HAVE_MPI = shutil.which("mpirun") is not None and importlib.util.find_spec("mpi4py") is not None
 needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs Open MPI's mpirun and mpi4py")
 needs_mpi4py = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="needs mpi4py")
@@ -31,19 +27,7 @@ SMALL = ["--sizes", "4K,64K", "--iters", "5", "--rounds", "2"]
 
 
 def run_bench(*args, path=None, timeout=180):
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([PYTHON_PATH, os.environ.get("PYTHONPATH", "")])
-    )
-    if path is not None:
-        env["PATH"] = path
-    return subprocess.run(
-        [sys.executable, "-m", "pscore.bench", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return test_bench_cli.run_bench(*args, path=path, timeout=timeout)
 
 
 def fake_mpirun(folder, script: str) -> str:
