@@ -57,6 +57,8 @@ step staging_tcp_w2 900 python3 -m pscore.bench staging --world 2 --json "$out/s
 step staging_tcp_w4 900 python3 -m pscore.bench staging --world 4 --json "$out/staging_tcp_w4.json"
 step allreduce_cuda 1800 python3 -m pscore.bench allreduce --device cuda \
   --compare nccl-torch,gloo-torch --json "$out/allreduce_cuda.json"
+step allreduce_cuda_w4 1800 python3 -m pscore.bench allreduce --device cuda --world 4 \
+  --compare gloo-torch --json "$out/allreduce_cuda_w4.json"
 
 python3 - "$out/gpu_check.json" "${steps[*]}" "${failed[*]:-}" <<'PY'
 import json, sys
