@@ -3,6 +3,7 @@ N fresh interpreters that meet at one store."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import subprocess
@@ -22,6 +23,9 @@ _PYTHONPATH = os.pathsep.join(
 
 
 def _entry(fn, rank, world, port, transport, timeout, env, queue, args):
+    # The parent's objects came along with the fork (earlier tests' native groups among them,
+    # whose threads did not): a gc pass in this rank must not run their destructors.
+    gc.freeze()
     os.environ.update(env)
     if transport:
         os.environ["PSCORE_TRANSPORT"] = transport
