@@ -236,6 +236,16 @@ TEST(SingleCopyProcesses, RefusedProbeFallsBackToTheRings) {
   EXPECT_EQ(wait_child(pid), 0);
 }
 
+// The header `peer` has put in this rank's collective ring, once there (unread), or what the
+// ring holds after 20 s.
+MessageHeader header_in_ring(ShmTransport& t, int peer) {
+  Channel& ch = t.channel(peer, kCollectiveLane);
+  MessageHeader h{};
+  const Deadline give_up(20000);
+  while (ch.peek(&h, sizeof h) < sizeof h && !give_up.expired()) std::this_thread::yield();
+  return h;
+}
+
 // The child publishes its buffer's address, then dies before the parent reads it.
 TEST(SingleCopyProcesses, SenderThatDiesMidTransferIsANetworkErrorNamingIt) {
   Pipe to_child, to_parent;
@@ -255,11 +265,7 @@ TEST(SingleCopyProcesses, SenderThatDiesMidTransferIsANetworkErrorNamingIt) {
   }
   auto t = connect_pair(0, to_child, to_parent);
   ProcessGroup g(t, group_options());
-  // Wait until the header and address lie in the ring, unread.
-  Channel& ch = t->channel(1, kCollectiveLane);
-  MessageHeader h;
-  const Deadline give_up(20000);
-  while (ch.peek(&h, sizeof h) < sizeof h && !give_up.expired()) std::this_thread::yield();
+  const MessageHeader h = header_in_ring(*t, 1);  // with the address, unread
   ASSERT_EQ(h.flags, kSingleCopyFlag);
   to_child.put("die");
   EXPECT_EQ(wait_child(pid), 0);
@@ -282,10 +288,7 @@ void receiver_leaves(bool abort, const std::string& expected) {
   if (pid == 0) {
     try {
       auto t = connect_pair(1, to_parent, to_child);
-      Channel& ch = t->channel(0, kCollectiveLane);
-      MessageHeader h;
-      const Deadline give_up(20000);
-      while (ch.peek(&h, sizeof h) < sizeof h && !give_up.expired()) std::this_thread::yield();
+      header_in_ring(*t, 0);
       if (abort) {
         t->abort("stopping");
         to_child.get();  // stay alive until the parent has seen the abort
