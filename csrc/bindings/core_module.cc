@@ -131,17 +131,19 @@ void bind_transports(py::module_& m) {
 
   py::class_<ShmTransport, Transport, std::shared_ptr<ShmTransport>>(m, "ShmTransport")
       .def(py::init([](int rank, int size, const std::string& job_id, uint64_t ring_bytes,
-                       uint64_t p2p_ring_bytes, uint64_t single_copy_bytes) {
+                       uint64_t p2p_ring_bytes, uint64_t single_copy_bytes,
+                       uint64_t single_copy_reduce_bytes) {
              ShmOptions o;
              o.job_id = job_id;
              o.ring_bytes = ring_bytes;
              o.p2p_ring_bytes = p2p_ring_bytes;
-             o.single_copy_bytes = single_copy_bytes;
+             o.single_copy = {single_copy_bytes, single_copy_reduce_bytes};
              return std::make_shared<ShmTransport>(rank, size, o);
            }),
            py::arg("rank"), py::arg("size"), py::arg("job_id") = shm.job_id,
            py::arg("ring_bytes") = shm.ring_bytes, py::arg("p2p_ring_bytes") = shm.p2p_ring_bytes,
-           py::arg("single_copy_bytes") = shm.single_copy_bytes)
+           py::arg("single_copy_bytes") = shm.single_copy.moved,
+           py::arg("single_copy_reduce_bytes") = shm.single_copy.reduced)
       .def("single_copy_from", &ShmTransport::single_copy_from, py::arg("peer"))
       .def_property_readonly("segment_name", &ShmTransport::segment_name)
       .def_property_readonly("token", &ShmTransport::token)

@@ -41,9 +41,11 @@ void broadcast_scatter_allgather(Comm& c, void* buf, size_t count, int root);
 // Binomial-tree reduce into the root's buf; other ranks' buf is left untouched (scratch used).
 void reduce_binomial(Comm& c, void* buf, size_t count, ReduceOp op, int root, void* scratch);
 
-// Ring allgather: outputs[r] (bytes[r] long) holds rank r's block; this rank's block is already
-// in outputs[rank()].
-void allgather_ring(Comm& c, const std::vector<char*>& outputs, const std::vector<size_t>& bytes);
+// Ring allgather: outputs[r] (bytes[r] long) receives rank r's block. This rank's block is
+// `input`, copied into outputs[rank()] while the first step's transfers run; nullptr: it is
+// already there.
+void allgather_ring(Comm& c, const char* input, const std::vector<char*>& outputs,
+                    const std::vector<size_t>& bytes);
 
 // Ring reduce-scatter: inputs[b] are this rank's contributions to block b (counts[b] elements);
 // output receives the reduced block rank(). `scratch` holds sum(counts) elements.

@@ -3,8 +3,10 @@
 namespace pscore {
 
 // Protocol. In step s (0..n-2) rank r forwards block (r - s) to its right neighbour and receives
-// block (r - s - 1) from its left one directly into place; blocks may differ in size.
-void allgather_ring(Comm& c, const std::vector<char*>& outputs, const std::vector<size_t>& bytes) {
+// block (r - s - 1) from its left one directly into place; blocks may differ in size. Step 0
+// sends the own block from `input`, which is copied into place meanwhile.
+void allgather_ring(Comm& c, const char* input, const std::vector<char*>& outputs,
+                    const std::vector<size_t>& bytes) {
   const int n = c.size();
   const int r = c.rank();
   const int right = (r + 1) % n;
@@ -14,7 +16,12 @@ void allgather_ring(Comm& c, const std::vector<char*>& outputs, const std::vecto
     int out = mod(r - s);
     int in = mod(r - s - 1);
     Exchange x = c.exchange();
-    x.send(right, outputs[out], bytes[out]);
+    if (s == 0 && input) {
+      x.send(right, input, bytes[out]);
+      x.copy(outputs[out], input, bytes[out]);
+    } else {
+      x.send(right, outputs[out], bytes[out]);
+    }
     x.recv(left, outputs[in], bytes[in]);
     x.run();
   }

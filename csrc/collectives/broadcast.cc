@@ -56,7 +56,7 @@ void broadcast_scatter_allgather(Comm& c, void* buf, size_t count, int root) {
     outputs[p] = base + b.offset * esize;
     bytes[p] = b.length * esize;
   }
-  allgather_ring(c, outputs, bytes);
+  allgather_ring(c, nullptr, outputs, bytes);
 }
 
 }  // namespace pscore

@@ -25,6 +25,10 @@ constexpr size_t kAddressBytes = sizeof(uint64_t);
 constexpr size_t kDirectReadBytes = 16 << 20;  // one call runs at 9 GB/s here, 1 MB calls 7
 constexpr size_t kReduceScratchBytes = 256 << 10;
 constexpr int kWaitSliceMs = 50;  // wake up this often to look for dead peers
+// A rank waiting on a transfer in flight polls for about as long as the transfer takes before it
+// sleeps: a futex wake-up costs tens of microseconds, a 1 MB single-copy read about 50.
+constexpr size_t kPollBytesPerUs = 2000;  // a slow rate, so the estimate errs long
+constexpr int64_t kMaxTransferPollUs = 2000;
 constexpr int64_t kPeerCheckUs = 50000;
 const char kZeros[8] = {0};
 
@@ -54,6 +58,11 @@ void Exchange::recv_reduce(int peer, void* dst, size_t nbytes, ReduceOp op) {
   ++pending_;
 }
 
+void Exchange::copy(void* dst, const void* src, size_t nbytes) {
+  if (nbytes && dst != src)
+    copies_.push_back(LocalCopy{static_cast<char*>(dst), static_cast<const char*>(src), nbytes});
+}
+
 std::string Exchange::describe(const Item& it) const {
   return "rank " + std::to_string(transport_.rank()) + (it.is_send ? " -> rank " : " <- rank ") +
          std::to_string(it.peer) + ": " + op_kind_name(ctx_.kind) + " #" + std::to_string(ctx_.seq);
@@ -65,11 +74,22 @@ bool overlaps(const char* a, size_t na, const char* b, size_t nb) {
 }
 }  // namespace
 
+void Exchange::run_copies(bool before_sends) {
+  for (const auto& c : copies_) {
+    bool read_by_send = false;
+    for (const auto& s : items_)
+      read_by_send |= s.is_send && overlaps(c.dst, c.nbytes, s.data, s.nbytes);
+    if (read_by_send == before_sends) std::memmove(c.dst, c.src, c.nbytes);
+  }
+}
+
 // A send whose buffer this exchange also receives into keeps the ring: the receiver must read
 // the bytes as they were when the send was posted.
 void Exchange::choose_single_copy() {
+  const bool reduced = reduces(ctx_.kind);
   for (auto& s : items_) {
-    if (!s.is_send || !transport_.channel(s.peer, ctx_.lane).single_copy(s.nbytes)) continue;
+    if (!s.is_send || !transport_.channel(s.peer, ctx_.lane).single_copy(s.nbytes, reduced))
+      continue;
     bool aliased = false;
     for (const auto& r : items_)
       aliased |= !r.is_send && overlaps(s.data, s.nbytes, r.data, r.nbytes);
@@ -241,11 +261,23 @@ void Exchange::fail_timeout() {
                      " moved)");
 }
 
+int64_t Exchange::transfer_poll_us() const {
+  size_t largest = 0;
+  for (const auto& it : items_) largest = std::max(largest, it.nbytes);
+  return std::min(static_cast<int64_t>(largest / kPollBytesPerUs), kMaxTransferPollUs);
+}
+
 void Exchange::run() {
+  choose_single_copy();
+  run_copies(true);
+  for (auto& it : items_) step(it);  // the sends go out (or start) first
+  run_copies(false);
   int64_t idle_since = now_us();
   int64_t last_check = idle_since;
   std::vector<WaitItem> waits;
-  choose_single_copy();
+  const int64_t extra = transfer_poll_us();
+  const int64_t spin_us = ctx_.spin_us ? ctx_.spin_us + extra : 0;
+  const int64_t yield_us = ctx_.yield_us ? ctx_.yield_us + extra : 0;
   while (pending_ > 0) {
     bool progressed = false;
     for (auto& it : items_) progressed |= step(it);
@@ -255,11 +287,11 @@ void Exchange::run() {
       idle_since = now;
       continue;
     }
-    if (now - idle_since < ctx_.spin_us) {
+    if (now - idle_since < spin_us) {
       PSCORE_CPU_RELAX();
       continue;
     }
-    if (now - idle_since < ctx_.yield_us) {
+    if (now - idle_since < yield_us) {
       sched_yield();  // a peer waiting for this core runs now, and no wake-up syscall is needed
       continue;
     }

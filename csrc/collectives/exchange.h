@@ -39,6 +39,9 @@ class Exchange {
   void recv(int peer, void* dst, size_t nbytes);
   // Receives nbytes of ctx.dtype from peer and folds them into dst: dst = dst op incoming.
   void recv_reduce(int peer, void* dst, size_t nbytes, ReduceOp op);
+  // Copies nbytes from src to dst in this process once the sends have gone out, so the copy
+  // overlaps the peers' reads (before them when dst overlaps a send's buffer).
+  void copy(void* dst, const void* src, size_t nbytes);
   // Progresses every posted send and receive until all are complete. Throws TimeoutError or
   // NetworkError naming this rank, the peer, the operation and the byte counts.
   void run();
@@ -64,7 +67,15 @@ class Exchange {
     bool finished() const { return done == total(); }
   };
 
+  struct LocalCopy {
+    char* dst;
+    const char* src;
+    size_t nbytes;
+  };
+
   bool step(Item& it);
+  // Runs the local copies: those whose destination a send reads (`before_sends`) or the others.
+  void run_copies(bool before_sends);
   bool step_send(Item& it, Channel& ch);
   bool step_recv(Item& it, Channel& ch);
   bool step_send_address(Item& it, Channel& ch);
@@ -72,6 +83,9 @@ class Exchange {
   // Marks the sends whose payload the receiver will read from this rank's memory.
   void choose_single_copy();
   void check_header(const Item& it) const;
+  // How much longer than ctx.spin_us / yield_us to poll before sleeping: the largest item's
+  // expected transfer time.
+  int64_t transfer_poll_us() const;
   void check_peers();
   // The peer this rank waits on: the first unfinished receive's, else the first send's.
   const Item* waited_item() const;
@@ -81,6 +95,7 @@ class Exchange {
   Transport& transport_;
   OpContext ctx_;
   std::vector<Item> items_;
+  std::vector<LocalCopy> copies_;
   size_t pending_ = 0;
 };
 

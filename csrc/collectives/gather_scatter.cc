@@ -1,5 +1,3 @@
-#include <cstring>
-
 #include "collectives/algorithms.h"
 
 namespace pscore {
@@ -15,7 +13,7 @@ void gather_direct(Comm& c, const void* input, size_t nbytes, const std::vector<
       if (p == root) continue;
       x.recv(p, outputs[p], nbytes);
     }
-    if (nbytes && outputs[root] != input) std::memmove(outputs[root], input, nbytes);
+    x.copy(outputs[root], input, nbytes);
   }
   x.run();
 }
@@ -31,7 +29,7 @@ void scatter_direct(Comm& c, const std::vector<const char*>& inputs, void* outpu
       if (p == root) continue;
       x.send(p, inputs[p], nbytes);
     }
-    if (nbytes && inputs[root] != output) std::memmove(output, inputs[root], nbytes);
+    x.copy(output, inputs[root], nbytes);
   }
   x.run();
 }

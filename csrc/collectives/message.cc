@@ -4,6 +4,10 @@
 
 namespace pscore {
 
+bool reduces(OpKind k) {
+  return k == OpKind::kAllreduce || k == OpKind::kReduce || k == OpKind::kReduceScatter;
+}
+
 const char* op_kind_name(OpKind k) {
   switch (k) {
     case OpKind::kAllreduce:

@@ -23,6 +23,8 @@ enum class OpKind : uint8_t {
 };
 
 const char* op_kind_name(OpKind k);
+// Whether receivers in an operation of this kind fold what they receive into their buffers.
+bool reduces(OpKind k);
 
 constexpr uint32_t kMessageMagic = 0x4d534350;  // "PCSM"
 // The payload stays in the sender's memory: its address (8 bytes) follows the header in place of

@@ -197,10 +197,13 @@ ProcessGroup::WorkPtr ProcessGroup::allgather(const void* input, size_t count, D
                   size_t nbytes = count * dtype_size(dtype);
                   std::vector<char*> outs(outputs.size());
                   for (size_t i = 0; i < outs.size(); ++i) outs[i] = static_cast<char*>(outputs[i]);
-                  if (nbytes && outs[rank()] != input) std::memmove(outs[rank()], input, nbytes);
-                  if (size() == 1) return;
+                  if (size() == 1) {
+                    if (nbytes && outs[0] != input) std::memmove(outs[0], input, nbytes);
+                    return;
+                  }
                   Comm c{*transport_, ctx};
-                  allgather_ring(c, outs, std::vector<size_t>(size(), nbytes));
+                  allgather_ring(c, static_cast<const char*>(input), outs,
+                                 std::vector<size_t>(size(), nbytes));
                 });
 }
 

@@ -33,9 +33,10 @@ class Channel {
   // the sender's memory): the sender publishes a payload's address in place of its bytes, the
   // receiver copies the bytes straight out of the sender's memory, then acknowledges, and only
   // then may the sender reuse the buffer. Acknowledgements come in publishing order.
-  // Sender: whether a payload of nbytes should travel as an address.
-  virtual bool single_copy(size_t nbytes) const {
-    (void)nbytes;
+  // Sender: whether a payload of nbytes should travel as an address; `reduced`: the receiver
+  // folds it into its buffer rather than copying it.
+  virtual bool single_copy(size_t nbytes, bool reduced) const {
+    (void)nbytes, (void)reduced;
     return false;
   }
   // Sender: records one more published address; returns the acknowledgement count that means

@@ -165,9 +165,17 @@ SHM_RING_BYTES = Var(
 SHM_SINGLE_COPY_BYTES = Var(
     "PSCORE_SHM_SINGLE_COPY_BYTES",
     "bytes",
+    32 << 10,
+    "collective payloads of at least this size that the receiver keeps as they are (broadcast,"
+    " all_gather, all_to_all, gather, scatter) are read straight from the sender's memory"
+    " (process_vm_readv) when a probe at connect allows it; 0 turns that off",
+)
+SHM_SINGLE_COPY_REDUCE_BYTES = Var(
+    "PSCORE_SHM_SINGLE_COPY_REDUCE_BYTES",
+    "bytes",
     1 << 20,
-    "collective payloads of at least this size are read straight from the sender's memory"
-    " (process_vm_readv) when a probe at connect allows it; 0 turns single copy off",
+    "the same for payloads the receiver folds into its buffer (all_reduce, reduce,"
+    " reduce_scatter), which the ring serves faster up to larger sizes; 0 turns that off",
 )
 # -- parameter server
 STORE = Var("PSCORE_STORE", "str", None, "store URL where pserver shards publish addresses")

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/exchange.h"
 #include "collectives/message.h"
 #include "collectives/process_group.h"
 #include "common/clock.h"
@@ -34,7 +35,7 @@ ShmOptions small_rings(uint64_t single_copy_bytes) {
   ShmOptions so;
   so.ring_bytes = 4096;  // a ring-borne message laps it; an address fits at once
   so.p2p_ring_bytes = 1024;
-  so.single_copy_bytes = single_copy_bytes;
+  so.single_copy = {single_copy_bytes, single_copy_bytes};
   return so;
 }
 
@@ -133,6 +134,40 @@ TEST(SingleCopy, TurnedOffUsesTheRings) {
   EXPECT_FALSE(s[1]->single_copy_from(0));
   Groups g = groups_over(s, 0);
   in_threads(2, [&](int r) { run_every_collective(g, 2, r); });
+}
+
+// Reductions and moves have their own thresholds: either one alone is exact.
+TEST(SingleCopy, MovedAndReducedThresholdsApplyApart) {
+  for (SingleCopyBytes t : {SingleCopyBytes{64, 0}, SingleCopyBytes{0, 64}}) {
+    ShmOptions so = small_rings(0);
+    so.single_copy = t;
+    auto s = connected(3, so);
+    Groups g = groups_over(s, 0);
+    in_threads(3, [&](int r) { run_every_collective(g, 3, r); });
+  }
+}
+
+// An exchange's local copy runs after its sends went out, unless a send reads its destination:
+// then before, so the peer gets the copied bytes.
+TEST(SingleCopy, LocalCopyIntoASentBufferRunsBeforeTheSend) {
+  for (uint64_t threshold : {uint64_t{64}, uint64_t{0}}) {
+    auto s = connected(2, small_rings(threshold));
+    const size_t n = 10000;  // laps the 4 KB ring when it travels through it
+    in_threads(2, [&](int r) {
+      OpContext ctx;
+      ctx.kind = OpKind::kAllgather;
+      ctx.deadline = Deadline(20000);
+      Exchange x(*s[r], ctx);
+      std::vector<char> sent(n, 'a'), copied(n, 'b'), got(n, 0), source(n, 'c');
+      x.send(1 - r, sent.data(), n);
+      x.copy(sent.data(), source.data(), n);  // read by the send: copied first
+      x.copy(copied.data(), source.data(), n);
+      x.recv(1 - r, got.data(), n);
+      x.run();
+      EXPECT_EQ(got, source) << threshold;
+      EXPECT_EQ(copied, source) << threshold;
+    });
+  }
 }
 
 // Two processes: this one is rank 0, a forked child rank 1; pipes carry segment names.

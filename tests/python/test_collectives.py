@@ -265,5 +265,8 @@ def single_copy_matrix(rank, world):
 @pytest.mark.parametrize("single_copy_bytes", ["65536", "0"])
 @pytest.mark.parametrize("world", [2, 3])
 def test_single_copy_shm_is_exact(world, single_copy_bytes):
-    env = {"PSCORE_SHM_SINGLE_COPY_BYTES": single_copy_bytes}
+    env = {
+        "PSCORE_SHM_SINGLE_COPY_BYTES": single_copy_bytes,
+        "PSCORE_SHM_SINGLE_COPY_REDUCE_BYTES": single_copy_bytes,
+    }
     assert all(run_ranks(single_copy_matrix, world, transport="shm", env=env).values())

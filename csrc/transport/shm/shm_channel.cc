@@ -28,12 +28,12 @@ void throw_if_aborted(const ShmHeader* h, const std::string& peer_name) {
 }
 
 ShmChannel::ShmChannel(RingView out, RingView in, ShmHeader* peer_header, std::string peer_name,
-                       size_t single_copy_bytes)
+                       SingleCopyBytes single_copy)
     : out_(out),
       in_(in),
       peer_(peer_header),
       peer_name_(std::move(peer_name)),
-      single_copy_bytes_(single_copy_bytes) {}
+      single_copy_(single_copy) {}
 
 void ShmChannel::ring_peer() { ring_doorbell(peer_); }
 
@@ -100,8 +100,9 @@ size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
 }
 
 // The peer's flag lives in the header of the ring we write to: it vouches for the reader.
-bool ShmChannel::single_copy(size_t nbytes) const {
-  return single_copy_bytes_ != 0 && nbytes >= single_copy_bytes_ &&
+bool ShmChannel::single_copy(size_t nbytes, bool reduced) const {
+  const uint64_t threshold = reduced ? single_copy_.reduced : single_copy_.moved;
+  return threshold != 0 && nbytes >= threshold &&
          out_.header->single_copy_ok.load(std::memory_order_acquire) == 1;
 }
 

@@ -14,18 +14,27 @@ struct RingView {
   uint64_t capacity = 0;
 };
 
+// The smallest payloads that travel as addresses (0: none): those the receiver copies as they
+// are, and those it folds into its buffer (a reduction reads them through a cache-sized scratch,
+// so the ring, which it reduces from in place, stays faster up to larger sizes).
+struct SingleCopyBytes {
+  uint64_t moved = 32 << 10;
+  uint64_t reduced = 1 << 20;
+  bool any() const { return moved != 0 || reduced != 0; }
+};
+
 class ShmChannel : public Channel {
  public:
   // `peer_header` is rung after each write and each read (the peer is both our consumer and
   // our producer); writes fail once it has aborted the group. `peer_name` names it in errors.
-  // Payloads of at least `single_copy_bytes` travel as addresses when the peer has probed that
-  // it may read our memory (0: never).
+  // Payloads of at least `single_copy`'s sizes travel as addresses when the peer has probed that
+  // it may read our memory.
   ShmChannel(RingView out, RingView in, ShmHeader* peer_header, std::string peer_name,
-             size_t single_copy_bytes);
+             SingleCopyBytes single_copy);
   size_t write_some(const void* a, size_t na, const void* b, size_t nb) override;
   size_t read_some(size_t max, size_t granule, const Sink& sink) override;
   size_t peek(void* dst, size_t n) override;
-  bool single_copy(size_t nbytes) const override;
+  bool single_copy(size_t nbytes, bool reduced) const override;
   uint64_t publish() override { return ++published_; }
   uint64_t acknowledged() const override;
   size_t read_peer(uint64_t address, void* dst, size_t n) override;
@@ -38,7 +47,7 @@ class ShmChannel : public Channel {
   RingView in_;
   ShmHeader* peer_;
   std::string peer_name_;
-  size_t single_copy_bytes_;
+  SingleCopyBytes single_copy_;
   uint64_t published_ = 0;
 };
 

@@ -82,7 +82,7 @@ void ShmTransport::connect(const std::vector<std::string>& names,
                          " is not the one it published (another host or job?)");
     peers_[p] = std::move(seg);
     pidfds_[p] = pidfd_open(h->pid);
-    if (options_.single_copy_bytes != 0) probe_single_copy(p);
+    if (options_.single_copy.any()) probe_single_copy(p);
   }
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -90,7 +90,8 @@ void ShmTransport::connect(const std::vector<std::string>& names,
       RingView out = ring(peers_[p], rank_, lane);
       RingView in = ring(own_, p, lane);
       // Point-to-point sends stay buffered: one must complete before the peer posts its receive.
-      size_t single_copy = lane == kCollectiveLane ? options_.single_copy_bytes : 0;
+      SingleCopyBytes single_copy =
+          lane == kCollectiveLane ? options_.single_copy : SingleCopyBytes{0, 0};
       channels_[p * kNumLanes + lane] =
           std::make_unique<ShmChannel>(out, in, peer_header(p), rank_name(p), single_copy);
     }

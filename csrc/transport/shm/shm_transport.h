@@ -15,9 +15,9 @@ namespace pscore {
 struct ShmOptions {
   uint64_t ring_bytes = 4 << 20;      // collective lane, per peer
   uint64_t p2p_ring_bytes = 1 << 20;  // send/recv lane, per peer
-  // Collective payloads of at least this many bytes are read straight out of the sender's memory
+  // Collective payloads of at least these sizes are read straight out of the sender's memory
   // (cross_memory.h) when the receiver's probe at connect allows it; 0 turns that off.
-  uint64_t single_copy_bytes = 1 << 20;
+  SingleCopyBytes single_copy;
   std::string job_id = "pscore";
 };
 

@@ -112,6 +112,7 @@ def _try_shm(store, rank, world, job_id, timeout):
             job_id,
             ring_bytes=_config.SHM_RING_BYTES.get(),
             single_copy_bytes=_config.SHM_SINGLE_COPY_BYTES.get(),
+            single_copy_reduce_bytes=_config.SHM_SINGLE_COPY_REDUCE_BYTES.get(),
         )
         mine = f"{t.segment_name}|{t.token}"
     except Exception as e:  # noqa: BLE001 - /dev/shm unusable: fall back, but every rank must vote
