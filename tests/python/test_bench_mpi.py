@@ -16,8 +16,9 @@ import time
 
 import pytest
 import test_bench_cli
+import torch
 
-from pscore.bench import collectives, mpi_compare
+from pscore.bench import buffers, collectives, mpi_compare
 
 HAVE_MPI = shutil.which("mpirun") is not None and importlib.util.find_spec("mpi4py") is not None
 needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs Open MPI's mpirun and mpi4py")
@@ -73,10 +74,13 @@ def test_allreduce_against_open_mpi_over_tcp(tmp_path):
 @needs_mpi
 def test_alltoall_against_gloo_and_open_mpi(tmp_path):
     out = tmp_path / "out.json"
-    result = run_bench("alltoall", "--compare", "gloo,mpi", *SMALL, "--json", str(out))
+    result = run_bench(
+        "alltoall", "--compare", "gloo,mpi", "--buffers", "numpy", *SMALL, "--json", str(out)
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     check_rows(report, ["gloo", "mpi"])
+    assert report["buffers"] == "numpy"
     assert report["mpi"]["btl"] == "vader,self"
     assert "time / gloo" in result.stdout and "time / mpi" in result.stdout
 
@@ -148,13 +152,20 @@ def test_a_hung_mpirun_ends_the_run_within_its_timeout(tmp_path):
 )
 def test_mpirun_command_follows_transport_and_world(world, transport, expected):
     args = argparse.Namespace(
-        collective="allreduce", sizes=[4096], rounds=1, world=world, transport=transport
+        collective="allreduce",
+        sizes=[4096],
+        rounds=1,
+        world=world,
+        transport=transport,
+        buffers="numpy",
     )
     cmd = mpi_compare.mpirun_command(args, 1234, "/tmp/out.json", [5])
     joined = " ".join(cmd)
     assert f"-n {world}" in joined and " ".join(expected) in joined
     assert ("--oversubscribe" in cmd) == (world > len(os.sched_getaffinity(0)))
-    assert json.loads(cmd[-1])["port"] == 1234 and cmd[-3:-1] == ["-m", "pscore.bench.mpi_peer"]
+    config = json.loads(cmd[-1])
+    assert config["port"] == 1234 and cmd[-3:-1] == ["-m", "pscore.bench.mpi_peer"]
+    assert config["buffers"] == "numpy"  # the peer allocates as pscore's ranks do
 
 
 def test_compare_takes_a_list_of_peers():
@@ -163,3 +174,23 @@ def test_compare_takes_a_list_of_peers():
     assert parser.parse_args(["--compare", "none"]).compare == []
     with pytest.raises(SystemExit):
         parser.parse_args(["--compare", "nccl"])
+
+
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+@pytest.mark.parametrize(
+    ("name", "fields"),
+    [
+        ("allreduce", {"x": 1000}),
+        ("allgather", {"part": 500, "out": 1000}),
+        ("reduce_scatter", {"out": 500, "inp": 1000}),
+        ("alltoall", {"inp": 1000, "out": 1000}),
+    ],
+)
+def test_every_library_gets_the_same_operands(kind, name, fields):
+    ones, empty = buffers.allocator(kind)
+    b = buffers.operands(name, 4000, 2, ones, empty)
+    assert {k: len(v) for k, v in vars(b).items()} == fields
+    for k, v in vars(b).items():
+        assert v.dtype == torch.float32 and v.is_contiguous(), k
+    if "x" in fields:
+        assert bool((b.x == 1).all())

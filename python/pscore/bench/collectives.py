@@ -17,6 +17,7 @@ import tempfile
 import time
 
 from . import mpi_compare
+from .buffers import BUFFER_KINDS, allocator, operands
 from .gather import gather_results
 from .report import human_bytes, p50, print_table, write_json
 from .torch_api import TORCH_ROW, init_groups, parse_apis, row_key, torch_calls
@@ -74,30 +75,23 @@ def default_sizes() -> list[int]:
     return [4 << 10 << (2 * i) for i in range(8)]  # 4 KB .. 64 MB, x4 steps
 
 
-def _ops(name, torch, pscore, world, device):
-    """make(nbytes) -> pscore's own call, its buffers built on `device` once per size."""
+def _ops(name, pscore, world, ones, empty):
+    """make(nbytes) -> pscore's own call, its buffers (buffers.py) built once per size."""
 
     def make(nbytes):  # noqa: PLR0911 - one return per operation
-        n = max(1, nbytes // 4)
-        x = torch.ones(n, dtype=torch.float32, device=device)
+        b = operands(name, nbytes, world, ones, empty)
         if name == "allreduce":
-            return lambda: pscore.all_reduce(x)
+            return lambda: pscore.all_reduce(b.x)
         if name == "broadcast":
-            return lambda: pscore.broadcast(x, 0)
+            return lambda: pscore.broadcast(b.x, 0)
         if name == "reduce":
-            return lambda: pscore.reduce(x, 0)
+            return lambda: pscore.reduce(b.x, 0)
         if name == "allgather":
-            part = torch.ones(max(1, n // world), device=device)
-            out = torch.empty(part.numel() * world, device=device)
-            return lambda: pscore.all_gather_into_tensor(out, part)
+            return lambda: pscore.all_gather_into_tensor(b.out, b.part)
         if name == "reduce_scatter":
-            out = torch.empty(max(1, n // world), device=device)
-            inp = torch.ones(out.numel() * world, device=device)
-            return lambda: pscore.reduce_scatter_tensor(out, inp)
+            return lambda: pscore.reduce_scatter_tensor(b.out, b.inp)
         if name == "alltoall":
-            m = max(world, n - n % world)
-            inp, out = torch.ones(m, device=device), torch.empty(m, device=device)
-            return lambda: pscore.all_to_all_single(out, inp)
+            return lambda: pscore.all_to_all_single(b.out, b.inp)
         if name == "barrier":
             return pscore.barrier
         raise ValueError(name)
@@ -149,9 +143,10 @@ def _worker(rank, args, port, dist_file, queue):
     mpi = "mpi" in args.compare and mpi_compare.MpiTurns(
         store, rank, pscore.barrier, args.mpi_timeout
     )
-    makers = {"pscore": _ops(args.collective, torch, pscore, args.world, device)}
+    ones, empty = allocator(args.buffers, device)
+    makers = {"pscore": _ops(args.collective, pscore, args.world, ones, empty)}
     makers.update(
-        (key, torch_calls(args.collective, torch, dist, g, args.world, device))
+        (key, torch_calls(args.collective, dist, g, args.world, ones, empty))
         for key, g in groups.items()
         if g is not None
     )
@@ -244,6 +239,7 @@ def run(args) -> dict:
         "collective": args.collective,
         "world": args.world,
         "device": args.device,
+        "buffers": args.buffers,
         "backend": backend,
         "peer": args.torch_peer,
         "api": list(args.api),
@@ -332,6 +328,13 @@ def parser(name: str) -> argparse.ArgumentParser:
         "ratio; default %(default)s)",
     )
     p.add_argument(
+        "--buffers",
+        choices=BUFFER_KINDS,
+        default="torch",
+        help="whose allocator makes every library's buffers (CPU): torch's, or numpy's, which "
+        "gives large ones transparent huge pages (default %(default)s)",
+    )
+    p.add_argument(
         "--sizes",
         type=parse_sizes,
         default=",".join(human_bytes(n) for n in default_sizes()),
@@ -402,6 +405,8 @@ def main(argv: list[str]) -> int:
             f"{args.rounds}",
         )
     if args.device == "cuda":
+        if args.buffers != "torch":
+            return _fail(args, "--buffers numpy takes CPU buffers; --device cuda uses torch's")
         return _run_cuda(args)
     args.compare = ["gloo"] if args.compare is None else args.compare
     cuda_only = [p for p in args.compare if p not in CPU_PEERS]

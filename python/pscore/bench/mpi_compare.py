@@ -102,6 +102,7 @@ def mpirun_command(args, port: int, out_path: str, iters: list[int]) -> list[str
         "sizes": args.sizes,
         "iters": iters,
         "rounds": args.rounds,
+        "buffers": args.buffers,
         "port": port,
         "out": out_path,
     }

@@ -1,5 +1,6 @@
 """The Open MPI side of `python -m pscore.bench COLLECTIVE --compare mpi`: every rank of the
-`mpirun` job runs this program (mpi4py, numpy float32, the same element counts as pscore's rows).
+`mpirun` job runs this program (mpi4py, float32 buffers from the allocator pscore's ranks use,
+the same element counts as pscore's rows).
 
 Rounds alternate with pscore's through the benchmark's TCPStore: a rank sleeps in a store wait
 until pscore's rank 0 sets the round's go key, times its calls, meets the other ranks in an
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
+from .buffers import allocator, operands
 from .collectives import _time
 from .mpi_compare import done_key, go_key
 
@@ -23,39 +25,33 @@ __all__ = ["main", "run"]
 _GO_TIMEOUT_S = 3600.0
 
 
-def _call(name: str, nbytes: int, comm, mpi, np):  # noqa: PLR0911 - one return per operation
-    """One in-place call of the collective over float32 buffers made once per size."""
-    world, n = comm.Get_size(), max(1, nbytes // 4)
+def _call(name: str, nbytes: int, comm, mpi, buffers: str):  # noqa: PLR0911 - one per operation
+    """One call of the collective over float32 buffers made once per size, as pscore's
+    (buffers.py), seen by mpi4py as numpy arrays; allreduce and reduce's root in place."""
     if name == "barrier":
         return comm.Barrier
+    ones, empty = allocator(buffers)
+    b = operands(
+        name, nbytes, comm.Get_size(), lambda n: ones(n).numpy(), lambda n: empty(n).numpy()
+    )
     if name == "allreduce":
-        x = np.ones(n, np.float32)
-        return lambda: comm.Allreduce(mpi.IN_PLACE, x, op=mpi.SUM)
+        return lambda: comm.Allreduce(mpi.IN_PLACE, b.x, op=mpi.SUM)
     if name == "broadcast":
-        x = np.ones(n, np.float32)
-        return lambda: comm.Bcast(x, root=0)
+        return lambda: comm.Bcast(b.x, root=0)
     if name == "reduce":
-        x = np.ones(n, np.float32)
         if comm.Get_rank() == 0:
-            return lambda: comm.Reduce(mpi.IN_PLACE, x, op=mpi.SUM, root=0)
-        return lambda: comm.Reduce(x, None, op=mpi.SUM, root=0)
+            return lambda: comm.Reduce(mpi.IN_PLACE, b.x, op=mpi.SUM, root=0)
+        return lambda: comm.Reduce(b.x, None, op=mpi.SUM, root=0)
     if name == "allgather":
-        part = np.ones(max(1, n // world), np.float32)
-        out = np.empty(part.size * world, np.float32)
-        return lambda: comm.Allgather(part, out)
+        return lambda: comm.Allgather(b.part, b.out)
     if name == "reduce_scatter":
-        out = np.empty(max(1, n // world), np.float32)
-        inp = np.ones(out.size * world, np.float32)
-        return lambda: comm.Reduce_scatter_block(inp, out, op=mpi.SUM)
+        return lambda: comm.Reduce_scatter_block(b.inp, b.out, op=mpi.SUM)
     if name == "alltoall":
-        m = max(world, n - n % world)
-        inp, out = np.ones(m, np.float32), np.empty(m, np.float32)
-        return lambda: comm.Alltoall(inp, out)
+        return lambda: comm.Alltoall(b.inp, b.out)
     raise ValueError(f"mpi_peer: no collective named {name!r}")
 
 
 def run(config: dict) -> None:
-    import numpy as np
     from mpi4py import MPI
 
     from ..store import TCPStore
@@ -64,7 +60,7 @@ def run(config: dict) -> None:
     store = TCPStore("127.0.0.1", config["port"], timeout=_GO_TIMEOUT_S)
     per_size = []
     for i, (nbytes, iters) in enumerate(zip(config["sizes"], config["iters"])):
-        call = _call(config["collective"], nbytes, comm, MPI, np)
+        call = _call(config["collective"], nbytes, comm, MPI, config["buffers"])
         samples = []
         for r in range(config["rounds"]):
             store.wait([go_key(i, r)], timeout=_GO_TIMEOUT_S)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from .buffers import operands
+
 __all__ = ["API_NAMES", "TORCH_ROW", "init_groups", "parse_apis", "row_key", "torch_calls"]
 
 API_NAMES = ("pscore", "torch")
@@ -49,35 +51,27 @@ def init_groups(dist, rank: int, world: int, init_file: str, apis, peer: str | N
     return dist.group.WORLD, dist.new_group(backend=peer) if peer else None
 
 
-def torch_calls(name: str, torch, dist, group, world: int, device="cpu"):
+def torch_calls(name: str, dist, group, world: int, ones, empty):
     """make(nbytes) -> a call of collective `name` through torch.distributed on `group`, its
-    buffers built on `device` once per size (the shapes pscore's own calls get). torch 2.13 renamed
-    all_gather_into_tensor and reduce_scatter_tensor (the old names warn); older torch has only
-    those."""
+    buffers (buffers.py) built once per size. torch 2.13 renamed all_gather_into_tensor and
+    reduce_scatter_tensor (the old names warn); older torch has only those."""
 
     def make(nbytes):  # noqa: PLR0911 - one return per operation
-        n = max(1, nbytes // 4)
-        x = torch.ones(n, dtype=torch.float32, device=device)
+        b = operands(name, nbytes, world, ones, empty)
         if name == "allreduce":
-            return lambda: dist.all_reduce(x, group=group)
+            return lambda: dist.all_reduce(b.x, group=group)
         if name == "broadcast":
-            return lambda: dist.broadcast(x, 0, group=group)
+            return lambda: dist.broadcast(b.x, 0, group=group)
         if name == "reduce":
-            return lambda: dist.reduce(x, 0, group=group)
+            return lambda: dist.reduce(b.x, 0, group=group)
         if name == "allgather":
-            part = torch.ones(max(1, n // world), device=device)
-            out = torch.empty(part.numel() * world, device=device)
             gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-            return lambda: gather(out, part, group=group)
+            return lambda: gather(b.out, b.part, group=group)
         if name == "reduce_scatter":
-            out = torch.empty(max(1, n // world), device=device)
-            inp = torch.ones(out.numel() * world, device=device)
             scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-            return lambda: scatter(out, inp, group=group)
+            return lambda: scatter(b.out, b.inp, group=group)
         if name == "alltoall":
-            m = max(world, n - n % world)
-            inp, out = torch.ones(m, device=device), torch.empty(m, device=device)
-            return lambda: dist.all_to_all_single(out, inp, group=group)
+            return lambda: dist.all_to_all_single(b.out, b.inp, group=group)
         if name == "barrier":
             return lambda: dist.barrier(group=group)
         raise ValueError(name)
