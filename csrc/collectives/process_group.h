@@ -20,7 +20,7 @@ namespace pscore {
 
 struct GroupOptions {
   int64_t timeout_ms = 30000;
-  int spin_us = -1;   // -1: spin only when ranks fit on the cores
+  int spin_us = -1;   // -1: spin only when ranks fit on the cores (20 ms blocking, 50 us async)
   int yield_us = -1;  // -1: when ranks outnumber the cores, poll with sched_yield before sleeping
   size_t small_allreduce_bytes = 64 << 10;   // below: recursive doubling; above: ring
   size_t large_broadcast_bytes = 512 << 10;  // above (and n > 3): scatter + allgather
@@ -82,7 +82,8 @@ class ProcessGroup {
     std::unique_ptr<Executor> executor;
     uint64_t seq = 0;
   };
-  OpContext context(OpKind kind, DType dtype, int lane = kCollectiveLane) const;
+  // `async`: the operation runs while its caller goes on (it polls for less long).
+  OpContext context(OpKind kind, DType dtype, bool async, int lane = kCollectiveLane) const;
   // Runs body(ctx) as the group's next collective. A synchronous call with nothing queued
   // runs it on the caller's thread and returns no Work (its failure propagates): the path of
   // small blocking collectives, with no allocation. Defined (and used) in process_group.cc.

@@ -137,6 +137,13 @@ LARGE_BROADCAST_BYTES = Var(
     512 << 10,
     "broadcasts above this size (and > 3 ranks) use scatter + allgather",
 )
+SPIN_US = Var(
+    "PSCORE_SPIN_US",
+    "int",
+    None,
+    "when the ranks fit on the cores, how long (us) a rank blocked in a collective busy-polls"
+    " before it sleeps (default 20000); async_op work polls at most 50",
+)
 YIELD_US = Var(
     "PSCORE_YIELD_US",
     "int",

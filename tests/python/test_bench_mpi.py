@@ -147,7 +147,7 @@ def test_a_hung_mpirun_ends_the_run_within_its_timeout(tmp_path):
     [
         (2, "auto", ["--mca", "btl", "vader,self"]),
         (2, "tcp", ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]),
-        (len(os.sched_getaffinity(0)) + 1, "shm", ["--oversubscribe"]),
+        (len(os.sched_getaffinity(0)) + 1, "shm", ["--oversubscribe", "--bind-to", "none"]),
     ],
 )
 def test_mpirun_command_follows_transport_and_world(world, transport, expected):
@@ -163,6 +163,8 @@ def test_mpirun_command_follows_transport_and_world(world, transport, expected):
     joined = " ".join(cmd)
     assert f"-n {world}" in joined and " ".join(expected) in joined
     assert ("--oversubscribe" in cmd) == (world > len(os.sched_getaffinity(0)))
+    # bound per core as pscore's ranks are (launch/affinity.py) unless oversubscribed
+    assert ("--bind-to core" in joined) == (world <= len(os.sched_getaffinity(0)))
     config = json.loads(cmd[-1])
     assert config["port"] == 1234 and cmd[-3:-1] == ["-m", "pscore.bench.mpi_peer"]
     assert config["buffers"] == "numpy"  # the peer allocates as pscore's ranks do

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import pscore.errors
-from pscore.launch import cli, launcher
+from pscore.launch import affinity, cli, launcher
 from pscore.launch.launcher import free_port
 
 PYTHON_PATH = os.path.dirname(os.path.dirname(os.path.abspath(pscore.errors.__file__)))
@@ -524,3 +524,45 @@ def test_ranks_of_a_killed_launcher_get_sigterm(tmp_path):
     while any(pid_alive(p) for p in pids):
         assert time.monotonic() < deadline + 30, "ranks outlived their launcher"
         time.sleep(0.05)
+
+
+AFFINITY = """
+    import json, os
+    with open(f"cpus{os.environ['LOCAL_RANK']}.json", "w") as f:
+        json.dump(sorted(os.sched_getaffinity(0)), f)
+"""
+
+
+def test_core_slices_are_disjoint_contiguous_and_even():
+    assert affinity.core_slices([0, 1], 2) == [{0}, {1}]
+    assert affinity.core_slices(list(range(16)), 3) == [
+        set(range(6)),
+        set(range(6, 11)),
+        set(range(11, 16)),
+    ]
+    assert affinity.core_slices([3, 5, 7], 1) == [{3, 5, 7}]
+    assert affinity.core_slices([0, 1], 3) is None  # more ranks than CPUs: unbound
+    assert affinity.core_slices([0, 1], 0) is None
+
+
+@pytest.mark.parametrize("bind", ["cores", "none"])
+def test_local_ranks_are_bound_to_disjoint_cpus(tmp_path, bind):
+    allowed = sorted(os.sched_getaffinity(0))
+    n = min(2, len(allowed))
+    script = write_script(tmp_path, "cpus.py", AFFINITY)
+    result = run_launcher(["-n", str(n), "--bind", bind, script], tmp_path)
+    assert result.returncode == 0, result.stderr
+    got = [json.loads((tmp_path / f"cpus{r}.json").read_text()) for r in range(n)]
+    if bind == "none":
+        assert got == [allowed] * n
+    else:
+        assert [set(c) for c in got] == affinity.core_slices(allowed, n)
+
+
+def test_more_ranks_than_cpus_stay_unbound(tmp_path):
+    allowed = sorted(os.sched_getaffinity(0))
+    n = len(allowed) + 1
+    script = write_script(tmp_path, "cpus.py", AFFINITY)
+    result = run_launcher(["-n", str(n), script], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert all(json.loads((tmp_path / f"cpus{r}.json").read_text()) == allowed for r in range(n))

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 
+from ..launch.affinity import bind_self
 from . import mpi_compare
 from .buffers import BUFFER_KINDS, allocator, operands
 from .gather import gather_results
@@ -120,6 +121,7 @@ def _iters_for(nbytes: int, budget: int) -> int:
 
 def _worker(rank, args, port, dist_file, queue):
     os.environ["PSCORE_TRANSPORT"] = args.transport
+    bind_self(rank, args.world)  # as pscore-run and mpirun bind their ranks
     import torch
     import torch.distributed as dist
 

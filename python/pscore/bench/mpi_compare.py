@@ -108,7 +108,9 @@ def mpirun_command(args, port: int, out_path: str, iters: list[int]) -> list[str
     }
     cmd = [shutil.which("mpirun") or "mpirun", "-n", str(args.world)]
     if args.world > len(os.sched_getaffinity(0)):
-        cmd.append("--oversubscribe")
+        cmd += ["--oversubscribe", "--bind-to", "none"]
+    else:  # as pscore's ranks bind (launch/affinity.py); Open MPI's own default above 2 ranks
+        cmd += ["--bind-to", "core"]  # is a socket
     cmd += ["--mca", "pml", "ob1", "--mca", "btl", _btl(args.transport)]
     if args.transport == "tcp":
         cmd += ["--mca", "btl_tcp_if_include", "lo"]

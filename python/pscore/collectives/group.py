@@ -150,11 +150,13 @@ def timeout_seconds(timeout) -> float:
 
 def tuning_from_env() -> dict:
     """Algorithm thresholds and waiting from PSCORE_SMALL_ALLREDUCE_BYTES,
-    PSCORE_LARGE_BROADCAST_BYTES and PSCORE_YIELD_US (unset: the core's default, -1)."""
-    yield_us = _config.YIELD_US.get()
+    PSCORE_LARGE_BROADCAST_BYTES, PSCORE_SPIN_US and PSCORE_YIELD_US (unset: the core's
+    default, -1)."""
+    spin_us, yield_us = _config.SPIN_US.get(), _config.YIELD_US.get()
     return {
         "small_allreduce_bytes": _config.SMALL_ALLREDUCE_BYTES.get(),
         "large_broadcast_bytes": _config.LARGE_BROADCAST_BYTES.get(),
+        "spin_us": -1 if spin_us is None else spin_us,
         "yield_us": -1 if yield_us is None else yield_us,
     }
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from .affinity import BIND_CHOICES
+
 __all__ = ["DEFAULT_MASTER_PORT", "DEFAULT_RDZV_PORT", "parser"]
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's, for nodes that must agree on a port
@@ -133,6 +135,14 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=5.0,
         help="seconds between SIGTERM and SIGKILL when stopping ranks (default 5)",
+    )
+    p.add_argument(
+        "--bind",
+        choices=BIND_CHOICES,
+        default="cores",
+        help="cores: bind the local ranks to disjoint slices of this node's CPUs, as mpirun "
+        "does, when there are no more ranks than CPUs; none: leave them unbound (default "
+        "%(default)s)",
     )
     p.add_argument(
         "--max-restarts",

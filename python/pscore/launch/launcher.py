@@ -36,6 +36,7 @@ import uuid
 from .. import _config
 from .. import errors as pscore_errors
 from ..cluster.spec import split_address
+from . import affinity
 from . import roles as job_roles
 from .cli import DEFAULT_MASTER_PORT, DEFAULT_RDZV_PORT, parser
 from .output import STDERR, STDOUT, Console, RankOutput, parse_std_streams, streams_for
@@ -257,14 +258,21 @@ def _die_with_parent() -> None:
         pass  # not Linux: no such guard, the launcher's signal forwarding still applies
 
 
-def _spawn(command: list, env: dict):
+def _spawn(command: list, env: dict, cpus=None):
+    """Starts one rank; `cpus`: the CPUs it is bound to (affinity.py), None: unbound."""
+
+    def in_child() -> None:
+        _die_with_parent()
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
     return subprocess.Popen(
         command,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=_die_with_parent,  # noqa: PLW1509
+        preexec_fn=in_child,  # noqa: PLW1509
     )
 
 
@@ -275,10 +283,12 @@ def _worker_environment(node: NodeConfig, local_rank: int, roles=None) -> dict:
     return env
 
 
-def _start_ranks(command: list, node: NodeConfig, supervisor: Supervisor, roles=None) -> list:
-    """Starts the ps tasks (with roles) and the local ranks (every fork before any thread of
-    ours exists: preexec_fn is not safe beside threads). Returns the Rank records; OSError when
-    one cannot start."""
+def _start_ranks(
+    command: list, node: NodeConfig, supervisor: Supervisor, roles=None, cpus=None
+) -> list:
+    """Starts the ps tasks (with roles) and the local ranks, local rank i bound to cpus[i] when
+    cpus is given (every fork before any thread of ours exists: preexec_fn is not safe beside
+    threads). Returns the Rank records; OSError when one cannot start."""
     ranks = []
     for shard in range(roles.servers if roles else 0):
         if supervisor.signalled is not None:
@@ -290,13 +300,14 @@ def _start_ranks(command: list, node: NodeConfig, supervisor: Supervisor, roles=
         if supervisor.signalled is not None:
             break
         env = _worker_environment(node, local_rank, roles)
-        ranks.append(Rank(node.global_rank(local_rank), local_rank, _spawn(command, env)))
+        bound = cpus[local_rank] if cpus else None
+        ranks.append(Rank(node.global_rank(local_rank), local_rank, _spawn(command, env, bound)))
         supervisor.add(ranks[-1])
     return ranks
 
 
 def _watch(
-    ranks: list, command: list, supervisor: Supervisor, console: Console, args, node, roles
+    ranks: list, command: list, supervisor: Supervisor, console: Console, args, node, roles, cpus
 ) -> int:
     """Copies the ranks' output until they end (restarting failed workers while
     --max-restarts allows); a failed run ends with its summary."""
@@ -314,7 +325,8 @@ def _watch(
         # Forked beside the output threads: _die_with_parent only calls prctl in the child.
         env = _worker_environment(node, failed.local_rank, roles)
         env[_config.RESTART_COUNT.name] = str(count)
-        again = Rank(failed.rank, failed.local_rank, _spawn(command, env))
+        bound = cpus[failed.local_rank] if cpus else None
+        again = Rank(failed.rank, failed.local_rank, _spawn(command, env, bound))
         supervisor.add(again)
         ranks.append(again)
         # a restart's files go to LOG_DIR/restart_N/: its predecessor's stay as they ended
@@ -378,6 +390,7 @@ def main(argv: list | None = None) -> int:
     command = [args.target, *args.args]
     if not args.no_python:
         command = [sys.executable] + (["-m"] if args.module else []) + command
+    cpus = affinity.rank_cpus(args.bind, node.nproc)
     console = Console()
     supervisor = Supervisor(
         args.grace_period,
@@ -388,7 +401,7 @@ def main(argv: list | None = None) -> int:
     previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in _FORWARDED}
     try:
         try:
-            ranks = _start_ranks(command, node, supervisor, roles)
+            ranks = _start_ranks(command, node, supervisor, roles, cpus)
         except OSError as e:
             return _abort(supervisor, console, f"cannot start a rank: {e}")
         try:
@@ -398,7 +411,7 @@ def main(argv: list | None = None) -> int:
         if store is not None:
             console.message(f"pscore-run: the job's store: pscore status --store {roles.store_url}")
         try:
-            return _watch(ranks, command, supervisor, console, args, node, roles)
+            return _watch(ranks, command, supervisor, console, args, node, roles, cpus)
         finally:
             del store  # served until every task has ended
     finally:
