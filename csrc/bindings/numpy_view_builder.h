@@ -99,9 +99,9 @@ inline void bind_numpy_view(pybind11::module_& m) {
   static PyMethodDef def = {
       "numpy_view", reinterpret_cast<PyCFunction>(numpy_view_detail::numpy_view_call),
       METH_FASTCALL,
-      "numpy_view(x, writable) -> pscore.buffer.BufferView | None: numpy array x viewed in "
-      "place, or None when pscore.buffer must explain what is wrong with it."};
-  PyObject* function = PyCFunction_NewEx(&def, nullptr, m.attr("__name__").ptr());
+      "numpy_view($module, x, writable, /)\n--\n\nThe pscore.buffer.BufferView of numpy "
+      "array x, in place; None when pscore.buffer must explain what is wrong with x."};
+  PyObject* function = PyCFunction_NewEx(&def, m.ptr(), m.attr("__name__").ptr());
   if (function == nullptr) throw pybind11::error_already_set();
   m.add_object("numpy_view", pybind11::reinterpret_steal<pybind11::object>(function));
 }

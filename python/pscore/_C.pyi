@@ -25,6 +25,7 @@ __all__: list[str] = [
     "nccl_path",
     "nccl_unique_id",
     "nccl_version",
+    "numpy_view",
     "set_cuda_runtime_candidates",
     "set_nccl_candidates",
     "set_staging_chunk_bytes",
@@ -494,6 +495,11 @@ def nccl_unique_id() -> bytes:
 def nccl_version() -> str:
     """
     The loaded NCCL's version, as "2.21.5" (loads it first).
+    """
+
+def numpy_view(x, writable):
+    """
+    The pscore.buffer.BufferView of numpy array x, in place; None when pscore.buffer must explain what is wrong with x.
     """
 
 def set_cuda_runtime_candidates(candidates: collections.abc.Sequence[str]) -> None:
