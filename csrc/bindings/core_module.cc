@@ -310,14 +310,13 @@ void bind_process_group(py::module_& m) {
       .def(
           "all_to_all_single",
           [](PG& g, const BufferView& in, const BufferView& out,
-             const std::optional<std::vector<size_t>>& in_counts,
-             const std::optional<std::vector<size_t>>& out_counts, bool async) {
+             const bindings::RankCounts& in_counts, const bindings::RankCounts& out_counts,
+             bool async) {
             const char* op = "all_to_all_single";
             const auto n = static_cast<size_t>(g.size());
-            const std::vector<size_t> none;
             bindings::check_same_dtype(in, "input", out, "output", op);
-            auto sends = bindings::rank_counts(in, "input", in_counts.value_or(none), n, op);
-            auto recvs = bindings::rank_counts(out, "output", out_counts.value_or(none), n, op);
+            auto sends = bindings::rank_counts(in, "input", in_counts, n, op);
+            auto recvs = bindings::rank_counts(out, "output", out_counts, n, op);
             return in_out(g, in, out, op, [&](void* h_in, void* h_out) {
               const size_t item = dtype_size(in.dtype);
               const void* base = h_in;

@@ -256,8 +256,8 @@ class ProcessGroup:
         self,
         input: pscore.buffer.BufferView,
         output: pscore.buffer.BufferView,
-        input_counts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] | None,
-        output_counts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] | None,
+        input_counts: collections.abc.Sequence[int] | None,
+        output_counts: collections.abc.Sequence[int] | None,
         async_op: bool,
     ) -> Work:
         """

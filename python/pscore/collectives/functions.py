@@ -328,7 +328,7 @@ def _counts(buf: BufferView, sizes, n: int, what: str) -> list[int] | None:
     if len(sizes) != n or sum(sizes) != rows or min(sizes) < 0:
         raise ValueError(f"{what} split sizes {sizes} must have {n} entries >= 0 summing to {rows}")
     row = buf.numel // rows if rows else 0
-    return [s * row for s in sizes]
+    return sizes if row == 1 else [s * row for s in sizes]
 
 
 def all_to_all_single(
