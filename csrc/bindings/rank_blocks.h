@@ -96,14 +96,21 @@ struct type_caster<pscore::bindings::RankCounts> {
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(src.ptr());
     value.values.resize(static_cast<size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
-      const size_t count = PyLong_AsSize_t(items[i]);  // an int >= 0, else an error set
-      if (count == static_cast<size_t>(-1) && PyErr_Occurred()) {
-        PyErr_Clear();
-        return false;
-      }
-      value.values[static_cast<size_t>(i)] = count;
+      if (!load_count(items[i], &value.values[static_cast<size_t>(i)])) return false;
     }
     value.given = true;
+    return true;
+  }
+
+ private:
+  // An int >= 0, or an object with __index__ giving one (numpy's integers).
+  static bool load_count(PyObject* item, size_t* count) {
+    object index = reinterpret_steal<object>(PyNumber_Index(item));
+    if (index) *count = PyLong_AsSize_t(index.ptr());
+    if (!index || (*count == static_cast<size_t>(-1) && PyErr_Occurred())) {
+      PyErr_Clear();
+      return false;
+    }
     return true;
   }
 };

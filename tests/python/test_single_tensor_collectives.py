@@ -72,13 +72,17 @@ def _on_host(rank, world):
         device_view(inp, False), device_view(out), sends, recvs, False
     )
     got["native_uneven"] = out.reshape(-1, 2)
+    # split sizes as numpy integers (through __index__)
+    rows = np.array([_rows(rank, p) for p in range(world)]), np.array([r // 2 for r in recvs])
+    got["numpy_sizes"] = np.full((sum(recvs) // 2, 2), -1, np.float32)
+    pscore.all_to_all_single(got["numpy_sizes"], inp.reshape(-1, 2), rows[1], rows[0])
     return got
 
 
 def test_uneven_and_empty_blocks_on_three_ranks():
     for rank, got in run_ranks(_on_host, 3).items():
         want = _expected(rank, 3)
-        want["native_uneven"] = want["uneven"]
+        want["native_uneven"] = want["numpy_sizes"] = want["uneven"]
         assert got.keys() == want.keys()
         for name in want:
             np.testing.assert_array_equal(got[name], want[name], err_msg=f"rank {rank} {name}")
