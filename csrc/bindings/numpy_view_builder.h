@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstddef>
+#include <exception>
 
 #include "bindings/buffer_view_caster.h"
 #include "common/buffer_view.h"
@@ -17,12 +18,17 @@ namespace pscore::bindings {
 
 namespace numpy_view_detail {
 
-// pscore.buffer.BufferView, imported on the first call (pscore.buffer imports this module).
+// pscore.buffer.BufferView, looked up on the first call (pscore.buffer imports this module), under
+// the GIL: no static-initialisation guard that a second thread could wait on holding the GIL.
 inline PyTypeObject* buffer_view_type() {
-  static PyObject* type =
-      pybind11::object(pybind11::module_::import("pscore.buffer").attr("BufferView"))
-          .release()
-          .ptr();
+  static PyObject* type = nullptr;
+  if (type == nullptr) {
+    type = pybind11::module_::import("pscore.buffer")
+               .attr("BufferView")
+               .cast<pybind11::object>()
+               .release()
+               .ptr();
+  }
   return reinterpret_cast<PyTypeObject*>(type);
 }
 
@@ -82,14 +88,16 @@ inline PyObject* numpy_view_call(PyObject*, PyObject* const* args, Py_ssize_t na
   }
   const int writable = PyObject_IsTrue(args[1]);
   if (writable < 0) return nullptr;
-  BufferView v;
-  try {
+  try {  // no C++ exception may leave a C API function
+    BufferView v;
     if (!numpy_view(args[0], writable == 1, &v)) Py_RETURN_NONE;
+    return make_view(v, args[0]);
   } catch (pybind11::error_already_set& e) {
     e.restore();
-    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
   }
-  return make_view(v, args[0]);
+  return nullptr;
 }
 
 }  // namespace numpy_view_detail
