@@ -174,7 +174,7 @@ class TorchOperations:
             lambda async_op: [
                 c.all_gather_into_tensor(o, t, group=g, async_op=async_op) for o, t in pairs
             ],
-            (piece for o in outputs for piece in o.chunk(g.size)),  # read once it is done
+            (piece for o in outputs for piece in o.chunk(g.size)),  # cut for a Work only
             st,
             opts,
         )
