@@ -6,12 +6,16 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 #include "bindings/buffer_view_caster.h"
 #include "bindings/enums.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
 #include "bindings/modules.h"
+#include "bindings/numpy_view_builder.h"
+#include "bindings/rank_blocks.h"
 #include "bindings/work.h"
 #include "collectives/process_group.h"
 #include "common/auth.h"
@@ -78,6 +82,15 @@ PG::WorkPtr staged(PG& g, std::initializer_list<const BufferView*> head, Copy he
   std::vector<Copy> copies(head.size(), head_copy);
   for (const auto& v : rest) buffers.push_back(&v), copies.push_back(rest_copy);
   return staged(g, buffers, copies, what, call);
+}
+
+// A collective on two whole buffers, `in` read and `out` written: call(in_host, out_host).
+template <class Call>
+PG::WorkPtr in_out(PG& g, const BufferView& in, const BufferView& out, const char* what,
+                   Call call) {
+  if (in.on_host() && out.on_host()) return call(in.data, out.data);  // the latency path
+  return staged(g, {&in, &out}, {Copy::kIn, Copy::kOut}, what,
+                [&](const std::vector<void*>& h) { return call(h[0], h[1]); });
 }
 
 std::vector<void*> slice(const std::vector<void*>& host, size_t from, size_t n) {
@@ -265,6 +278,58 @@ void bind_process_group(py::module_& m) {
             });
           },
           Gil())
+      .def(
+          "allgather_into",
+          [](PG& g, const BufferView& in, const BufferView& out, bool async) {
+            const char* op = "all_gather_into_tensor";
+            const auto n = static_cast<size_t>(g.size());
+            bindings::check_same_dtype(out, "output", in, "input", op);
+            bindings::check_stacks(out, "output", in, n, op);
+            return in_out(g, in, out, op, [&](void* h_in, void* h_out) {
+              const std::vector<size_t> counts(n, in.numel);
+              return g.allgather(h_in, in.numel, in.dtype,
+                                 bindings::blocks(h_out, counts, dtype_size(in.dtype)), async);
+            });
+          },
+          py::arg("input"), py::arg("output"), py::arg("async_op"), Gil(),
+          "all_gather into one output of size() blocks, rank r's input in block r.")
+      .def(
+          "reduce_scatter_from",
+          [](PG& g, const BufferView& in, const BufferView& out, ReduceOp rop, bool async) {
+            const char* op = "reduce_scatter_tensor";
+            const auto n = static_cast<size_t>(g.size());
+            bindings::check_same_dtype(in, "input", out, "output", op);
+            bindings::check_stacks(in, "input", out, n, op);
+            return in_out(g, in, out, op, [&](void* h_in, void* h_out) {
+              const std::vector<size_t> counts(n, out.numel);
+              const void* base = h_in;
+              return g.reduce_scatter(bindings::blocks(base, counts, dtype_size(in.dtype)), h_out,
+                                      out.numel, out.dtype, rop, async);
+            });
+          },
+          py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op"), Gil(),
+          "reduce_scatter of one input of size() blocks: block r reduced into rank r's output.")
+      .def(
+          "all_to_all_single",
+          [](PG& g, const BufferView& in, const BufferView& out,
+             const bindings::RankCounts& in_counts, const bindings::RankCounts& out_counts,
+             bool async) {
+            const char* op = "all_to_all_single";
+            const auto n = static_cast<size_t>(g.size());
+            bindings::check_same_dtype(in, "input", out, "output", op);
+            auto sends = bindings::rank_counts(in, "input", in_counts, n, op);
+            auto recvs = bindings::rank_counts(out, "output", out_counts, n, op);
+            return in_out(g, in, out, op, [&](void* h_in, void* h_out) {
+              const size_t item = dtype_size(in.dtype);
+              const void* base = h_in;
+              return g.all_to_all(bindings::blocks(base, sends, item), sends,
+                                  bindings::blocks(h_out, recvs, item), recvs, in.dtype, async);
+            });
+          },
+          py::arg("input"), py::arg("output"), py::arg("input_counts"), py::arg("output_counts"),
+          py::arg("async_op"), Gil(),
+          "all_to_all on one input and one output, split into input_counts / output_counts "
+          "elements per rank (None or empty: size() equal blocks).")
       .def("barrier", &PG::barrier, py::arg("async_op"), Gil())
       .def(
           "send",
@@ -304,5 +369,6 @@ void bindings::init_core(py::module_& m) {
   bind_task_work(m);
   bind_progress(m);
   bind_process_group(m);
+  bindings::bind_numpy_view(m);
   bindings::bind_gpu(m);
 }

@@ -25,6 +25,7 @@ __all__: list[str] = [
     "nccl_path",
     "nccl_unique_id",
     "nccl_version",
+    "numpy_view",
     "set_cuda_runtime_candidates",
     "set_nccl_candidates",
     "set_staging_chunk_bytes",
@@ -251,12 +252,29 @@ class ProcessGroup:
         arg1: collections.abc.Sequence[pscore.buffer.BufferView],
         arg2: bool,
     ) -> Work: ...
+    def all_to_all_single(
+        self,
+        input: pscore.buffer.BufferView,
+        output: pscore.buffer.BufferView,
+        input_counts: collections.abc.Sequence[int] | None,
+        output_counts: collections.abc.Sequence[int] | None,
+        async_op: bool,
+    ) -> Work:
+        """
+        all_to_all on one input and one output, split into input_counts / output_counts elements per rank (None or empty: size() equal blocks).
+        """
     def allgather(
         self,
         arg0: pscore.buffer.BufferView,
         arg1: collections.abc.Sequence[pscore.buffer.BufferView],
         arg2: bool,
     ) -> Work: ...
+    def allgather_into(
+        self, input: pscore.buffer.BufferView, output: pscore.buffer.BufferView, async_op: bool
+    ) -> Work:
+        """
+        all_gather into one output of size() blocks, rank r's input in block r.
+        """
     def allreduce(self, arg0: pscore.buffer.BufferView, arg1: ReduceOp, arg2: bool) -> Work: ...
     def barrier(self, async_op: bool) -> Work: ...
     def broadcast(
@@ -301,6 +319,16 @@ class ProcessGroup:
         arg2: ReduceOp,
         arg3: bool,
     ) -> Work: ...
+    def reduce_scatter_from(
+        self,
+        input: pscore.buffer.BufferView,
+        output: pscore.buffer.BufferView,
+        op: ReduceOp,
+        async_op: bool,
+    ) -> Work:
+        """
+        reduce_scatter of one input of size() blocks: block r reduced into rank r's output.
+        """
     def scatter(
         self,
         arg0: collections.abc.Sequence[pscore.buffer.BufferView],
@@ -468,6 +496,11 @@ def nccl_unique_id() -> bytes:
 def nccl_version() -> str:
     """
     The loaded NCCL's version, as "2.21.5" (loads it first).
+    """
+
+def numpy_view(x, writable):
+    """
+    The pscore.buffer.BufferView of numpy array x, in place; None when pscore.buffer must explain what is wrong with x.
     """
 
 def set_cuda_runtime_candidates(candidates: collections.abc.Sequence[str]) -> None:

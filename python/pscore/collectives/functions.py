@@ -8,14 +8,13 @@ host memory (csrc/gpu/staging.h; docs/gpu.md)."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
 from .. import _C
 from .._enums import by_name
 from ..buffer import CUDA, BufferView
-from ..buffer import view as _view
+from ..buffer import device_view as view
 from ..errors import NetworkError
 from ..errors import TimeoutError as PscoreTimeoutError
 from .group import default_group, resolve
@@ -98,11 +97,6 @@ def _finish(g, keep: Any, async_op: bool, call, *args):
     return CollectiveWork(handle, keep, g) if async_op else None
 
 
-# x as a collective takes it: host memory, or CUDA memory (NCCL's or staged by the core). A
-# partial, not a function: no Python frame on the latency path.
-view = functools.partial(_view, host=None)
-
-
 def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
     for i, b in enumerate(bufs):
         if b.dtype != ref.dtype:
@@ -174,14 +168,6 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
     return _finish(g, (b, outs), async_op, g.native.allgather, b, outs, async_op)
 
 
-def _split(buf: BufferView, parts: int, what: str) -> list[BufferView]:
-    if buf.numel % parts:
-        raise ValueError(
-            f"{what} has {buf.numel} elements, not divisible by the group size {parts}"
-        )
-    return buf.rows([buf.numel // parts] * parts, what)
-
-
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):
     """As all_gather into one `output_tensor` of `group size x input_tensor` elements, in rank
     order."""
@@ -195,11 +181,12 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
             f"all_gather_into_tensor: output must be {g.size} x {b.numel} {b.dtype}, "
             f"got {out.numel} {out.dtype}"
         )
-    outs = _split(out, g.size, "output")
     if _cuda(g, b, out):
+        outs = out.rows([b.numel] * g.size, "output")
         sig = (b.dtype, b.numel)
         return g.nccl.run("allgather", sig, b, (b, out), async_op, lambda c: c.allgather(b, outs))
-    return _finish(g, (b, out), async_op, g.native.allgather, b, outs, async_op)
+    # The core splits the output by rank (and stages a CUDA one whole).
+    return _finish(g, (b, out), async_op, g.native.allgather_into, b, out, async_op)
 
 
 def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -215,15 +202,16 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
         )
     ins = [view(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
     _same_kind(ins, out, "input_list")
-    return _reduce_scatter(g, ins, out, (out, ins), _op_code(op, out.dtype), async_op)
-
-
-def _reduce_scatter(g, ins: list[BufferView], out: BufferView, keep, code, async_op: bool):
+    code = _op_code(op, out.dtype)
     if _cuda(g, out, *ins):
-        sig = (out.dtype, out.numel, code.name)
-        call = lambda c: c.reduce_scatter(ins, out, code)  # noqa: E731
-        return g.nccl.run("reduce_scatter", sig, out, keep, async_op, call)
-    return _finish(g, keep, async_op, g.native.reduce_scatter, ins, out, code, async_op)
+        return _nccl_reduce_scatter(g, ins, out, (out, ins), code, async_op)
+    return _finish(g, (out, ins), async_op, g.native.reduce_scatter, ins, out, code, async_op)
+
+
+def _nccl_reduce_scatter(g, ins: list[BufferView], out: BufferView, keep, code, async_op: bool):
+    sig = (out.dtype, out.numel, code.name)
+    call = lambda c: c.reduce_scatter(ins, out, code)  # noqa: E731
+    return g.nccl.run("reduce_scatter", sig, out, keep, async_op, call)
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -239,8 +227,12 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
             f"reduce_scatter_tensor: input must be {g.size} x {out.numel} {out.dtype}, "
             f"got {inp.numel} {inp.dtype}"
         )
-    ins = _split(inp, g.size, "input")
-    return _reduce_scatter(g, ins, out, (out, inp), _op_code(op, out.dtype), async_op)
+    code = _op_code(op, out.dtype)
+    if _cuda(g, out, inp):
+        ins = inp.rows([out.numel] * g.size, "input")
+        return _nccl_reduce_scatter(g, ins, out, (out, inp), code, async_op)
+    # The core splits the input by rank (and stages a CUDA one whole).
+    return _finish(g, (out, inp), async_op, g.native.reduce_scatter_from, inp, out, code, async_op)
 
 
 def gather(
@@ -311,31 +303,32 @@ def all_to_all(
     for b in ins + outs:
         if b.dtype != dtype:
             raise TypeError(f"all_to_all: mixed dtypes {b.dtype} and {dtype}")
-    return _all_to_all(g, ins, outs, (ins, outs), async_op)
-
-
-def _all_to_all(g, ins: list[BufferView], outs: list[BufferView], keep, async_op: bool):
     if _cuda(g, *ins, *outs):
-        sig = (ins[0].dtype,)  # split sizes may differ between ranks
-        call = lambda c: c.all_to_all(ins, outs)  # noqa: E731
-        return g.nccl.run("all_to_all", sig, ins[0], keep, async_op, call)
-    return _finish(g, keep, async_op, g.native.all_to_all, ins, outs, async_op)
+        return _nccl_all_to_all(g, ins, outs, (ins, outs), async_op)
+    return _finish(g, (ins, outs), async_op, g.native.all_to_all, ins, outs, async_op)
 
 
-def _splits(buf: BufferView, sizes, n: int, what: str) -> list[BufferView]:
-    """buf cut along its first dimension into pieces of `sizes` rows."""
+def _nccl_all_to_all(g, ins: list[BufferView], outs: list[BufferView], keep, async_op: bool):
+    sig = (ins[0].dtype,)  # split sizes may differ between ranks
+    call = lambda c: c.all_to_all(ins, outs)  # noqa: E731
+    return g.nccl.run("all_to_all", sig, ins[0], keep, async_op, call)
+
+
+def _counts(buf: BufferView, sizes, n: int, what: str) -> list[int] | None:
+    """Elements per rank of buf cut along its first dimension into pieces of `sizes` rows; None
+    for `n` equal pieces (sizes None)."""
     rows = buf.shape[0] if buf.shape else 1
-    row = buf.numel // rows if rows else 0
     if sizes is None:
         if rows % n:
             raise ValueError(
                 f"{what}: first dimension {rows} is not divisible by the group size {n}"
             )
-        sizes = [rows // n] * n
+        return None
     sizes = list(sizes)
-    if len(sizes) != n or sum(sizes) != rows:
-        raise ValueError(f"{what} split sizes {sizes} must have {n} entries summing to {rows}")
-    return buf.rows([s * row for s in sizes], what)
+    if len(sizes) != n or sum(sizes) != rows or min(sizes) < 0:
+        raise ValueError(f"{what} split sizes {sizes} must have {n} entries >= 0 summing to {rows}")
+    row = buf.numel // rows if rows else 0
+    return sizes if row == 1 else [s * row for s in sizes]
 
 
 def all_to_all_single(
@@ -355,9 +348,17 @@ def all_to_all_single(
     inp = view(input, writable=False, what="input")
     if out.dtype != inp.dtype:
         raise TypeError(f"all_to_all_single: output is {out.dtype}, input is {inp.dtype}")
-    ins = _splits(inp, input_split_sizes, g.size, "input")
-    outs = _splits(out, output_split_sizes, g.size, "output")
-    return _all_to_all(g, ins, outs, (out, inp), async_op)
+    n = g.size
+    sends = _counts(inp, input_split_sizes, n, "input")
+    recvs = _counts(out, output_split_sizes, n, "output")
+    if _cuda(g, inp, out):
+        ins = inp.rows(sends or [inp.numel // n] * n, "input")
+        outs = out.rows(recvs or [out.numel // n] * n, "output")
+        return _nccl_all_to_all(g, ins, outs, (out, inp), async_op)
+    # The core splits both by rank (equally where the counts are None).
+    return _finish(
+        g, (out, inp), async_op, g.native.all_to_all_single, inp, out, sends, recvs, async_op
+    )
 
 
 def barrier(group=None, async_op: bool = False):

@@ -4,6 +4,7 @@ the bookkeeping that maps global ranks to group ranks (torch.distributed's model
 from __future__ import annotations
 
 import datetime
+import functools
 import threading
 
 from .. import _C, _config, stall
@@ -49,11 +50,13 @@ class ProcessGroup:
         self._explaining = threading.Lock()
         self.stall_watch: GroupWatch | None = None  # reports this group's stalled collectives
 
-    @property
+    # Fixed for the native group's life; cached: every collective reads them (a native property
+    # costs ~50 ns a read, an instance attribute ~15).
+    @functools.cached_property
     def rank(self) -> int:
         return self.native.rank
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         return self.native.size
 

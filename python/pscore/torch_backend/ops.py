@@ -15,7 +15,7 @@ from .tensors import (
     carried,
     check_list_length,
     check_same_shape,
-    chunks_of,
+    check_stacked,
     op_name,
 )
 
@@ -30,6 +30,16 @@ def _blocking_one(tensors, opts):
         return None
     t = tensors[0]
     return t if not t.is_sparse and t.is_contiguous() else None
+
+
+def _blocking_pair(output, input, opts) -> bool:
+    """As _blocking_one for a call on one output and one input tensor: True when pscore can
+    take both as they are, on the caller's thread."""
+    if getattr(opts, "asyncOp", True) or torch.autograd._profiler_enabled():
+        return False
+    return not (output.is_sparse or input.is_sparse) and (
+        output.is_contiguous() and input.is_contiguous()
+    )
 
 
 class TorchOperations:
@@ -145,6 +155,10 @@ class TorchOperations:
         return self.allgather(per_input, inputs, opts)
 
     def all_gather_single(self, output, input, opts=None):
+        if _blocking_pair(output, input, opts):
+            check_stacked(output, self._group.size, input, "all_gather_into_tensor's output")
+            c.all_gather_into_tensor(carried(output), carried(input), group=self._group)
+            return None
         return self.all_gather_single_coalesced([output], [input], opts)
 
     _allgather_base = all_gather_single  # the name torch used before 2.13
@@ -152,17 +166,15 @@ class TorchOperations:
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         """Each output holds every rank's matching input, stacked along the first dimension."""
         g, st = self._group, Staging()
-        chunks = [
-            chunks_of(o, g.size, t, "all_gather_into_tensor's output")
-            for o, t in zip(outputs, inputs)
-        ]
+        for o, t in zip(outputs, inputs):
+            check_stacked(o, g.size, t, "all_gather_into_tensor's output")
         pairs = [(st.output(o), st.input(t)) for o, t in zip(outputs, inputs)]
         return self._run(
             "all_gather_into_tensor",
             lambda async_op: [
                 c.all_gather_into_tensor(o, t, group=g, async_op=async_op) for o, t in pairs
             ],
-            [piece for pieces in chunks for piece in pieces],
+            (piece for o in outputs for piece in o.chunk(g.size)),  # cut for a Work only
             st,
             opts,
         )
@@ -189,6 +201,11 @@ class TorchOperations:
         )
 
     def reduce_scatter_single(self, output, input, opts):
+        if _blocking_pair(output, input, opts):
+            check_stacked(input, self._group.size, output, "reduce_scatter_tensor's input")
+            op = op_name(opts.reduceOp, output.dtype)
+            c.reduce_scatter_tensor(carried(output), carried(input), op=op, group=self._group)
+            return None
         return self.reduce_scatter_single_coalesced([output], [input], opts)
 
     _reduce_scatter_base = reduce_scatter_single  # the name torch used before 2.13
@@ -197,7 +214,7 @@ class TorchOperations:
         """Each output gets the reduction of its slice (first dimension) of every rank's input."""
         ops, g, st = self._reduce_ops(opts, outputs), self._group, Staging()
         for o, t in zip(outputs, inputs):
-            chunks_of(t, g.size, o, "reduce_scatter_tensor's input")
+            check_stacked(t, g.size, o, "reduce_scatter_tensor's input")
         calls = [(st.output(o), st.input(t), op) for o, t, op in zip(outputs, inputs, ops)]
         return self._run(
             "reduce_scatter_tensor",
@@ -256,23 +273,21 @@ class TorchOperations:
         )
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        g, st = self._group, Staging()
-        out, inp = st.output(output), st.input(input)
+        g = self._group
         if output.dtype != input.dtype:
             raise TypeError(
                 f"pscore backend: all_to_all_single's output is {output.dtype}, input {input.dtype}"
             )
+        recvs, sends = list(output_split_sizes) or None, list(input_split_sizes) or None
+        if _blocking_pair(output, input, opts):
+            c.all_to_all_single(carried(output), carried(input), recvs, sends, group=g)
+            return None
+        st = Staging()
+        out, inp = st.output(output), st.input(input)
         return self._run(
             "all_to_all_single",
             lambda async_op: [
-                c.all_to_all_single(
-                    out,
-                    inp,
-                    list(output_split_sizes) or None,
-                    list(input_split_sizes) or None,
-                    group=g,
-                    async_op=async_op,
-                )
+                c.all_to_all_single(out, inp, recvs, sends, group=g, async_op=async_op)
             ],
             [output],
             st,
