@@ -138,14 +138,18 @@ def test_values_parse_and_blank_means_the_default(monkeypatch):
     monkeypatch.setenv("PSCORE_LARGE_BROADCAST_BYTES", "")
     monkeypatch.setenv("PSCORE_HOST", "10.1.2.3")
     monkeypatch.delenv("PSCORE_YIELD_US", raising=False)
+    monkeypatch.delenv("PSCORE_SPIN_US", raising=False)
     assert group.timeout_seconds(None) == 2.5
     assert group.tuning_from_env() == {
         "small_allreduce_bytes": 256,
         "large_broadcast_bytes": 512 << 10,
+        "spin_us": -1,  # unset: the core decides (poll only when ranks fit on the cores)
         "yield_us": -1,  # unset: the core decides (yield only when ranks outnumber cores)
     }
     monkeypatch.setenv("PSCORE_YIELD_US", "0")
+    monkeypatch.setenv("PSCORE_SPIN_US", "300")
     assert group.tuning_from_env()["yield_us"] == 0
+    assert group.tuning_from_env()["spin_us"] == 300
     assert rendezvous.advertised_host("10.9.9.9") == "10.1.2.3"
     assert _config.TRANSPORT.get({"PSCORE_TRANSPORT": "TCP"}) == "tcp"
     assert _config.JOB_ID.get({}) == "pscore"
