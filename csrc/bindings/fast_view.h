@@ -5,8 +5,9 @@
 // one: no dispatcher on the latency path of every collective.
 //
 // pscore is not built against libtorch: a tensor is read through its Python attributes, as
-// pscore.buffer reads it, with torch.Tensor, torch.strided and the torch dtypes handed over once
-// by pscore.buffer (_C.fast_view_torch) the first time it meets a tensor.
+// pscore.buffer reads it, with torch.Tensor (and its descriptors), torch.strided and the torch
+// dtypes handed over once by pscore.buffer (_C.fast_view_torch) the first time it meets a
+// tensor. ~0.4 us a tensor against ~0.8 us in pscore.buffer._tensor; a numpy array ~0.15 us.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -99,26 +100,59 @@ inline PyObject* numpy_fast_view(const BufferView& v, PyObject* array) {
 }
 
 // ---- torch ----------------------------------------------------------------------------------
+// An attribute fast_view reads: its interned name and torch.Tensor's descriptor for it.
+struct Attribute {
+  PyObject* name = nullptr;
+  PyObject* descriptor = nullptr;
+};
+
+// A tensor type whose attributes are torch.Tensor's descriptors (torch.Tensor itself, and
+// torch.nn.Parameter, which overrides none of them) as long as its version tag is `version`:
+// CPython gives a type a new one when it or a base is changed.
+struct PlainType {
+  PyTypeObject* type = nullptr;
+  unsigned int version = 0;
+};
+
 // What pscore.buffer handed over (strong references, kept for the process's life) and the
-// interned names of the attributes read. Constant-initialised: no guard.
+// attributes read. Constant-initialised: no guard.
 struct Torch {
   PyTypeObject* tensor = nullptr;
+  std::array<PlainType, 2> plain{};
   PyObject* strided = nullptr;
   std::array<PyObject*, kDTypes> dtypes{};  // by DType code
-  PyObject* dtype = nullptr;
-  PyObject* layout = nullptr;
-  PyObject* is_cpu = nullptr;
-  PyObject* is_contiguous = nullptr;
-  PyObject* data_ptr = nullptr;
-  PyObject* shape = nullptr;
+  Attribute dtype, layout, is_cpu, is_contiguous, data_ptr, shape;
 };
 inline Torch torch_types;
 
+// Whether x's type is a plain one, unchanged: its descriptors are called without a lookup in
+// the type (~15 ns each, 0.08 us a view, measured). An instance attribute shadowing a method
+// (t.data_ptr = ...) is not seen on this path.
+inline bool plain(PyObject* x) {
+  const PyTypeObject* type = Py_TYPE(x);
+  for (const PlainType& p : torch_types.plain) {
+    if (type == p.type) return p.version != 0 && type->tp_version_tag == p.version;
+  }
+  return false;
+}
+
 using Ref = pybind11::object;
 inline Ref steal(PyObject* o) { return pybind11::reinterpret_steal<Ref>(o); }
-inline Ref attr(PyObject* x, PyObject* name) { return steal(PyObject_GetAttr(x, name)); }
-inline Ref call(PyObject* x, PyObject* method) {
-  return steal(PyObject_VectorcallMethod(method, &x, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+
+// x.<a>, through the descriptor where x's type is plain.
+inline Ref get(PyObject* x, const Attribute& a, bool plain) {
+  if (!plain) return steal(PyObject_GetAttr(x, a.name));
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(x));
+  return steal(Py_TYPE(a.descriptor)->tp_descr_get(a.descriptor, x, type));
+}
+
+// x.<m>(), through the descriptor where x's type is plain.
+inline Ref call(PyObject* x, const Attribute& m, bool plain) {
+  if (!plain) {
+    return steal(
+        PyObject_VectorcallMethod(m.name, &x, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+  }
+  return steal(PyObject_Vectorcall(m.descriptor, &x, 1, nullptr));
 }
 
 // None (a new reference) for pscore.buffer to read x again and say what is wrong, clearing what
@@ -143,18 +177,19 @@ inline long long numel_of(PyObject* sizes) {
 // Tensor x's view when it is strided, on the CPU, contiguous and of a pscore dtype; None
 // otherwise. The address is data_ptr(), 0 when x is empty, as pscore.buffer writes it.
 inline PyObject* tensor_fast_view(PyObject* x) {
-  const Ref dtype_object = attr(x, torch_types.dtype);
+  const bool known = plain(x);
+  const Ref dtype_object = get(x, torch_types.dtype, known);
   size_t code = 0;
   while (code < kDTypes && torch_types.dtypes[code] != dtype_object.ptr()) ++code;
   if (code == kDTypes) return left_to_python();
-  if (attr(x, torch_types.layout).ptr() != torch_types.strided) return left_to_python();
-  if (attr(x, torch_types.is_cpu).ptr() != Py_True) return left_to_python();
-  if (call(x, torch_types.is_contiguous).ptr() != Py_True) return left_to_python();
-  const Ref sizes = attr(x, torch_types.shape);
+  if (get(x, torch_types.layout, known).ptr() != torch_types.strided) return left_to_python();
+  if (get(x, torch_types.is_cpu, known).ptr() != Py_True) return left_to_python();
+  if (call(x, torch_types.is_contiguous, known).ptr() != Py_True) return left_to_python();
+  const Ref sizes = get(x, torch_types.shape, known);
   if (!sizes || !PyTuple_Check(sizes.ptr())) return left_to_python();
   const long long numel = numel_of(sizes.ptr());
   if (numel < 0) return left_to_python();
-  Ref address = numel ? call(x, torch_types.data_ptr) : steal(PyLong_FromLong(0));
+  Ref address = numel ? call(x, torch_types.data_ptr, known) : steal(PyLong_FromLong(0));
   if (!address) return left_to_python();
   PyObject* shape = PyTuple_GetSlice(sizes.ptr(), 0, PY_SSIZE_T_MAX);  // torch.Size -> tuple
   const auto dtype = static_cast<DType>(code);
@@ -185,21 +220,48 @@ inline PyObject* fast_view_call(PyObject*, PyObject* const* args, Py_ssize_t nar
   return nullptr;
 }
 
-// fast_view_torch(tensor_type, strided, dtypes): dtypes maps each torch dtype pscore takes to
-// its pscore dtype code.
-inline void take_torch(pybind11::type tensor, pybind11::object strided, pybind11::dict dtypes) {
+// Whether type's descriptors for the attributes read are torch.Tensor's, each with a getter.
+inline bool has_tensor_descriptors(PyObject* type) {
+  for (const Attribute* a :
+       {&torch_types.dtype, &torch_types.layout, &torch_types.is_cpu, &torch_types.is_contiguous,
+        &torch_types.data_ptr, &torch_types.shape}) {
+    const Ref descriptor = steal(PyObject_GetAttr(type, a->name));
+    if (descriptor.ptr() != a->descriptor || Py_TYPE(a->descriptor)->tp_descr_get == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+// fast_view_torch(tensor_type, plain_types, strided, dtypes): dtypes maps each torch dtype
+// pscore takes to its pscore dtype code; plain_types are torch.Tensor and subclasses of it that
+// override none of the attributes read.
+inline void take_torch(pybind11::type tensor, pybind11::tuple plain_types, pybind11::object strided,
+                       pybind11::dict dtypes) {
+  namespace py = pybind11;
   for (auto [dtype, code] : dtypes) {
     torch_types.dtypes.at(static_cast<size_t>(code.cast<int>())) = dtype.inc_ref().ptr();
   }
   torch_types.strided = strided.release().ptr();
-  for (auto [name, slot] : {std::pair{"dtype", &torch_types.dtype},
-                            {"layout", &torch_types.layout},
-                            {"is_cpu", &torch_types.is_cpu},
-                            {"is_contiguous", &torch_types.is_contiguous},
-                            {"data_ptr", &torch_types.data_ptr},
-                            {"shape", &torch_types.shape}}) {
-    *slot = PyUnicode_InternFromString(name);
-    if (*slot == nullptr) throw pybind11::error_already_set();
+  for (auto [name, a] : {std::pair{"dtype", &torch_types.dtype},
+                         {"layout", &torch_types.layout},
+                         {"is_cpu", &torch_types.is_cpu},
+                         {"is_contiguous", &torch_types.is_contiguous},
+                         {"data_ptr", &torch_types.data_ptr},
+                         {"shape", &torch_types.shape}}) {
+    a->name = PyUnicode_InternFromString(name);
+    if (a->name == nullptr) throw py::error_already_set();
+    a->descriptor = PyObject_GetAttr(tensor.ptr(), a->name);
+    if (a->descriptor == nullptr) throw py::error_already_set();
+  }
+  if (plain_types.size() > torch_types.plain.size()) throw py::value_error("too many plain types");
+  for (size_t i = 0; i < plain_types.size(); ++i) {
+    PyObject* type = plain_types[i].ptr();
+    if (!PyType_Check(type) || !has_tensor_descriptors(type)) continue;
+    // looked up just now: the type has its version tag (0: none to be had)
+    torch_types.plain[i] = {reinterpret_cast<PyTypeObject*>(py::handle(type).inc_ref().ptr()),
+                            reinterpret_cast<PyTypeObject*>(type)->tp_version_tag};
   }
   torch_types.tensor = reinterpret_cast<PyTypeObject*>(tensor.release().ptr());  // last: now in use
 }
@@ -217,8 +279,9 @@ inline void bind_fast_view(pybind11::module_& m) {
   if (function == nullptr) throw pybind11::error_already_set();
   m.add_object("fast_view", pybind11::reinterpret_steal<pybind11::object>(function));
   m.def("fast_view_torch", &fast_view_detail::take_torch, pybind11::arg("tensor_type"),
-        pybind11::arg("strided"), pybind11::arg("dtypes"),
-        "Hands fast_view torch.Tensor, torch.strided and {torch dtype: pscore dtype code}.");
+        pybind11::arg("plain_types"), pybind11::arg("strided"), pybind11::arg("dtypes"),
+        "Hands fast_view torch.Tensor, the plain tensor types, torch.strided and {torch dtype: "
+        "pscore dtype code}.");
 }
 
 }  // namespace pscore::bindings

@@ -484,9 +484,11 @@ def fast_view(x, writable):
     The pscore.buffer.BufferView of numpy array or CPU torch tensor x, in place; None when pscore.buffer must explain what is wrong with x, or x is neither (or a tensor before fast_view_torch).
     """
 
-def fast_view_torch(tensor_type: type, strided: typing.Any, dtypes: dict) -> None:
+def fast_view_torch(
+    tensor_type: type, plain_types: tuple, strided: typing.Any, dtypes: dict
+) -> None:
     """
-    Hands fast_view torch.Tensor, torch.strided and {torch dtype: pscore dtype code}.
+    Hands fast_view torch.Tensor, the plain tensor types, torch.strided and {torch dtype: pscore dtype code}.
     """
 
 def install_signal_pipe(signum: typing.SupportsInt | typing.SupportsIndex) -> int:

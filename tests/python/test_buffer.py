@@ -139,6 +139,18 @@ def test_tensors_the_cpp_view_does_not_take_get_pythons_errors():
         device_view(torch.empty(3, device="meta"))
 
 
+def test_a_tensor_type_changed_after_the_first_view_is_read_through_its_new_attributes():
+    p = torch.nn.Parameter(torch.ones(3))
+    assert _fast_and_python_views(p)[0].address == p.data_ptr()
+    torch.nn.Parameter.data_ptr = lambda _self: 4096
+    try:
+        fast, python = _fast_and_python_views(p)
+        assert fast == python and fast.address == 4096
+    finally:
+        del torch.nn.Parameter.data_ptr
+    assert _C.fast_view(p, True).address == torch.Tensor.data_ptr(p)
+
+
 def test_a_tensor_subclass_is_read_through_its_own_attributes():
     class Shifted(torch.Tensor):
         def data_ptr(self):
