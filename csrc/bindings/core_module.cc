@@ -12,9 +12,9 @@
 #include "bindings/buffer_view_caster.h"
 #include "bindings/enums.h"
 #include "bindings/errors.h"
+#include "bindings/fast_view.h"
 #include "bindings/gil.h"
 #include "bindings/modules.h"
-#include "bindings/numpy_view_builder.h"
 #include "bindings/rank_blocks.h"
 #include "bindings/work.h"
 #include "collectives/process_group.h"
@@ -369,6 +369,6 @@ void bindings::init_core(py::module_& m) {
   bind_task_work(m);
   bind_progress(m);
   bind_process_group(m);
-  bindings::bind_numpy_view(m);
+  bindings::bind_fast_view(m);
   bindings::bind_gpu(m);
 }

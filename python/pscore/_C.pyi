@@ -21,11 +21,12 @@ __all__: list[str] = [
     "Work",
     "cuda_device_count",
     "cuda_runtime_path",
+    "fast_view",
+    "fast_view_torch",
     "install_signal_pipe",
     "nccl_path",
     "nccl_unique_id",
     "nccl_version",
-    "numpy_view",
     "set_cuda_runtime_candidates",
     "set_nccl_candidates",
     "set_staging_chunk_bytes",
@@ -478,6 +479,18 @@ def cuda_runtime_path() -> str:
     Loads the CUDA runtime (once) and returns the file it came from; pscore.Error listing every candidate tried when none loads.
     """
 
+def fast_view(x, writable):
+    """
+    The pscore.buffer.BufferView of numpy array or CPU torch tensor x, in place; None when pscore.buffer must explain what is wrong with x, or x is neither (or a tensor before fast_view_torch).
+    """
+
+def fast_view_torch(
+    tensor_type: type, plain_types: tuple, strided: typing.Any, dtypes: dict
+) -> None:
+    """
+    Hands fast_view torch.Tensor, the plain tensor types, torch.strided and {torch dtype: pscore dtype code}.
+    """
+
 def install_signal_pipe(signum: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     Handles signum (when it has no handler yet) by writing a byte to a pipe; returns the pipe's read end, or -1 when the signal already had a handler.
@@ -496,11 +509,6 @@ def nccl_unique_id() -> bytes:
 def nccl_version() -> str:
     """
     The loaded NCCL's version, as "2.21.5" (loads it first).
-    """
-
-def numpy_view(x, writable):
-    """
-    The pscore.buffer.BufferView of numpy array x, in place; None when pscore.buffer must explain what is wrong with x.
     """
 
 def set_cuda_runtime_candidates(candidates: collections.abc.Sequence[str]) -> None:

@@ -10,7 +10,18 @@ import sys
 import numpy as np
 import pytest
 
-from pscore.buffer import CPU, CUDA, DTYPE_CODES, BufferView, view, view_as, view_out
+from pscore import _C
+from pscore.buffer import (
+    CPU,
+    CUDA,
+    DTYPE_CODES,
+    BufferView,
+    _tensor,
+    device_view,
+    view,
+    view_as,
+    view_out,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -52,10 +63,8 @@ def test_numpy_arrays_of_every_dtype_are_viewed_in_place(dtype):
 
 @pytest.mark.parametrize("dtype", NUMPY_DTYPES)
 def test_numpy_views_built_in_cpp_hold_what_python_would_put_in_them(dtype):
-    from pscore import _C
-
     for a in (np.zeros((2, 3), dtype), np.zeros((0, 4), dtype), np.array(5, dtype)):
-        built = _C.numpy_view(a, True)
+        built = _C.fast_view(a, True)
         assert type(built) is BufferView
         code = DTYPE_CODES[dtype]
         assert built == (
@@ -72,18 +81,84 @@ def test_numpy_views_built_in_cpp_hold_what_python_would_put_in_them(dtype):
         )
     read_only = np.zeros(3, dtype)
     read_only.flags.writeable = False
-    assert _C.numpy_view(read_only, False) is not None
+    assert _C.fast_view(read_only, False) is not None
     swapped = np.zeros(3, np.dtype(dtype).newbyteorder())
     # what needs explaining is left to pscore.buffer, which raises the error naming it
     odd = [read_only, np.zeros((3, 3), dtype).T, np.zeros(3, bool), [1]]
     for x in odd + ([swapped] if swapped.itemsize > 1 else []):
-        assert _C.numpy_view(x, True) is None
+        assert _C.fast_view(x, True) is None
 
 
 @pytest.mark.parametrize("dtype", list(DTYPE_CODES))
 def test_cpu_tensors_of_every_dtype_are_viewed_in_place(dtype):
     t = torch.zeros(4, 2, dtype=getattr(torch, dtype))
     _expect(view(t), t.data_ptr(), t.numel() * t.element_size(), 8, dtype, (4, 2))
+
+
+def _fast_and_python_views(t):
+    """(fast_view's view, the one pscore.buffer builds in Python) of CPU tensor t; the Python one
+    first: it hands torch's types to fast_view the first time."""
+    built = _tensor(t, "tensor")
+    return _C.fast_view(t, True), built
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_CODES))
+def test_cpu_tensor_views_built_in_cpp_hold_what_python_would_put_in_them(dtype):
+    base = torch.arange(24).to(getattr(torch, dtype)).reshape(4, 6)
+    cases = [base, base[1:3], base[2], base[0, 0], torch.zeros(0, 3, dtype=base.dtype)]
+    cases += [torch.nn.Parameter(base.clone(), requires_grad=base.is_floating_point())]
+    for t in cases:
+        fast, python = _fast_and_python_views(t)
+        assert type(fast) is BufferView and type(fast.shape) is tuple
+        assert tuple(fast) == tuple(python)  # field by field, the owner the tensor itself
+        assert fast.owner is t and fast._asdict() == python._asdict()
+    assert _fast_and_python_views(base[1:3])[0].address == base.data_ptr() + 6 * base.itemsize
+    assert _fast_and_python_views(base[0, 0])[0].shape == ()
+    empty = _fast_and_python_views(base[:0])[0]
+    assert (empty.address, empty.nbytes, empty.numel, empty.shape) == (0, 0, 0, (0, 6))
+    # torch tensors have no read-only flag: a view to write into is made alike
+    assert _C.fast_view(base, False) == _C.fast_view(base, True) == device_view(base, False)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_tensors_the_cpp_view_does_not_take_get_pythons_errors():
+    view(torch.zeros(1))  # fast_view knows torch from here on
+    coo = torch.eye(3).to_sparse()
+    odd = [torch.zeros(4, 6).t(), coo, torch.empty(3, device="meta")]
+    odd += [torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.complex64)]
+    odd += [torch.eye(3).to_sparse_csr(), torch.ones(2, 2).to_sparse_csc()]
+    for t in odd:
+        assert _C.fast_view(t, True) is None
+    with pytest.raises(ValueError, match=r"grads is not contiguous; .* shape \(6, 4\)"):
+        device_view(torch.zeros(4, 6).t(), what="grads")
+    with pytest.raises(ValueError, match="grads is sparse; pass a dense tensor"):
+        device_view(coo, what="grads")
+    with pytest.raises(TypeError, match="dtype bool is not supported"):
+        device_view(torch.ones(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="tensor is on meta; pscore takes CPU and CUDA tensors"):
+        device_view(torch.empty(3, device="meta"))
+
+
+def test_a_tensor_type_changed_after_the_first_view_is_read_through_its_new_attributes():
+    p = torch.nn.Parameter(torch.ones(3))
+    assert _fast_and_python_views(p)[0].address == p.data_ptr()
+    torch.nn.Parameter.data_ptr = lambda _self: 4096
+    try:
+        fast, python = _fast_and_python_views(p)
+        assert fast == python and fast.address == 4096
+    finally:
+        del torch.nn.Parameter.data_ptr
+    assert _C.fast_view(p, True).address == torch.Tensor.data_ptr(p)
+
+
+def test_a_tensor_subclass_is_read_through_its_own_attributes():
+    class Shifted(torch.Tensor):
+        def data_ptr(self):
+            return super().data_ptr() + 4
+
+    t = torch.ones(4).as_subclass(Shifted)
+    fast, python = _fast_and_python_views(t)
+    assert fast == python and fast.address == torch.Tensor.data_ptr(t) + 4
 
 
 @pytest.mark.parametrize("dtype", NUMPY_DTYPES)
