@@ -154,8 +154,9 @@ YIELD_US = Var(
 SOCKET_BUFFER_BYTES = Var(
     "PSCORE_SOCKET_BUFFER_BYTES",
     "bytes",
-    512 << 10,
-    "TCP transport socket buffers; 0 leaves the kernel's autotuning on",
+    0,
+    "TCP transport socket buffers (SO_SNDBUF / SO_RCVBUF); 0, the default, leaves the kernel's"
+    " autotuning on",
 )
 EPOLL_MIN_FDS = Var(
     "PSCORE_EPOLL_MIN_FDS",

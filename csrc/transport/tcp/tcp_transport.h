@@ -21,7 +21,7 @@ namespace pscore {
 struct TcpOptions {
   std::string host = "127.0.0.1";  // address to listen on
   int port = 0;                    // 0 picks a free port
-  int buffer_bytes = 512 << 10;    // SO_SNDBUF / SO_RCVBUF (see docs/collectives.md)
+  int buffer_bytes = 0;            // SO_SNDBUF / SO_RCVBUF; 0: the kernel's autotuning
   std::string job_id = "pscore";
   std::string auth_token;  // the same secret on every rank; "" = no authentication
   bool insecure = false;   // listen on an address other hosts can reach without a token
