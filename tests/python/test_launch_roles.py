@@ -58,11 +58,17 @@ def test_workers_alone_are_n(tmp_path):
     assert not (tmp_path / "ps0.json").exists()
 
 
+# The ps task says when its SIGTERM handler is in place, and the workers end only then: a
+# launcher that stops it earlier would kill it before the handler could say so.
 SERVER_STAYS = """
     import os, signal, sys, time
     if os.environ["PSCORE_ROLE"] == "ps":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
+        open("ps_ready", "w").close()
         time.sleep(60)
+    deadline = time.monotonic() + 60
+    while not os.path.exists("ps_ready") and time.monotonic() < deadline:
+        time.sleep(0.01)
     sys.exit(int(sys.argv[1]) if os.environ.get("PSCORE_RANK") == "1" else 0)
 """
 
