@@ -437,7 +437,7 @@ class TcpTransport(Transport):
         host: str = "127.0.0.1",
         port: typing.SupportsInt | typing.SupportsIndex = 0,
         job_id: str = "pscore",
-        buffer_bytes: typing.SupportsInt | typing.SupportsIndex = 524288,
+        buffer_bytes: typing.SupportsInt | typing.SupportsIndex = 0,
         auth_token: str | None = None,
         insecure: bool | None = None,
         epoll_min_fds: typing.SupportsInt | typing.SupportsIndex = 8,
