@@ -74,12 +74,15 @@ bool overlaps(const char* a, size_t na, const char* b, size_t nb) {
 }
 }  // namespace
 
+// A copy runs first when a send reads its destination or a receive writes its source: then the
+// order is the one the algorithm wrote.
 void Exchange::run_copies(bool before_sends) {
   for (const auto& c : copies_) {
-    bool read_by_send = false;
-    for (const auto& s : items_)
-      read_by_send |= s.is_send && overlaps(c.dst, c.nbytes, s.data, s.nbytes);
-    if (read_by_send == before_sends) std::memmove(c.dst, c.src, c.nbytes);
+    bool ordered = false;
+    for (const auto& it : items_)
+      ordered |= it.is_send ? overlaps(c.dst, c.nbytes, it.data, it.nbytes)
+                            : overlaps(c.src, c.nbytes, it.data, it.nbytes);
+    if (ordered == before_sends) std::memmove(c.dst, c.src, c.nbytes);
   }
 }
 

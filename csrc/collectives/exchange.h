@@ -40,7 +40,7 @@ class Exchange {
   // Receives nbytes of ctx.dtype from peer and folds them into dst: dst = dst op incoming.
   void recv_reduce(int peer, void* dst, size_t nbytes, ReduceOp op);
   // Copies nbytes from src to dst in this process once the sends have gone out, so the copy
-  // overlaps the peers' reads (before them when dst overlaps a send's buffer).
+  // overlaps the peers' reads (before them when a send reads dst or a receive writes src).
   void copy(void* dst, const void* src, size_t nbytes);
   // Progresses every posted send and receive until all are complete. Throws TimeoutError or
   // NetworkError naming this rank, the peer, the operation and the byte counts.
@@ -74,7 +74,7 @@ class Exchange {
   };
 
   bool step(Item& it);
-  // Runs the local copies: those whose destination a send reads (`before_sends`) or the others.
+  // Runs the local copies that must precede the transfers (`before_sends`), or the others.
   void run_copies(bool before_sends);
   bool step_send(Item& it, Channel& ch);
   bool step_recv(Item& it, Channel& ch);

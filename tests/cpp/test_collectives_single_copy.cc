@@ -147,8 +147,9 @@ TEST(SingleCopy, MovedAndReducedThresholdsApplyApart) {
   }
 }
 
-// An exchange's local copy runs after its sends went out, unless a send reads its destination:
-// then before, so the peer gets the copied bytes.
+// An exchange's local copy runs after its sends went out, unless a send reads its destination
+// (then before, so the peer gets the copied bytes) or a receive writes its source (then before,
+// so the copy gets the bytes as they were).
 TEST(SingleCopy, LocalCopyIntoASentBufferRunsBeforeTheSend) {
   for (uint64_t threshold : {uint64_t{64}, uint64_t{0}}) {
     auto s = connected(2, small_rings(threshold));
@@ -159,13 +160,16 @@ TEST(SingleCopy, LocalCopyIntoASentBufferRunsBeforeTheSend) {
       ctx.deadline = Deadline(20000);
       Exchange x(*s[r], ctx);
       std::vector<char> sent(n, 'a'), copied(n, 'b'), got(n, 0), source(n, 'c');
+      std::vector<char> before_recv(n, 'd');
       x.send(1 - r, sent.data(), n);
       x.copy(sent.data(), source.data(), n);  // read by the send: copied first
       x.copy(copied.data(), source.data(), n);
+      x.copy(before_recv.data(), got.data(), n);  // its source is received into: copied first
       x.recv(1 - r, got.data(), n);
       x.run();
       EXPECT_EQ(got, source) << threshold;
       EXPECT_EQ(copied, source) << threshold;
+      EXPECT_EQ(before_recv, std::vector<char>(n, 0)) << threshold;
     });
   }
 }
