@@ -110,22 +110,4 @@ inline bool numpy_view(pybind11::handle x, bool writable, BufferView* v) {
   return true;
 }
 
-// The view of x for a binding that takes objects as the user passed them: a BufferView or a
-// numpy array numpy_view takes is read here; anything else (torch tensors, __dlpack__ objects,
-// arrays with something to explain) goes through pscore.buffer.view, which makes the view or
-// raises the error naming `what`. `host` is view()'s host argument. The memory stays x's, and x
-// lives through the call: the view made here may go when this returns.
-inline BufferView to_view(pybind11::handle x, const char* what, bool writable, const char* host) {
-  namespace py = pybind11;
-  BufferView v;
-  if (numpy_view(x, writable, &v)) return v;
-  py::detail::make_caster<BufferView> caster;
-  if (caster.load(x, false)) return py::detail::cast_op<BufferView>(caster);
-  static const auto* view = new py::object(py::module_::import("pscore.buffer").attr("view"));
-  using namespace py::literals;
-  py::object made = (*view)(x, "writable"_a = writable, "what"_a = what, "host"_a = host);
-  if (!caster.load(made, false)) throw py::type_error("pscore.buffer.view made no BufferView");
-  return py::detail::cast_op<BufferView>(caster);
-}
-
 }  // namespace pscore::bindings

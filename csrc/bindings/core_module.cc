@@ -16,6 +16,7 @@
 #include "bindings/gil.h"
 #include "bindings/modules.h"
 #include "bindings/rank_blocks.h"
+#include "bindings/user_buffer.h"
 #include "bindings/work.h"
 #include "collectives/process_group.h"
 #include "common/auth.h"
@@ -30,6 +31,10 @@ using namespace pscore;
 namespace {
 
 using Views = std::vector<BufferView>;
+// The single-buffer collectives take the caller's objects (bindings/user_buffer.h).
+using Tensor = bindings::UserBuffer<bindings::kTensorArg>;
+using Input = bindings::UserBuffer<bindings::kInputArg>;
+using Output = bindings::UserBuffer<bindings::kOutputArg>;
 using Gil = bindings::ReleaseGil;
 using PG = ProcessGroup;
 using gpu::Copy;
@@ -204,7 +209,8 @@ void bind_process_group(py::module_& m) {
       .def_property_readonly("transport", &PG::transport_name)
       .def(
           "allreduce",
-          [](PG& g, const BufferView& b, ReduceOp op, bool async) {
+          [](PG& g, const Tensor& t, ReduceOp op, bool async) {
+            const BufferView& b = t.view;
             return in_place(g, b, Copy::kInOut, "all_reduce", [&](void* h, size_t n) {
               return g.allreduce(h, n, b.dtype, op, async);
             });
@@ -212,7 +218,8 @@ void bind_process_group(py::module_& m) {
           Gil())
       .def(
           "broadcast",
-          [](PG& g, const BufferView& b, int root, bool async) {
+          [](PG& g, const Tensor& t, int root, bool async) {
+            const BufferView& b = t.view;
             const Copy copy = g.rank() == root ? Copy::kIn : Copy::kOut;
             return in_place(g, b, copy, "broadcast", [&](void* h, size_t n) {
               return g.broadcast(h, n, b.dtype, root, async);
@@ -280,7 +287,8 @@ void bind_process_group(py::module_& m) {
           Gil())
       .def(
           "allgather_into",
-          [](PG& g, const BufferView& in, const BufferView& out, bool async) {
+          [](PG& g, const Input& input, const Output& output, bool async) {
+            const BufferView &in = input.view, &out = output.view;
             const char* op = "all_gather_into_tensor";
             const auto n = static_cast<size_t>(g.size());
             bindings::check_same_dtype(out, "output", in, "input", op);
@@ -295,7 +303,8 @@ void bind_process_group(py::module_& m) {
           "all_gather into one output of size() blocks, rank r's input in block r.")
       .def(
           "reduce_scatter_from",
-          [](PG& g, const BufferView& in, const BufferView& out, ReduceOp rop, bool async) {
+          [](PG& g, const Input& input, const Output& output, ReduceOp rop, bool async) {
+            const BufferView &in = input.view, &out = output.view;
             const char* op = "reduce_scatter_tensor";
             const auto n = static_cast<size_t>(g.size());
             bindings::check_same_dtype(in, "input", out, "output", op);
@@ -311,9 +320,9 @@ void bind_process_group(py::module_& m) {
           "reduce_scatter of one input of size() blocks: block r reduced into rank r's output.")
       .def(
           "all_to_all_single",
-          [](PG& g, const BufferView& in, const BufferView& out,
-             const bindings::RankCounts& in_counts, const bindings::RankCounts& out_counts,
-             bool async) {
+          [](PG& g, const Input& input, const Output& output, const bindings::RankCounts& in_counts,
+             const bindings::RankCounts& out_counts, bool async) {
+            const BufferView &in = input.view, &out = output.view;
             const char* op = "all_to_all_single";
             const auto n = static_cast<size_t>(g.size());
             bindings::check_same_dtype(in, "input", out, "output", op);

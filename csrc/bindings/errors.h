@@ -8,7 +8,8 @@
 namespace pscore::bindings {
 
 // Registers a translator: pscore::TimeoutError -> pscore.errors.TimeoutError (a builtin
-// TimeoutError), NetworkError -> ConnectionError subclass, StoreError / Error -> RuntimeError.
+// TimeoutError), NetworkError -> ConnectionError subclass, DTypeError -> TypeError, StoreError /
+// Error -> RuntimeError.
 inline void register_error_translator() {
   namespace py = pybind11;
   py::register_exception_translator([](std::exception_ptr p) {
@@ -20,6 +21,8 @@ inline void register_error_translator() {
     };
     try {
       std::rethrow_exception(p);
+    } catch (const pscore::DTypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
     } catch (const pscore::TimeoutError& e) {
       raise("TimeoutError", e.what());
     } catch (const pscore::NetworkError& e) {

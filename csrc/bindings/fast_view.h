@@ -155,13 +155,6 @@ inline Ref call(PyObject* x, const Attribute& m, bool plain) {
   return steal(PyObject_Vectorcall(m.descriptor, &x, 1, nullptr));
 }
 
-// None (a new reference) for pscore.buffer to read x again and say what is wrong, clearing what
-// reading x raised.
-inline PyObject* left_to_python() {
-  PyErr_Clear();
-  Py_RETURN_NONE;
-}
-
 // The number of elements of a tensor of shape `sizes` (a torch.Size); -1 (an error set) when
 // an entry is not an int.
 inline long long numel_of(PyObject* sizes) {
@@ -174,28 +167,72 @@ inline long long numel_of(PyObject* sizes) {
   return numel;
 }
 
-// Tensor x's view when it is strided, on the CPU, contiguous and of a pscore dtype; None
-// otherwise. The address is data_ptr(), 0 when x is empty, as pscore.buffer writes it.
-inline PyObject* tensor_fast_view(PyObject* x) {
+// What a view of a tensor is made of.
+struct TensorFacts {
+  DType dtype = DType::kUInt8;
+  uint64_t numel = 0;
+  Ref sizes;    // its torch.Size
+  Ref address;  // data_ptr(), 0 when empty, as pscore.buffer writes it
+};
+
+// Reads tensor x when it is strided, on the CPU, contiguous and of a pscore dtype; false
+// otherwise, with nothing raised.
+inline bool read_tensor(PyObject* x, TensorFacts* f) {
   const bool known = plain(x);
   const Ref dtype_object = get(x, torch_types.dtype, known);
   size_t code = 0;
   while (code < kDTypes && torch_types.dtypes[code] != dtype_object.ptr()) ++code;
-  if (code == kDTypes) return left_to_python();
-  if (get(x, torch_types.layout, known).ptr() != torch_types.strided) return left_to_python();
-  if (get(x, torch_types.is_cpu, known).ptr() != Py_True) return left_to_python();
-  if (call(x, torch_types.is_contiguous, known).ptr() != Py_True) return left_to_python();
-  const Ref sizes = get(x, torch_types.shape, known);
-  if (!sizes || !PyTuple_Check(sizes.ptr())) return left_to_python();
-  const long long numel = numel_of(sizes.ptr());
-  if (numel < 0) return left_to_python();
-  Ref address = numel ? call(x, torch_types.data_ptr, known) : steal(PyLong_FromLong(0));
-  if (!address) return left_to_python();
-  PyObject* shape = PyTuple_GetSlice(sizes.ptr(), 0, PY_SSIZE_T_MAX);  // torch.Size -> tuple
-  const auto dtype = static_cast<DType>(code);
-  const auto n = static_cast<uint64_t>(numel);
-  return make_view(address.release().ptr(), PyLong_FromUnsignedLongLong(n * dtype_size(dtype)), n,
-                   dtype, shape, x);
+  if (code == kDTypes || get(x, torch_types.layout, known).ptr() != torch_types.strided ||
+      get(x, torch_types.is_cpu, known).ptr() != Py_True ||
+      call(x, torch_types.is_contiguous, known).ptr() != Py_True) {
+    PyErr_Clear();
+    return false;
+  }
+  f->sizes = get(x, torch_types.shape, known);
+  const long long numel = f->sizes && PyTuple_Check(f->sizes.ptr()) ? numel_of(f->sizes.ptr()) : -1;
+  if (numel >= 0)
+    f->address = numel ? call(x, torch_types.data_ptr, known) : steal(PyLong_FromLong(0));
+  if (numel < 0 || !f->address) {
+    PyErr_Clear();
+    return false;
+  }
+  f->dtype = static_cast<DType>(code);
+  f->numel = static_cast<uint64_t>(numel);
+  return true;
+}
+
+// Tensor x's view when read_tensor takes it; None otherwise.
+inline PyObject* tensor_fast_view(PyObject* x) {
+  TensorFacts f;
+  if (!read_tensor(x, &f)) Py_RETURN_NONE;
+  PyObject* shape = PyTuple_GetSlice(f.sizes.ptr(), 0, PY_SSIZE_T_MAX);  // torch.Size -> tuple
+  return make_view(f.address.release().ptr(),
+                   PyLong_FromUnsignedLongLong(f.numel * dtype_size(f.dtype)), f.numel, f.dtype,
+                   shape, x);
+}
+
+// The C++ view of x when it is a torch tensor read_tensor takes (once pscore.buffer has handed
+// torch over); false otherwise, with nothing raised. No Python object is made.
+inline bool tensor_host_view(PyObject* x, BufferView* v) {
+  if (torch_types.tensor == nullptr || !PyObject_TypeCheck(x, torch_types.tensor)) return false;
+  TensorFacts f;
+  if (!read_tensor(x, &f)) return false;
+  const auto sizes = f.sizes.ptr();
+  v->shape.resize(static_cast<size_t>(PyTuple_GET_SIZE(sizes)));
+  for (size_t i = 0; i < v->shape.size(); ++i)
+    v->shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, static_cast<Py_ssize_t>(i)));
+  v->data = f.numel ? PyLong_AsVoidPtr(f.address.ptr()) : nullptr;
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  v->dtype = f.dtype;
+  v->numel = f.numel;
+  v->nbytes = f.numel * dtype_size(f.dtype);
+  v->device = DeviceType::kCpu;
+  v->device_index = 0;
+  v->stream = 0;
+  return true;
 }
 
 inline PyObject* fast_view_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {

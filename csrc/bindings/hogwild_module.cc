@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "bindings/buffer_view_caster.h"
 #include "bindings/errors.h"
 #include "bindings/gil.h"
 #include "bindings/modules.h"
+#include "bindings/user_buffer.h"
 #include "common/dtype.h"
 #include "hogwild/cuda/cuda_updates.h"
 #include "hogwild/kernels.h"

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/buffer_view.h"
+#include "common/error.h"
 
 namespace pscore::bindings {
 
@@ -24,12 +25,12 @@ struct RankCounts {
   bool given = false;
 };
 
-// std::invalid_argument unless `a` and `b` hold one element type.
+// DTypeError (TypeError) unless `a` and `b` hold one element type.
 inline void check_same_dtype(const BufferView& a, const char* a_name, const BufferView& b,
                              const char* b_name, const char* op) {
   if (a.dtype == b.dtype) return;
-  throw std::invalid_argument(std::string(op) + ": " + a_name + " is " + dtype_name(a.dtype) +
-                              ", " + b_name + " is " + dtype_name(b.dtype));
+  throw DTypeError(std::string(op) + ": " + a_name + " is " + dtype_name(a.dtype) + ", " + b_name +
+                   " is " + dtype_name(b.dtype));
 }
 
 // std::invalid_argument unless `whole` holds `parts` blocks of `block`'s size (`whole` is
@@ -49,10 +50,12 @@ inline std::vector<size_t> rank_counts(const BufferView& buffer, const char* rol
   const std::vector<size_t>& given = counts.values;
   const std::string where =
       std::string(op) + ": " + role + " of " + std::to_string(buffer.numel) + " elements";
-  if (given.empty()) {
-    if (parts == 0 || buffer.numel % parts) {
-      throw std::invalid_argument(where + " does not split into " + std::to_string(parts) +
-                                  " equal blocks");
+  if (given.empty()) {  // equal blocks of rows, as torch splits along the first dimension
+    const int64_t rows = buffer.shape.empty() ? 1 : buffer.shape[0];
+    if (parts == 0 || rows % static_cast<int64_t>(parts)) {
+      throw std::invalid_argument(std::string(op) + ": " + role + "'s first dimension " +
+                                  std::to_string(rows) + " is not divisible by the group size " +
+                                  std::to_string(parts));
     }
     return std::vector<size_t>(parts, static_cast<size_t>(buffer.numel / parts));
   }

@@ -154,6 +154,7 @@ ProcessGroup::WorkPtr ProcessGroup::submit_p2p(bool is_send, int peer, DType dty
 
 ProcessGroup::WorkPtr ProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op,
                                               bool async) {
+  check_reduce_op(op, dtype);
   return submit(
       OpKind::kAllreduce, dtype, count * dtype_size(dtype), async, [=](const OpContext& ctx) {
         const size_t nbytes = count * dtype_size(dtype);
@@ -185,6 +186,7 @@ ProcessGroup::WorkPtr ProcessGroup::broadcast(void* buf, size_t count, DType dty
 
 ProcessGroup::WorkPtr ProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp op,
                                            int root, bool async) {
+  check_reduce_op(op, dtype);
   check_rank(root, "reduce root");
   return submit(OpKind::kReduce, dtype, count * dtype_size(dtype), async,
                 [=](const OpContext& ctx) {
@@ -218,6 +220,7 @@ ProcessGroup::WorkPtr ProcessGroup::allgather(const void* input, size_t count, D
 ProcessGroup::WorkPtr ProcessGroup::reduce_scatter(std::vector<const void*> inputs, void* output,
                                                    size_t count, DType dtype, ReduceOp op,
                                                    bool async) {
+  check_reduce_op(op, dtype);
   if (static_cast<int>(inputs.size()) != size())
     throw std::invalid_argument("reduce_scatter needs one input block per rank");
   return submit(OpKind::kReduceScatter, dtype, count * dtype_size(dtype), async,

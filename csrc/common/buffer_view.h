@@ -1,6 +1,8 @@
 // The one view of a caller's buffer that crosses into C++: address, size, element type, shape,
 // device and stream. Python builds it (pscore/buffer.py) from numpy arrays, torch tensors and
-// __dlpack__ objects; bindings/buffer_view_caster.h reads it. Nothing here knows torch.
+// __dlpack__ objects, and bindings/buffer_view_caster.h reads it; the collectives' latency path
+// reads numpy arrays and CPU tensors straight into it (bindings/user_buffer.h). Nothing here
+// knows torch.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,9 @@
 #include "common/dtype.h"
 
 #include <stdexcept>
+#include <string>
+
+#include "common/error.h"
 
 namespace pscore {
 
@@ -42,6 +45,16 @@ const char* dtype_name(DType t) {
       return "int64";
   }
   return "unknown";
+}
+
+void check_reduce_op(ReduceOp op, DType t) {
+  const bool bitwise = op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+  const bool floating =
+      t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32 || t == DType::kFloat64;
+  if (bitwise && floating) {
+    throw DTypeError(std::string("reduce op ") + reduce_op_name(op) +
+                     " needs an integer dtype, got " + dtype_name(t));
+  }
 }
 
 const char* reduce_op_name(ReduceOp op) {

@@ -33,6 +33,8 @@ enum class ReduceOp : uint8_t {
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 const char* reduce_op_name(ReduceOp op);
+// Throws DTypeError when op does not apply to t (a bitwise op on a floating-point type).
+void check_reduce_op(ReduceOp op, DType t);
 // Throws std::invalid_argument for an unknown code (a BufferView's dtype code from Python).
 DType dtype_from_code(int code);
 

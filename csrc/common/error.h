@@ -30,6 +30,13 @@ class StoreError : public Error {
   using Error::Error;
 };
 
+// An argument of an element type the operation cannot apply to (a bitwise reduction of floats):
+// Python's TypeError.
+class DTypeError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
 // Builds "what: strerror(errno)".
 std::string errno_message(const std::string& what, int err);
 

@@ -178,6 +178,7 @@ NcclCommunicator::WorkPtr NcclCommunicator::enqueue(const char* kind, const View
 }
 
 NcclCommunicator::WorkPtr NcclCommunicator::allreduce(const BufferView& b, ReduceOp op) {
+  check_reduce_op(op, b.dtype);
   return enqueue("allreduce", {b}, [&](const Nccl& nccl, CudaStream s) {
     const std::string what = "allreduce";
     nccl.check(nccl.ncclAllReduce(b.data, b.data, b.numel, nccl.dtype(b.dtype, what),
@@ -196,6 +197,7 @@ NcclCommunicator::WorkPtr NcclCommunicator::broadcast(const BufferView& b, int r
 }
 
 NcclCommunicator::WorkPtr NcclCommunicator::reduce(const BufferView& b, ReduceOp op, int root) {
+  check_reduce_op(op, b.dtype);
   check_peer(root, "root", "reduce");
   return enqueue("reduce", {b}, [&](const Nccl& nccl, CudaStream s) {
     nccl.check(nccl.ncclReduce(b.data, b.data, b.numel, nccl.dtype(b.dtype, "reduce"),
@@ -228,6 +230,7 @@ NcclCommunicator::WorkPtr NcclCommunicator::reduce_scatter(const Views& ins, con
                                                            ReduceOp op) {
   count_is(ins, size(), "reduce_scatter");
   same_kind(ins, out, "reduce_scatter");
+  check_reduce_op(op, out.dtype);
   return enqueue("reduce_scatter", with(ins, out), [&](const Nccl& nccl, CudaStream s) {
     const NcclDataType dtype = nccl.dtype(out.dtype, "reduce_scatter");
     const NcclRedOp nop = nccl.op(op, "reduce_scatter");

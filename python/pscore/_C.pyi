@@ -255,8 +255,8 @@ class ProcessGroup:
     ) -> Work: ...
     def all_to_all_single(
         self,
-        input: pscore.buffer.BufferView,
-        output: pscore.buffer.BufferView,
+        input: typing.Any,
+        output: typing.Any,
         input_counts: collections.abc.Sequence[int] | None,
         output_counts: collections.abc.Sequence[int] | None,
         async_op: bool,
@@ -270,19 +270,14 @@ class ProcessGroup:
         arg1: collections.abc.Sequence[pscore.buffer.BufferView],
         arg2: bool,
     ) -> Work: ...
-    def allgather_into(
-        self, input: pscore.buffer.BufferView, output: pscore.buffer.BufferView, async_op: bool
-    ) -> Work:
+    def allgather_into(self, input: typing.Any, output: typing.Any, async_op: bool) -> Work:
         """
         all_gather into one output of size() blocks, rank r's input in block r.
         """
-    def allreduce(self, arg0: pscore.buffer.BufferView, arg1: ReduceOp, arg2: bool) -> Work: ...
+    def allreduce(self, arg0: typing.Any, arg1: ReduceOp, arg2: bool) -> Work: ...
     def barrier(self, async_op: bool) -> Work: ...
     def broadcast(
-        self,
-        arg0: pscore.buffer.BufferView,
-        arg1: typing.SupportsInt | typing.SupportsIndex,
-        arg2: bool,
+        self, arg0: typing.Any, arg1: typing.SupportsInt | typing.SupportsIndex, arg2: bool
     ) -> Work: ...
     def broken_reason(self) -> str: ...
     def gather(
@@ -321,11 +316,7 @@ class ProcessGroup:
         arg3: bool,
     ) -> Work: ...
     def reduce_scatter_from(
-        self,
-        input: pscore.buffer.BufferView,
-        output: pscore.buffer.BufferView,
-        op: ReduceOp,
-        async_op: bool,
+        self, input: typing.Any, output: typing.Any, op: ReduceOp, async_op: bool
     ) -> Work:
         """
         reduce_scatter of one input of size() blocks: block r reduced into rank r's output.

@@ -89,16 +89,16 @@ def test_uneven_and_empty_blocks_on_three_ranks():
 
 
 def _refusal(call) -> str:
-    """The ValueError call() raises, as text."""
+    """The ValueError or TypeError (a dtype mismatch) call() raises, as text."""
     try:
         call()
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         return str(e)
     return "no error"
 
 
 def _core_refusals(rank, world):
-    """The core's own checks, past Python's (which say the same in torch's words first)."""
+    """The core's own checks, which the CPU path meets first (Python passes the buffers on)."""
     native = resolve(None).native
     three, five = device_view(np.ones(3, np.float32)), device_view(np.zeros(5, np.float32))
     four, f64 = device_view(np.zeros(4, np.float32)), device_view(np.zeros(6))
@@ -122,7 +122,7 @@ def test_the_core_refuses_sizes_that_do_not_split_naming_the_operation():
             "all_gather_into_tensor: output has 5 elements, expected 2 x 3",
             "all_gather_into_tensor: output is float64, input is float32",
             "reduce_scatter_tensor: input has 5 elements, expected 2 x 3",
-            "all_to_all_single: input of 3 elements does not split into 2 equal blocks",
+            "all_to_all_single: input's first dimension 3 is not divisible by the group size 2",
             "all_to_all_single: input of 3 elements: 2 counts summing to 2, expected 2 "
             "summing to 3",
             "all_to_all_single: output of 4 elements: 3 counts summing to 4, expected 2 "
@@ -146,7 +146,8 @@ def test_split_sizes_that_do_not_cover_the_first_dimension_are_refused():
             "input split sizes [3, -1] must have 2 entries >= 0 summing to 2",
             "input split sizes [1] must have 2 entries >= 0 summing to 2",
             "input split sizes [1, 0] must have 2 entries >= 0 summing to 2",
-            "input: first dimension 3 is not divisible by the group size 2",
+            # equal splits are the core's to check (the call's latency path)
+            "all_to_all_single: input's first dimension 3 is not divisible by the group size 2",
         ]
 
 
@@ -172,3 +173,41 @@ def test_cuda_buffers_are_staged_whole_and_split_on_the_host(fake_cudart):  # no
         # One copy each way per non-empty buffer: whole, not one per rank's block.
         assert len(copies) == 6
         assert not [line for line in log if line.startswith("VIOLATION")]
+
+
+def _objects_as_passed(rank, world):
+    """The core views what the caller passed (bindings/user_buffer.h): a torch tensor before
+    pscore.buffer has met one, numpy arrays and BufferViews; anything else goes through
+    pscore.buffer, whose error names the argument."""
+    import torch
+
+    native, total = resolve(None).native, pscore._C.ReduceOp.SUM
+    first = torch.full((2,), float(rank + 1))  # the first tensor this process hands pscore
+    native.allreduce(first, total, False)
+    array, view = np.full(3, rank + 1, np.int64), device_view(np.full(4, rank + 1.0))
+    native.allreduce(array, total, False)
+    native.allreduce(view, total, False)
+    gathered = torch.zeros((world, 2), dtype=torch.int32)
+    native.allgather_into(torch.full((2,), rank, dtype=torch.int32), gathered, False)
+    read_only = np.zeros(2 * world, np.float32)
+    read_only.flags.writeable = False
+    refusals = [
+        _refusal(lambda: native.allreduce([1.0, 2.0], total, False)),
+        _refusal(lambda: native.allgather_into(np.ones(2, np.float32), read_only, False)),
+        _refusal(lambda: native.broadcast(torch.ones(4)[::2], 0, False)),
+        _refusal(lambda: native.allreduce(torch.ones(2), pscore._C.ReduceOp.BXOR, False)),
+    ]
+    return first.tolist(), array.tolist(), view.owner.tolist(), gathered.tolist(), refusals
+
+
+def test_the_core_views_the_objects_the_caller_passed():
+    for first, array, view, gathered, refusals in run_ranks(_objects_as_passed, 2).values():
+        assert (first, array, view) == ([3.0, 3.0], [3, 3, 3], [3.0] * 4)
+        assert gathered == [[0, 0], [1, 1]]
+        assert refusals == [
+            "tensor: expected a numpy array or a torch tensor (or a __dlpack__ object), got list",
+            "output is read-only; the operation writes its result in place",
+            "tensor is not contiguous; call .contiguous() or np.ascontiguousarray first "
+            "(strides (2,) elements are not C-contiguous for shape (2,))",
+            "reduce op bxor needs an integer dtype, got float32",
+        ]

@@ -14,11 +14,16 @@
 
 namespace pscore {
 
+// The fence pairs with the one a sleeper issues after counting itself (ShmTransport::begin_wait):
+// either this rank sees the sleeper, or the sleeper's last look sees what this rank published.
+// A rank that polls is not rung at all: no read-modify-write on a line both ranks write, which
+// cost a quarter of a 4 KB all_gather.
 void ring_doorbell(ShmHeader* h) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_relaxed) == 0) return;
   h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-  if (h->sleepers.load(std::memory_order_seq_cst) != 0)
-    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->doorbell), FUTEX_WAKE, INT_MAX, nullptr,
-              nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->doorbell), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
 }
 
 void throw_if_aborted(const ShmHeader* h, const std::string& peer_name) {

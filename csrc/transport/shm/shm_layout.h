@@ -22,7 +22,8 @@ struct alignas(64) ShmHeader {
   int32_t pad;
   uint64_t ring_bytes[kNumLanes];
   uint64_t self_address;  // where the owner maps this header, for peers' cross-memory probes
-  alignas(64) std::atomic<uint32_t> doorbell;  // bumped by peers after they write or free space
+  alignas(64) std::atomic<uint32_t> doorbell;  // bumped by peers that wrote or freed space while
+                                               // a thread of this rank sleeps
   alignas(64) std::atomic<uint32_t> sleepers;  // threads of this rank blocked on the doorbell
   alignas(64) std::atomic<uint32_t> aborted;
   char reason[kShmReasonBytes];

@@ -131,6 +131,7 @@ Channel& ShmTransport::channel(int peer, int lane) {
 
 uint32_t ShmTransport::begin_wait() {
   header()->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with ring_doorbell's
   return header()->doorbell.load(std::memory_order_seq_cst);
 }
 

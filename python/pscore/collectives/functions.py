@@ -58,8 +58,6 @@ class ReduceOp:
 
 
 _REDUCE_OPS = by_name(_C.ReduceOp)  # csrc/common/dtype.h
-_BITWISE = ("band", "bor", "bxor")
-_INTEGER_DTYPES = ("int8", "uint8", "int32", "int64")
 
 
 _OPS_SEEN: dict = {}  # op as callers pass it -> (code, name): parsed once per distinct op
@@ -75,16 +73,14 @@ def _parse_op(op: Any) -> tuple:
     return code, name
 
 
-def _op_code(op: Any, dtype: str) -> _C.ReduceOp:
+def _op_code(op: Any) -> _C.ReduceOp:
+    """The core's code for op; the core checks it applies to the buffers' dtype."""
     try:
-        code, name = _OPS_SEEN[op]
+        return _OPS_SEEN[op][0]
     except KeyError:
-        code, name = _OPS_SEEN[op] = _parse_op(op)
+        return _OPS_SEEN.setdefault(op, _parse_op(op))[0]
     except TypeError:  # an unhashable op object
-        code, name = _parse_op(op)
-    if name in _BITWISE and dtype not in _INTEGER_DTYPES:
-        raise TypeError(f"reduce op {name} needs an integer dtype, got {dtype}")
-    return code
+        return _parse_op(op)[0]
 
 
 def _finish(g, keep: Any, async_op: bool, call, *args):
@@ -105,6 +101,13 @@ def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
             raise ValueError(f"{what}[{i}] has {b.numel} elements, expected {ref.numel}")
 
 
+def _native_views(g) -> bool:
+    """Whether the core views the caller's buffers itself (bindings/user_buffer.h): on a group
+    without NCCL, where every buffer goes to the core. Numpy arrays and CPU tensors then cost no
+    Python view: the latency path."""
+    return g.nccl is None
+
+
 def _cuda(g, *views: BufferView) -> bool:
     """Whether the call goes to the group's NCCL communicator: CUDA buffers on a group with one."""
     return g.nccl is not None and any(v.device_type == CUDA for v in views)
@@ -115,9 +118,11 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
+    code = _op_code(op)
+    if _native_views(g):
+        return _finish(g, tensor, async_op, g.native.allreduce, tensor, code, async_op)
     b = view(tensor)
-    code = _op_code(op, b.dtype)
-    if b.device_type == CUDA and g.nccl is not None:
+    if b.device_type == CUDA:
         sig = (b.dtype, b.numel, code.name)
         return g.nccl.run("allreduce", sig, b, b, async_op, lambda c: c.allreduce(b, code))
     return _finish(g, b, async_op, g.native.allreduce, b, code, async_op)
@@ -128,8 +133,10 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    b = view(tensor)
     root = g.group_rank(src, "src")
+    if _native_views(g):
+        return _finish(g, tensor, async_op, g.native.broadcast, tensor, root, async_op)
+    b = view(tensor)
     if _cuda(g, b):
         sig = (b.dtype, b.numel, root)
         return g.nccl.run("broadcast", sig, b, b, async_op, lambda c: c.broadcast(b, root))
@@ -143,7 +150,7 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
         return CompletedWork() if async_op else None
     b = view(tensor)
     root = g.group_rank(dst, "dst")
-    code = _op_code(op, b.dtype)
+    code = _op_code(op)
     if _cuda(g, b):
         sig = (b.dtype, b.numel, code.name, root)
         return g.nccl.run("reduce", sig, b, b, async_op, lambda c: c.reduce(b, code, root))
@@ -174,19 +181,20 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
+    # The core checks the sizes and splits the output by rank (and stages a CUDA one whole).
+    call = g.native.allgather_into
+    if _native_views(g):
+        keep = (input_tensor, output_tensor)
+        return _finish(g, keep, async_op, call, input_tensor, output_tensor, async_op)
     b = view(input_tensor, writable=False)
     out = view(output_tensor, what="output_tensor")
-    if out.dtype != b.dtype or out.numel != b.numel * g.size:
-        raise ValueError(
-            f"all_gather_into_tensor: output must be {g.size} x {b.numel} {b.dtype}, "
-            f"got {out.numel} {out.dtype}"
-        )
     if _cuda(g, b, out):
-        outs = out.rows([b.numel] * g.size, "output")
+        outs = out.rows([b.numel] * g.size, "output")  # checks the sizes
+        if out.dtype != b.dtype:
+            raise TypeError(f"all_gather_into_tensor: output is {out.dtype}, input is {b.dtype}")
         sig = (b.dtype, b.numel)
         return g.nccl.run("allgather", sig, b, (b, out), async_op, lambda c: c.allgather(b, outs))
-    # The core splits the output by rank (and stages a CUDA one whole).
-    return _finish(g, (b, out), async_op, g.native.allgather_into, b, out, async_op)
+    return _finish(g, (b, out), async_op, call, b, out, async_op)
 
 
 def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -202,7 +210,7 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
         )
     ins = [view(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
     _same_kind(ins, out, "input_list")
-    code = _op_code(op, out.dtype)
+    code = _op_code(op)
     if _cuda(g, out, *ins):
         return _nccl_reduce_scatter(g, ins, out, (out, ins), code, async_op)
     return _finish(g, (out, ins), async_op, g.native.reduce_scatter, ins, out, code, async_op)
@@ -220,19 +228,19 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
+    code = _op_code(op)
+    # The core checks the sizes and splits the input by rank (and stages a CUDA one whole).
+    call = g.native.reduce_scatter_from
+    if _native_views(g):
+        return _finish(g, (output, input), async_op, call, input, output, code, async_op)
     out = view(output, what="output")
     inp = view(input, writable=False, what="input")
-    if inp.dtype != out.dtype or inp.numel != out.numel * g.size:
-        raise ValueError(
-            f"reduce_scatter_tensor: input must be {g.size} x {out.numel} {out.dtype}, "
-            f"got {inp.numel} {inp.dtype}"
-        )
-    code = _op_code(op, out.dtype)
     if _cuda(g, out, inp):
-        ins = inp.rows([out.numel] * g.size, "input")
+        ins = inp.rows([out.numel] * g.size, "input")  # checks the sizes
+        if inp.dtype != out.dtype:
+            raise TypeError(f"reduce_scatter_tensor: input is {inp.dtype}, output is {out.dtype}")
         return _nccl_reduce_scatter(g, ins, out, (out, inp), code, async_op)
-    # The core splits the input by rank (and stages a CUDA one whole).
-    return _finish(g, (out, inp), async_op, g.native.reduce_scatter_from, inp, out, code, async_op)
+    return _finish(g, (out, inp), async_op, call, inp, out, code, async_op)
 
 
 def gather(
@@ -344,6 +352,11 @@ def all_to_all_single(
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
+    call = g.native.all_to_all_single
+    if _native_views(g) and output_split_sizes is None and input_split_sizes is None:
+        # The core splits both into equal blocks of rows (checking they divide).
+        keep = (output, input)
+        return _finish(g, keep, async_op, call, input, output, None, None, async_op)
     out = view(output, what="output")
     inp = view(input, writable=False, what="input")
     if out.dtype != inp.dtype:
@@ -356,9 +369,7 @@ def all_to_all_single(
         outs = out.rows(recvs or [out.numel // n] * n, "output")
         return _nccl_all_to_all(g, ins, outs, (out, inp), async_op)
     # The core splits both by rank (equally where the counts are None).
-    return _finish(
-        g, (out, inp), async_op, g.native.all_to_all_single, inp, out, sends, recvs, async_op
-    )
+    return _finish(g, (out, inp), async_op, call, inp, out, sends, recvs, async_op)
 
 
 def barrier(group=None, async_op: bool = False):
