@@ -294,9 +294,8 @@ void bind_process_group(py::module_& m) {
             bindings::check_same_dtype(out, "output", in, "input", op);
             bindings::check_stacks(out, "output", in, n, op);
             return in_out(g, in, out, op, [&](void* h_in, void* h_out) {
-              const std::vector<size_t> counts(n, in.numel);
               return g.allgather(h_in, in.numel, in.dtype,
-                                 bindings::blocks(h_out, counts, dtype_size(in.dtype)), async);
+                                 bindings::equal_blocks(h_out, n, in.nbytes), async);
             });
           },
           py::arg("input"), py::arg("output"), py::arg("async_op"), Gil(),
@@ -310,10 +309,9 @@ void bind_process_group(py::module_& m) {
             bindings::check_same_dtype(in, "input", out, "output", op);
             bindings::check_stacks(in, "input", out, n, op);
             return in_out(g, in, out, op, [&](void* h_in, void* h_out) {
-              const std::vector<size_t> counts(n, out.numel);
               const void* base = h_in;
-              return g.reduce_scatter(bindings::blocks(base, counts, dtype_size(in.dtype)), h_out,
-                                      out.numel, out.dtype, rop, async);
+              return g.reduce_scatter(bindings::equal_blocks(base, n, out.nbytes), h_out, out.numel,
+                                      out.dtype, rop, async);
             });
           },
           py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op"), Gil(),
@@ -331,8 +329,10 @@ void bind_process_group(py::module_& m) {
             return in_out(g, in, out, op, [&](void* h_in, void* h_out) {
               const size_t item = dtype_size(in.dtype);
               const void* base = h_in;
-              return g.all_to_all(bindings::blocks(base, sends, item), sends,
-                                  bindings::blocks(h_out, recvs, item), recvs, in.dtype, async);
+              auto ins = bindings::blocks(base, sends, item);
+              auto outs = bindings::blocks(h_out, recvs, item);
+              return g.all_to_all(std::move(ins), std::move(sends), std::move(outs),
+                                  std::move(recvs), in.dtype, async);  // called once
             });
           },
           py::arg("input"), py::arg("output"), py::arg("input_counts"), py::arg("output_counts"),

@@ -48,8 +48,6 @@ inline void check_stacks(const BufferView& whole, const char* role, const Buffer
 inline std::vector<size_t> rank_counts(const BufferView& buffer, const char* role,
                                        const RankCounts& counts, size_t parts, const char* op) {
   const std::vector<size_t>& given = counts.values;
-  const std::string where =
-      std::string(op) + ": " + role + " of " + std::to_string(buffer.numel) + " elements";
   if (given.empty()) {  // equal blocks of rows, as torch splits along the first dimension
     const int64_t rows = buffer.shape.empty() ? 1 : buffer.shape[0];
     if (parts == 0 || rows % static_cast<int64_t>(parts)) {
@@ -62,10 +60,21 @@ inline std::vector<size_t> rank_counts(const BufferView& buffer, const char* rol
   const uint64_t sum = std::accumulate(given.begin(), given.end(), uint64_t{0});
   if (given.size() != parts || sum != buffer.numel) {
     throw std::invalid_argument(
-        where + ": " + std::to_string(given.size()) + " counts summing to " + std::to_string(sum) +
+        std::string(op) + ": " + role + " of " + std::to_string(buffer.numel) +
+        " elements: " + std::to_string(given.size()) + " counts summing to " + std::to_string(sum) +
         ", expected " + std::to_string(parts) + " summing to " + std::to_string(buffer.numel));
   }
   return given;
+}
+
+// The addresses of `parts` consecutive blocks of `block_bytes` from `base`.
+template <class Ptr>
+std::vector<Ptr> equal_blocks(Ptr base, size_t parts, size_t block_bytes) {
+  std::vector<Ptr> out(parts);
+  auto* at = static_cast<const char*>(base);
+  for (size_t i = 0; i < parts; ++i)
+    out[i] = static_cast<Ptr>(const_cast<char*>(at + i * block_bytes));
+  return out;
 }
 
 // The addresses of consecutive blocks of counts[i] elements of `itemsize` bytes from `base`.

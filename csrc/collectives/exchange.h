@@ -32,7 +32,9 @@ struct OpContext {
 
 class Exchange {
  public:
-  Exchange(Transport& transport, const OpContext& ctx) : transport_(transport), ctx_(ctx) {}
+  Exchange(Transport& transport, const OpContext& ctx) : transport_(transport), ctx_(ctx) {
+    items_.reserve(kUsualItems);
+  }
 
   void send(int peer, const void* data, size_t nbytes);
   // Receives nbytes from peer into dst.
@@ -91,6 +93,8 @@ class Exchange {
   const Item* waited_item() const;
   std::string describe(const Item& it) const;
   [[noreturn]] void fail_timeout();
+
+  static constexpr size_t kUsualItems = 4;  // a step's send and receive on both sides
 
   Transport& transport_;
   OpContext ctx_;

@@ -198,22 +198,31 @@ ProcessGroup::WorkPtr ProcessGroup::reduce(void* buf, size_t count, DType dtype,
                 });
 }
 
+namespace {
+// The byte-pointer vectors the algorithms take, made before an operation is submitted and moved
+// into it: its body allocates nothing more.
+template <class To, class From>
+std::vector<To> as_bytes(const std::vector<From>& pointers) {
+  std::vector<To> out(pointers.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<To>(pointers[i]);
+  return out;
+}
+}  // namespace
+
 ProcessGroup::WorkPtr ProcessGroup::allgather(const void* input, size_t count, DType dtype,
                                               std::vector<void*> outputs, bool async) {
   if (static_cast<int>(outputs.size()) != size())
     throw std::invalid_argument("allgather needs one output per rank");
-  return submit(OpKind::kAllgather, dtype, count * dtype_size(dtype), async,
-                [=](const OpContext& ctx) {
-                  size_t nbytes = count * dtype_size(dtype);
-                  std::vector<char*> outs(outputs.size());
-                  for (size_t i = 0; i < outs.size(); ++i) outs[i] = static_cast<char*>(outputs[i]);
+  const size_t nbytes = count * dtype_size(dtype);
+  return submit(OpKind::kAllgather, dtype, nbytes, async,
+                [=, outs = as_bytes<char*>(outputs),
+                 bytes = std::vector<size_t>(size(), nbytes)](const OpContext& ctx) {
                   if (size() == 1) {
                     if (nbytes && outs[0] != input) std::memmove(outs[0], input, nbytes);
                     return;
                   }
                   Comm c{*transport_, ctx};
-                  allgather_ring(c, static_cast<const char*>(input), outs,
-                                 std::vector<size_t>(size(), nbytes));
+                  allgather_ring(c, static_cast<const char*>(input), outs, bytes);
                 });
 }
 
@@ -223,18 +232,15 @@ ProcessGroup::WorkPtr ProcessGroup::reduce_scatter(std::vector<const void*> inpu
   check_reduce_op(op, dtype);
   if (static_cast<int>(inputs.size()) != size())
     throw std::invalid_argument("reduce_scatter needs one input block per rank");
-  return submit(OpKind::kReduceScatter, dtype, count * dtype_size(dtype), async,
-                [=](const OpContext& ctx) {
-                  size_t nbytes = count * dtype_size(dtype);
-                  std::vector<const char*> ins(inputs.size());
-                  for (size_t i = 0; i < ins.size(); ++i)
-                    ins[i] = static_cast<const char*>(inputs[i]);
+  const size_t nbytes = count * dtype_size(dtype);
+  return submit(OpKind::kReduceScatter, dtype, nbytes, async,
+                [=, ins = as_bytes<const char*>(inputs),
+                 counts = std::vector<size_t>(size(), count)](const OpContext& ctx) {
                   if (size() == 1) {
                     if (nbytes && output != ins[0]) std::memmove(output, ins[0], nbytes);
                   } else {
                     Comm c{*transport_, ctx};
-                    reduce_scatter_ring(c, ins, std::vector<size_t>(size(), count), output, op,
-                                        scratch(nbytes * size()));
+                    reduce_scatter_ring(c, ins, counts, output, op, scratch(nbytes * size()));
                   }
                   if (op == ReduceOp::kAvg) divide_by(output, count, dtype, size());
                 });
@@ -282,23 +288,20 @@ ProcessGroup::WorkPtr ProcessGroup::all_to_all(std::vector<const void*> inputs,
     throw std::invalid_argument(
         "all_to_all: this rank sends " + std::to_string(send_counts[rank()]) +
         " elements to itself but expects " + std::to_string(recv_counts[rank()]));
+  const size_t esize = dtype_size(dtype);
   size_t send_total = 0;
-  for (size_t c : send_counts) send_total += c;
-  return submit(OpKind::kAllToAll, dtype, send_total * dtype_size(dtype), async,
-                [=](const OpContext& ctx) {
-                  size_t esize = dtype_size(dtype);
-                  std::vector<const char*> ins(n);
-                  std::vector<char*> outs(n);
-                  std::vector<size_t> sb(n), rb(n);
-                  for (size_t i = 0; i < n; ++i) {
-                    ins[i] = static_cast<const char*>(inputs[i]);
-                    outs[i] = static_cast<char*>(outputs[i]);
-                    sb[i] = send_counts[i] * esize;
-                    rb[i] = recv_counts[i] * esize;
-                  }
-                  Comm c{*transport_, ctx};
-                  all_to_all_pairwise(c, ins, sb, outs, rb);
-                });
+  for (size_t& c : send_counts) {
+    send_total += c;
+    c *= esize;
+  }
+  for (size_t& c : recv_counts) c *= esize;
+  return submit(
+      OpKind::kAllToAll, dtype, send_total * esize, async,
+      [this, ins = as_bytes<const char*>(inputs), send_bytes = std::move(send_counts),
+       outs = as_bytes<char*>(outputs), recv_bytes = std::move(recv_counts)](const OpContext& ctx) {
+        Comm c{*transport_, ctx};
+        all_to_all_pairwise(c, ins, send_bytes, outs, recv_bytes);
+      });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::barrier(bool async) {

@@ -167,6 +167,35 @@ TEST_P(CollectivesTest, GatherScatterFamilies) {
   });
 }
 
+// The ring accumulates the own block in the output and sends block r - 1 straight from the input:
+// the inputs stay as they were, an output that is the own input block works in place, and an
+// output on another block's memory still ends with the sum.
+TEST_P(CollectivesTest, ReduceScatterKeepsInputsAndTakesAliasedOutputs) {
+  const size_t count = 1001;
+  in_threads(n(), [&](int r) {
+    std::vector<int32_t> whole(count * n());
+    auto block = [&](int b) { return whole.data() + static_cast<size_t>(b) * count; };
+    auto fill = [&] {
+      for (int b = 0; b < n(); ++b) std::fill(block(b), block(b) + count, b * 100 + r);
+    };
+    std::vector<const void*> in_ptrs;
+    for (int b = 0; b < n(); ++b) in_ptrs.push_back(block(b));
+    const int32_t want = r * 100 * n() + n() * (n() - 1) / 2;
+    auto reduce_into = [&](int32_t* out) {
+      groups_[r]->reduce_scatter(in_ptrs, out, count, DType::kInt32, ReduceOp::kSum, false);
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], want);
+    };
+    fill();
+    std::vector<int32_t> out(count);
+    reduce_into(out.data());
+    for (int b = 0; b < n(); ++b)
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(block(b)[i], b * 100 + r);
+    reduce_into(block(r));
+    fill();
+    reduce_into(block((r - 1 + n()) % n()));
+  });
+}
+
 TEST_P(CollectivesTest, SendRecvRing) {
   if (n() == 1) return;
   in_threads(n(), [&](int r) {

@@ -270,16 +270,16 @@ def init_process_group(
 
 
 def default_group() -> ProcessGroup:
-    g = _world["group"]
-    if g is None:
-        raise RuntimeError("pscore is not initialised: call pscore.init_process_group() first")
-    return g
+    return resolve(None)
 
 
 def resolve(group) -> ProcessGroup | None:
     """The group to run on, or None when this rank is not a member."""
-    if group is None:
-        return default_group()
+    if group is None:  # the default group, looked up here: every collective comes this way
+        g = _world["group"]
+        if g is None:
+            raise RuntimeError("pscore is not initialised: call pscore.init_process_group() first")
+        return g
     if group is NON_GROUP_MEMBER:
         return None
     return group
