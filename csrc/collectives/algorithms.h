@@ -44,12 +44,12 @@ void reduce_binomial(Comm& c, void* buf, size_t count, ReduceOp op, int root, vo
 // Ring allgather: outputs[r] (bytes[r] long) receives rank r's block. This rank's block is
 // `input`, copied into outputs[rank()] while the first step's transfers run; nullptr: it is
 // already there.
-void allgather_ring(Comm& c, const char* input, const std::vector<char*>& outputs,
+void allgather_ring(Comm& c, const void* input, const std::vector<void*>& outputs,
                     const std::vector<size_t>& bytes);
 
 // Ring reduce-scatter: inputs[b] are this rank's contributions to block b (counts[b] elements);
 // output receives the reduced block rank(). `scratch` holds sum(counts) elements.
-void reduce_scatter_ring(Comm& c, const std::vector<const char*>& inputs,
+void reduce_scatter_ring(Comm& c, const std::vector<const void*>& inputs,
                          const std::vector<size_t>& counts, void* output, ReduceOp op,
                          char* scratch);
 
@@ -60,8 +60,8 @@ void scatter_direct(Comm& c, const std::vector<const char*>& inputs, void* outpu
                     int root);
 
 // Every pair exchanges its blocks concurrently; send_bytes/recv_bytes are per peer.
-void all_to_all_pairwise(Comm& c, const std::vector<const char*>& inputs,
-                         const std::vector<size_t>& send_bytes, const std::vector<char*>& outputs,
+void all_to_all_pairwise(Comm& c, const std::vector<const void*>& inputs,
+                         const std::vector<size_t>& send_bytes, const std::vector<void*>& outputs,
                          const std::vector<size_t>& recv_bytes);
 
 // Dissemination barrier: ceil(log2 n) rounds of empty messages.

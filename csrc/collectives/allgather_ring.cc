@@ -5,7 +5,7 @@ namespace pscore {
 // Protocol. In step s (0..n-2) rank r forwards block (r - s) to its right neighbour and receives
 // block (r - s - 1) from its left one directly into place; blocks may differ in size. Step 0
 // sends the own block from `input`, which is copied into place meanwhile.
-void allgather_ring(Comm& c, const char* input, const std::vector<char*>& outputs,
+void allgather_ring(Comm& c, const void* input, const std::vector<void*>& outputs,
                     const std::vector<size_t>& bytes) {
   const int n = c.size();
   const int r = c.rank();

@@ -49,7 +49,7 @@ void broadcast_scatter_allgather(Comm& c, void* buf, size_t count, int root) {
     }
     x.run();
   }
-  std::vector<char*> outputs(n);
+  std::vector<void*> outputs(n);
   std::vector<size_t> bytes(n);
   for (int p = 0; p < n; ++p) {
     Block b = block_of(count, n, p);

@@ -198,31 +198,20 @@ ProcessGroup::WorkPtr ProcessGroup::reduce(void* buf, size_t count, DType dtype,
                 });
 }
 
-namespace {
-// The byte-pointer vectors the algorithms take, made before an operation is submitted and moved
-// into it: its body allocates nothing more.
-template <class To, class From>
-std::vector<To> as_bytes(const std::vector<From>& pointers) {
-  std::vector<To> out(pointers.size());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<To>(pointers[i]);
-  return out;
-}
-}  // namespace
-
 ProcessGroup::WorkPtr ProcessGroup::allgather(const void* input, size_t count, DType dtype,
                                               std::vector<void*> outputs, bool async) {
   if (static_cast<int>(outputs.size()) != size())
     throw std::invalid_argument("allgather needs one output per rank");
   const size_t nbytes = count * dtype_size(dtype);
   return submit(OpKind::kAllgather, dtype, nbytes, async,
-                [=, outs = as_bytes<char*>(outputs),
+                [=, outs = std::move(outputs),
                  bytes = std::vector<size_t>(size(), nbytes)](const OpContext& ctx) {
                   if (size() == 1) {
                     if (nbytes && outs[0] != input) std::memmove(outs[0], input, nbytes);
                     return;
                   }
                   Comm c{*transport_, ctx};
-                  allgather_ring(c, static_cast<const char*>(input), outs, bytes);
+                  allgather_ring(c, input, outs, bytes);
                 });
 }
 
@@ -234,7 +223,7 @@ ProcessGroup::WorkPtr ProcessGroup::reduce_scatter(std::vector<const void*> inpu
     throw std::invalid_argument("reduce_scatter needs one input block per rank");
   const size_t nbytes = count * dtype_size(dtype);
   return submit(OpKind::kReduceScatter, dtype, nbytes, async,
-                [=, ins = as_bytes<const char*>(inputs),
+                [=, ins = std::move(inputs),
                  counts = std::vector<size_t>(size(), count)](const OpContext& ctx) {
                   if (size() == 1) {
                     if (nbytes && output != ins[0]) std::memmove(output, ins[0], nbytes);
@@ -297,8 +286,8 @@ ProcessGroup::WorkPtr ProcessGroup::all_to_all(std::vector<const void*> inputs,
   for (size_t& c : recv_counts) c *= esize;
   return submit(
       OpKind::kAllToAll, dtype, send_total * esize, async,
-      [this, ins = as_bytes<const char*>(inputs), send_bytes = std::move(send_counts),
-       outs = as_bytes<char*>(outputs), recv_bytes = std::move(recv_counts)](const OpContext& ctx) {
+      [this, ins = std::move(inputs), send_bytes = std::move(send_counts),
+       outs = std::move(outputs), recv_bytes = std::move(recv_counts)](const OpContext& ctx) {
         Comm c{*transport_, ctx};
         all_to_all_pairwise(c, ins, send_bytes, outs, recv_bytes);
       });

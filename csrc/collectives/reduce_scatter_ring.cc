@@ -13,7 +13,7 @@ bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
 
 // Whether `output` shares memory with an input block other than `own` (then it cannot hold the
 // partial sums before the last step).
-bool output_overlaps_others(const std::vector<const char*>& inputs,
+bool output_overlaps_others(const std::vector<const void*>& inputs,
                             const std::vector<size_t>& bytes, int own, const void* output) {
   for (size_t b = 0; b < inputs.size(); ++b)
     if (static_cast<int>(b) != own && overlaps(output, bytes[own], inputs[b], bytes[b]))
@@ -28,7 +28,7 @@ bool output_overlaps_others(const std::vector<const char*>& inputs,
 // complete at rank r. The caller's inputs stay untouched: block r - 1 is only ever sent, straight
 // from the input; block r accumulates in `output`; the others accumulate in scratch. With two
 // ranks nothing is copied but the own block into the output.
-void reduce_scatter_ring(Comm& c, const std::vector<const char*>& inputs,
+void reduce_scatter_ring(Comm& c, const std::vector<const void*>& inputs,
                          const std::vector<size_t>& counts, void* output, ReduceOp op,
                          char* scratch) {
   const int n = c.size();
@@ -42,7 +42,7 @@ void reduce_scatter_ring(Comm& c, const std::vector<const char*>& inputs,
   size_t off = 0;
   for (int b = 0; b < n; ++b) {
     if (b == mod(r - 1)) {
-      blocks[b] = const_cast<char*>(inputs[b]);  // sent, never received into
+      blocks[b] = static_cast<char*>(const_cast<void*>(inputs[b]));  // sent, never received into
       continue;
     }
     if (b == r && into_output) {

@@ -106,6 +106,7 @@ def _fast_and_python_views(t):
 def test_cpu_tensor_views_built_in_cpp_hold_what_python_would_put_in_them(dtype):
     base = torch.arange(24).to(getattr(torch, dtype)).reshape(4, 6)
     cases = [base, base[1:3], base[2], base[0, 0], torch.zeros(0, 3, dtype=base.dtype)]
+    cases += [base.reshape(24)[:4].reshape(4, 1).t()]  # (1, 4): strides (1, 1), contiguous
     cases += [torch.nn.Parameter(base.clone(), requires_grad=base.is_floating_point())]
     for t in cases:
         fast, python = _fast_and_python_views(t)
@@ -127,6 +128,11 @@ def test_tensors_the_cpp_view_does_not_take_get_pythons_errors():
     odd = [torch.zeros(4, 6).t(), coo, torch.empty(3, device="meta")]
     odd += [torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.complex64)]
     odd += [torch.eye(3).to_sparse_csr(), torch.ones(2, 2).to_sparse_csc()]
+    odd += [
+        torch.ones(4).to_mkldnn(),
+        torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8),
+    ]
+    odd += [torch.ones(4, 6)[:, ::2], torch.ones(2, dtype=torch.complex64).conj()]
     for t in odd:
         assert _C.fast_view(t, True) is None
     with pytest.raises(ValueError, match=r"grads is not contiguous; .* shape \(6, 4\)"):
