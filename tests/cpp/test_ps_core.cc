@@ -23,6 +23,7 @@
 #include "ps/storage/partitioner.h"
 #include "ps/storage/row_map.h"
 #include "ps/storage/seq_window.h"
+#include "ps/storage/sparse_store.h"
 #include "ps/wire/table_spec.h"
 
 using namespace pscore::ps;
@@ -122,6 +123,15 @@ TEST(PsRowMap, ExtremeIdsAndGrowth) {
   EXPECT_EQ(m.size(), unique.size());
   for (size_t r = 0; r < unique.size(); ++r) EXPECT_EQ(m.find(unique[r]), static_cast<int64_t>(r));
   EXPECT_EQ(m.find(123456789012345LL), -1);
+}
+
+// A reservation no host could hold is refused before anything is allocated (a corrupt log's
+// capacity once made a recovering shard abort in the allocator).
+TEST(PsSparseStore, AReservationPastTheHostsMemoryIsRefused) {
+  SparseStore store(1024, OptimizerSpec{}, InitializerSpec{}, 0);
+  EXPECT_THROW(store.reserve(int64_t{1} << 40), std::invalid_argument);  // 2^32 rows x 4 KB
+  store.reserve(1000);
+  EXPECT_EQ(store.find_or_create(7), 0u);
 }
 
 TEST(PsPartitioner, BalancedByBytesAndSpreadsLargeTables) {

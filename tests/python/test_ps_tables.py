@@ -210,6 +210,13 @@ def test_sparse_capacity_reserves_room(client):
         client.create_dense("t_cap_dense", (4,), capacity=10)
     with pytest.raises(ValueError, match="capacity must be an int >= 0"):
         client.create_sparse("t_cap_bad", 8, capacity=-1)
+    # a reservation no host could hold is refused up front, not met with a failed allocation
+    with pytest.raises(
+        ValueError,
+        match=r"t_cap_huge': capacity 1099511627776: reserving \d+ rows takes \d+ bytes, more than",
+    ):
+        client.create_sparse("t_cap_huge", 1024, capacity=2**40)
+    assert client.pull_sparse("t_cap", np.array([7])).shape == (1, 8)  # the server goes on
 
 
 def test_one_client_shared_by_threads(client):

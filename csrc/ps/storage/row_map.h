@@ -30,6 +30,11 @@ class RowMap {
     uint32_t row;
     uint32_t unused;
   };
+
+ public:
+  static constexpr size_t kSlotBytes = sizeof(Slot);  // the index's memory per slot
+
+ private:
   // id -1, whose key would be 0, is kept aside.
   void rehash(size_t capacity);
   size_t slot_of(uint64_t key) const;

@@ -37,7 +37,12 @@ ServerTable::ServerTable(const TableLayout& layout, int shard, int num_shards, i
     sparse_ = std::make_unique<SparseStore>(s.dim(), s.optimizer, s.init, s.max_rows_per_shard);
     if (s.capacity > 0 && shard >= 0) {  // this shard's share, with room for uneven hashing
       int64_t shards = std::max<int64_t>(1, num_shards);
-      sparse_->reserve(s.capacity / shards + s.capacity / shards / 16 + 1024);
+      try {
+        sparse_->reserve(s.capacity / shards + s.capacity / shards / 16 + 1024);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("table '" + s.name + "': capacity " +
+                                    std::to_string(s.capacity) + ": " + e.what());
+      }
     }
     return;
   }

@@ -1,6 +1,7 @@
 #include "ps/storage/sparse_store.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -28,8 +29,22 @@ void* SparseStore::allocate_chunk(size_t bytes, bool populate) {
   return p;
 }
 
+// The memory a reserved row takes up front: its floats and two index slots.
+size_t SparseStore::reserved_row_bytes() const {
+  return static_cast<size_t>(row_floats_) * sizeof(float) + 2 * RowMap::kSlotBytes;
+}
+
 void SparseStore::reserve(int64_t rows) {
+  rows = std::min(rows, max_rows_);  // rows past the limit are never made
   if (rows <= num_rows()) return;
+  const uint64_t bytes = static_cast<uint64_t>(rows) * reserved_row_bytes();
+  const uint64_t host = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (bytes > host) {
+    throw std::invalid_argument("reserving " + std::to_string(rows) + " rows takes " +
+                                std::to_string(bytes) + " bytes, more than this host's " +
+                                std::to_string(host));
+  }
   map_.reserve(static_cast<size_t>(rows));
   const int64_t chunks = (rows + rows_per_chunk_ - 1) / rows_per_chunk_;
   while (static_cast<int64_t>(chunks_.size()) < chunks) {

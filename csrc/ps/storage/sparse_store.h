@@ -51,7 +51,8 @@ class SparseStore {
   int num_slots() const { return slots_; }
 
   // Makes room for `rows` rows now (index and memory, pages faulted in), so that creating them
-  // later costs no allocation or page fault on the request path.
+  // later costs no allocation or page fault on the request path; at most max_rows. Throws
+  // std::invalid_argument when that needs more memory than the host has.
   void reserve(int64_t rows);
   // Adds a row with the given contents (checkpoint load); state may be null (fresh state).
   void restore_row(int64_t id, const float* values, const float* state, int64_t step);
@@ -66,6 +67,7 @@ class SparseStore {
   };
   static void* allocate_chunk(size_t bytes, bool populate);
   size_t chunk_bytes() const;
+  size_t reserved_row_bytes() const;
   float* slab(uint32_t row) const {
     return chunks_[row / rows_per_chunk_].get() + (row % rows_per_chunk_) * row_floats_;
   }
