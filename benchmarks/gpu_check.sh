@@ -52,7 +52,8 @@ else
   steps+=(gpu_tests)
   failed+=(gpu_tests)
 fi
-step hogwild_cuda 900 python3 -m pscore.bench hogwild-cuda --json "$out/hogwild_cuda.json"
+step hogwild_cuda 900 python3 -m pscore.bench hogwild-cuda --batch 256,4096,65536,262144,1048576 \
+  --json "$out/hogwild_cuda.json"
 step staging_tcp_w2 900 python3 -m pscore.bench staging --world 2 --json "$out/staging_tcp_w2.json"
 step staging_tcp_w4 900 python3 -m pscore.bench staging --world 4 --json "$out/staging_tcp_w4.json"
 step allreduce_cuda 1800 python3 -m pscore.bench allreduce --device cuda \

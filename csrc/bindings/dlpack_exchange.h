@@ -44,32 +44,43 @@ struct ExchangeHeader {
 // Fills *out, borrowed from py_object (valid while it lives, unchanged); 0, or -1 with a Python
 // error set. Called with the GIL held.
 using TensorFromObject = int (*)(void* py_object, Tensor* out);
+// The producer's current work stream on a device (torch: torch.cuda.current_stream(id)); 0, or
+// nonzero with a Python error set.
+using CurrentWorkStream = int (*)(int32_t device_type, int32_t device_id, void** out);
 struct ExchangeAPI {
   ExchangeHeader header;
   void* managed_tensor_allocator;
   void* managed_tensor_from_py_object_no_sync;
   void* managed_tensor_to_py_object_no_sync;
   TensorFromObject dltensor_from_py_object_no_sync;
-  void* current_work_stream;
+  CurrentWorkStream current_work_stream;
 };
 
 constexpr int32_t kCpu = 1;
+constexpr int32_t kCuda = 2;
 
-// The reader `type` exports, or nullptr when it has none (or one of another major version).
-inline TensorFromObject tensor_reader(PyObject* type) {
+// What a framework's exchange API gives pscore: its tensor reader and its stream query.
+struct Reader {
+  TensorFromObject tensor = nullptr;
+  CurrentWorkStream stream = nullptr;
+};
+
+// The reader `type` exports; empty when it has none (or one of another major version).
+inline Reader tensor_reader(PyObject* type) {
   PyObject* capsule = PyObject_GetAttrString(type, "__dlpack_c_exchange_api__");
   if (capsule == nullptr) {
     PyErr_Clear();
-    return nullptr;
+    return {};
   }
   auto* api = static_cast<ExchangeAPI*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
   Py_DECREF(capsule);  // the API is static in the producer, which stays loaded
   if (api == nullptr) {
     PyErr_Clear();
-    return nullptr;
+    return {};
   }
   const Version v = api->header.version;
-  return v.major == 1 && v.minor >= 2 ? api->dltensor_from_py_object_no_sync : nullptr;
+  if (v.major != 1 || v.minor < 2) return {};
+  return {api->dltensor_from_py_object_no_sync, api->current_work_stream};
 }
 
 // The pscore dtype of a DLPack one; false for the others.
@@ -102,16 +113,24 @@ inline bool row_major(const Tensor& t) {
   return true;
 }
 
-// Fills v with x's view through `read` when x is a row-major CPU tensor of a pscore dtype; false
+// Fills v with x's view through `read` when x is a row-major tensor of a pscore dtype on the CPU,
+// or with `cuda` on a CUDA device (ordered on the producer's current stream there); false
 // otherwise, with nothing raised.
-inline bool host_view(TensorFromObject read, PyObject* x, BufferView* v) {
+inline bool tensor_view(const Reader& read, PyObject* x, bool cuda, BufferView* v) {
   Tensor t;
-  if (read(x, &t) != 0) {
+  if (read.tensor(x, &t) != 0) {
     PyErr_Clear();
     return false;
   }
   DType dtype;
-  if (t.device.device_type != kCpu || !dtype_of(t.dtype, &dtype) || !row_major(t)) return false;
+  const int32_t device = t.device.device_type;
+  const bool on_cuda = device == kCuda && cuda && read.stream != nullptr;
+  if ((device != kCpu && !on_cuda) || !dtype_of(t.dtype, &dtype) || !row_major(t)) return false;
+  void* stream = nullptr;
+  if (on_cuda && read.stream(kCuda, t.device.device_id, &stream) != 0) {
+    PyErr_Clear();
+    return false;
+  }
   uint64_t numel = 1;
   v->shape.assign(t.shape, t.shape + t.ndim);
   for (int64_t n : v->shape) numel *= static_cast<uint64_t>(n);
@@ -119,9 +138,9 @@ inline bool host_view(TensorFromObject read, PyObject* x, BufferView* v) {
   v->dtype = dtype;
   v->numel = numel;
   v->nbytes = numel * dtype_size(dtype);
-  v->device = DeviceType::kCpu;
-  v->device_index = 0;
-  v->stream = 0;
+  v->device = on_cuda ? DeviceType::kCuda : DeviceType::kCpu;
+  v->device_index = on_cuda ? t.device.device_id : 0;
+  v->stream = reinterpret_cast<uintptr_t>(stream);
   return true;
 }
 

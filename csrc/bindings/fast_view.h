@@ -1,8 +1,9 @@
-// pscore._C.fast_view(x, writable): the pscore.buffer.BufferView of a numpy array or a CPU torch
-// tensor, built here in a fraction of what Python takes (reading a tensor's attributes and making
-// the NamedTuple cost ~1 us a collective), or None when x needs something explained (pscore.buffer
-// then raises the error naming it) or is anything else. A METH_FASTCALL function, not a pybind11
-// one: no dispatcher on the latency path of every collective.
+// pscore._C.fast_view(x, writable): the pscore.buffer.BufferView of a numpy array or a torch
+// tensor (CUDA ones where torch has the DLPack exchange API), built here in a fraction of what
+// Python takes (reading a tensor's attributes and making the NamedTuple cost ~1 us a collective),
+// or None when x needs something explained (pscore.buffer then raises the error naming it) or is
+// anything else. A METH_FASTCALL function, not a pybind11 one: no dispatcher on the latency path of
+// every collective.
 //
 // pscore is not built against libtorch: a tensor is read through torch's DLPack C exchange API
 // where torch has one (dlpack_exchange.h, one C call), else through its Python attributes, as
@@ -58,20 +59,27 @@ inline PyObject* new_ref(PyObject* o) {
   return o;
 }
 
+// Where a view's memory is: the device, and the stream work on it is ordered on.
+struct Place {
+  DeviceType device = DeviceType::kCpu;
+  int32_t index = 0;
+  uintptr_t stream = 0;
+};
+
 // A BufferView (address, nbytes, numel, dtype_code, device_type, device_index, stream, shape,
-// dtype, owner) of CPU memory. Takes the references to address, nbytes and shape (any of them
-// nullptr after a failed allocation: then this fails too).
+// dtype, owner). Takes the references to address, nbytes and shape (any of them nullptr after a
+// failed allocation: then this fails too).
 inline PyObject* make_view(PyObject* address, PyObject* nbytes, uint64_t numel, DType dtype,
-                           PyObject* shape, PyObject* owner) {
+                           PyObject* shape, PyObject* owner, Place place = {}) {
   PyTypeObject* type = buffer_view_type();
   PyObject* fields[] = {
       address,
       nbytes,
       PyLong_FromUnsignedLongLong(numel),
       PyLong_FromLong(static_cast<long>(dtype)),
-      PyLong_FromLong(static_cast<long>(DeviceType::kCpu)),
-      PyLong_FromLong(0),
-      PyLong_FromLong(0),
+      PyLong_FromLong(static_cast<long>(place.device)),
+      PyLong_FromLong(place.index),
+      PyLong_FromSize_t(place.stream),
       shape,
       new_ref(dtype_name_object(dtype)),
       new_ref(owner),
@@ -134,7 +142,7 @@ struct Torch {
   PyObject* strided = nullptr;
   std::array<PyObject*, kDTypes> dtypes{};  // by DType code
   Attribute dtype, layout, is_cpu, is_contiguous, data_ptr, shape;
-  dlpack::TensorFromObject dltensor = nullptr;  // torch.Tensor's DLPack reader, if it has one
+  dlpack::Reader dlpack;  // torch.Tensor's DLPack exchange API, if it has one
 };
 inline Torch torch_types;
 
@@ -215,29 +223,30 @@ inline bool read_attributes(PyObject* x, bool known, BufferView* v) {
   return true;
 }
 
-// Fills v with tensor x's view when x is strided, on the CPU, contiguous and of a pscore dtype;
-// false otherwise, with nothing raised. A plain tensor is read in one call through torch's DLPack
-// C exchange API where torch has one (dlpack_exchange.h), anything else through its attributes.
-inline bool read_tensor(PyObject* x, BufferView* v) {
+// Fills v with tensor x's view when x is strided, contiguous, of a pscore dtype and on the CPU
+// (or, with `cuda`, a CUDA device); false otherwise, with nothing raised. A plain tensor is read
+// in one call through torch's DLPack C exchange API where torch has one (dlpack_exchange.h; CUDA
+// tensors only there), anything else through its attributes.
+inline bool read_tensor(PyObject* x, bool cuda, BufferView* v) {
   const bool known = plain(x);
-  if (known && torch_types.dltensor != nullptr)
-    return dlpack::host_view(torch_types.dltensor, x, v);
+  if (known && torch_types.dlpack.tensor != nullptr)
+    return dlpack::tensor_view(torch_types.dlpack, x, cuda, v);
   return read_attributes(x, known, v);
 }
 
-// Tensor x's view when read_tensor takes it; None otherwise.
+// Tensor x's view (CPU or CUDA) when read_tensor takes it; None otherwise.
 inline PyObject* tensor_fast_view(PyObject* x) {
   BufferView v;
-  if (!read_tensor(x, &v)) Py_RETURN_NONE;
+  if (!read_tensor(x, true, &v)) Py_RETURN_NONE;
   return make_view(PyLong_FromVoidPtr(v.data), PyLong_FromUnsignedLongLong(v.nbytes), v.numel,
-                   v.dtype, shape_tuple(v.shape), x);
+                   v.dtype, shape_tuple(v.shape), x, {v.device, v.device_index, v.stream});
 }
 
-// The C++ view of x when it is a torch tensor read_tensor takes (once pscore.buffer has handed
-// torch over); false otherwise, with nothing raised. No Python object is made.
+// The C++ view of x when it is a CPU torch tensor read_tensor takes (once pscore.buffer has
+// handed torch over); false otherwise, with nothing raised. No Python object is made.
 inline bool tensor_host_view(PyObject* x, BufferView* v) {
   return torch_types.tensor != nullptr && PyObject_TypeCheck(x, torch_types.tensor) &&
-         read_tensor(x, v);
+         read_tensor(x, false, v);
 }
 
 inline PyObject* fast_view_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -305,7 +314,7 @@ inline void take_torch(pybind11::type tensor, pybind11::tuple plain_types, pybin
     torch_types.plain[i] = {reinterpret_cast<PyTypeObject*>(py::handle(type).inc_ref().ptr()),
                             reinterpret_cast<PyTypeObject*>(type)->tp_version_tag};
   }
-  torch_types.dltensor = dlpack::tensor_reader(tensor.ptr());
+  torch_types.dlpack = dlpack::tensor_reader(tensor.ptr());
   torch_types.tensor = reinterpret_cast<PyTypeObject*>(tensor.release().ptr());  // last: now in use
 }
 
@@ -316,7 +325,7 @@ inline void bind_fast_view(pybind11::module_& m) {
   static PyMethodDef def = {
       "fast_view", reinterpret_cast<PyCFunction>(fast_view_detail::fast_view_call), METH_FASTCALL,
       "fast_view($module, x, writable, /)\n--\n\nThe pscore.buffer.BufferView of numpy array "
-      "or CPU torch tensor x, in place; None when pscore.buffer must explain what is wrong with "
+      "or torch tensor x, in place; None when pscore.buffer must explain what is wrong with "
       "x, or x is neither (or a tensor before fast_view_torch)."};
   PyObject* function = PyCFunction_NewEx(&def, m.ptr(), m.attr("__name__").ptr());
   if (function == nullptr) throw pybind11::error_already_set();

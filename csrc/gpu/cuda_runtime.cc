@@ -18,6 +18,7 @@ CudaRuntime bind(const DynamicLibrary& lib) {
   bind_symbol(lib, api.cudaHostAlloc, "cudaHostAlloc");
   bind_symbol(lib, api.cudaFreeHost, "cudaFreeHost");
   bind_symbol(lib, api.cudaMemcpyAsync, "cudaMemcpyAsync");
+  bind_symbol(lib, api.cudaMemcpy2DAsync, "cudaMemcpy2DAsync");
   bind_symbol(lib, api.cudaStreamSynchronize, "cudaStreamSynchronize");
   bind_symbol(lib, api.cudaStreamQuery, "cudaStreamQuery");
   bind_symbol(lib, api.cudaStreamWaitEvent, "cudaStreamWaitEvent");

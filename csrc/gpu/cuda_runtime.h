@@ -32,6 +32,8 @@ struct CudaRuntime {
   CudaStatus (*cudaFreeHost)(void* ptr);
   CudaStatus (*cudaMemcpyAsync)(void* dst, const void* src, size_t bytes, CopyKind kind,
                                 CudaStream stream);
+  CudaStatus (*cudaMemcpy2DAsync)(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                                  size_t width, size_t height, CopyKind kind, CudaStream stream);
   CudaStatus (*cudaStreamSynchronize)(CudaStream stream);
   CudaStatus (*cudaStreamQuery)(CudaStream stream);
   CudaStatus (*cudaStreamWaitEvent)(CudaStream stream, CudaEvent event, unsigned flags);

@@ -13,9 +13,22 @@ namespace pscore::gpu {
 namespace {
 
 constexpr size_t kSlots = 3;  // chunks in flight: one in the host operation, two copying in
+constexpr std::chrono::microseconds kSpin{200};  // how long a wait for a copy polls unslept
+// Host-to-device copies below this size go as 2D copies of several rows: on an H100 shared by two
+// processes a flat one ran ~150-300 us (against ~13 us alone, and ~20 us from 32 KB up), a 2D one
+// of 16 rows ~13 us (measured 2026-11-26, docs/gpu.md).
+constexpr size_t kSmallCopyBytes = 32 << 10;
 std::atomic<size_t> chunk_bytes{4 << 20};
 
 bool has(Copy copy, Copy part) { return (static_cast<int>(copy) & static_cast<int>(part)) != 0; }
+
+// The rows a small copy to the device is cut into: up to 16, equal; 1 when no cut divides it.
+size_t copy_rows(size_t bytes) {
+  for (size_t rows = 16; rows >= 2; --rows) {
+    if (bytes % rows == 0) return rows;
+  }
+  return 1;
+}
 
 const char* copy_name(CopyKind kind) {
   return kind == CopyKind::kDeviceToHost ? "cudaMemcpyAsync device to host"
@@ -89,6 +102,19 @@ void StagedOp::copy_async(void* dst, const void* src, size_t bytes, CopyKind kin
               what_ + ": " + copy_name(kind) + " of " + std::to_string(bytes) + " bytes");
 }
 
+void StagedOp::copy_to_device(void* dst, const void* src, size_t bytes) {
+  const size_t rows = bytes < kSmallCopyBytes ? copy_rows(bytes) : 1;
+  if (rows == 1) {
+    copy_async(dst, src, bytes, CopyKind::kHostToDevice);
+    return;
+  }
+  const size_t width = bytes / rows;
+  cuda_.check(cuda_.cudaMemcpy2DAsync(dst, width, src, width, width, rows, CopyKind::kHostToDevice,
+                                      stream_),
+              what_ + ": cudaMemcpy2DAsync host to device of " + std::to_string(rows) +
+                  " rows of " + std::to_string(width) + " bytes");
+}
+
 void StagedOp::record(CudaEvent event) {
   cuda_.check(cuda_.cudaEventRecord(event, stream_), what_ + ": cudaEventRecord");
 }
@@ -96,7 +122,7 @@ void StagedOp::record(CudaEvent event) {
 void StagedOp::wait(CudaEvent event) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  auto pause = std::chrono::microseconds(0);
+  auto pause = std::chrono::microseconds(20);
   for (;;) {
     const CudaStatus status = cuda_.cudaEventQuery(event);
     if (status == kCudaSuccess) return;
@@ -110,7 +136,13 @@ void StagedOp::wait(CudaEvent event) {
                          std::to_string(timeout_ms_) +
                          " ms (the caller's CUDA stream is stuck behind earlier work)");
     }
-    if (pause.count()) std::this_thread::sleep_for(pause);
+    // A small copy lands within tens of microseconds: yield until kSpin has passed, then sleep
+    // in growing steps so a stuck stream costs no core.
+    if (Clock::now() - start < kSpin) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(pause);
     pause = std::min(std::chrono::microseconds(1000), pause + std::chrono::microseconds(20));
   }
 }
@@ -137,7 +169,7 @@ void StagedOp::wait_copies_in() {
 void StagedOp::copy_out() {
   for (const Staged& s : staged_) {
     if (has(s.copy, Copy::kOut)) {
-      copy_async(s.buffer->data, s.block->data, s.buffer->nbytes, CopyKind::kHostToDevice);
+      copy_to_device(s.buffer->data, s.block->data, s.buffer->nbytes);
     }
   }
 }
@@ -170,8 +202,7 @@ void StagedOp::run_chunked(const BufferView& buffer, Copy copy,
     if (recorded[slot]) wait(copied[slot]);  // its copy-in, or the copy-out of chunk k - slots
     op(block[slot]->data, count_of(k));
     if (has(copy, Copy::kOut)) {
-      copy_async(device + k * per_chunk * item, block[slot]->data, count_of(k) * item,
-                 CopyKind::kHostToDevice);
+      copy_to_device(device + k * per_chunk * item, block[slot]->data, count_of(k) * item);
       record(copied[slot]);
       recorded[slot] = true;
     }

@@ -62,6 +62,8 @@ class StagedOp {
   };
   PinnedPool::Block* lease(size_t bytes);
   void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind);
+  // Queues the copy of `bytes` from pinned `src` to device memory `dst`.
+  void copy_to_device(void* dst, const void* src, size_t bytes);
   void record(CudaEvent event);
   void wait(CudaEvent event);
   CudaEvent new_event();

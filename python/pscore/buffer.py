@@ -96,8 +96,9 @@ _new = tuple.__new__  # builds a BufferView without NamedTuple.__new__'s Python 
 _NUMPY_NAMES = {np.dtype(name): name for name in DTYPE_CODES if name != "bfloat16"}
 
 
-# The view of a numpy array or a CPU torch tensor built in C++ (csrc/bindings/fast_view.h: ~0.15
-# us for an array against ~0.4 us in _numpy, ~0.4 us for a tensor against ~0.8 us in _tensor), or
+# The view of a numpy array or a torch tensor built in C++ (csrc/bindings/fast_view.h: ~0.15
+# us for an array against ~0.4 us in _numpy, ~0.4 us for a tensor against ~0.8 us in _tensor; a
+# CUDA tensor, ordered on torch's current stream, where torch has the DLPack exchange API), or
 # None when x needs explaining or is anything else; view() comes here when it does not.
 _fast_view = _C.fast_view
 
@@ -263,10 +264,12 @@ def _dlpack_capsule(x: Any, device_type: int, device_index: int) -> tuple[Any, i
         # torch's current stream, where torch uses CUDA (else it has queued nothing anywhere)
         if torch is not None and torch.cuda.is_initialized():
             stream = _cuda_stream(torch, device_index)
+    # DLPack forbids stream 0 (ambiguous); the legacy default stream, handle 0, is asked as 1.
+    asked = 1 if stream == 0 else stream
     try:
-        capsule = x.__dlpack__(stream=stream, max_version=(1, 0))
+        capsule = x.__dlpack__(stream=asked, max_version=(1, 0))
     except TypeError:  # a producer that predates DLPack 1.0's max_version
-        capsule = x.__dlpack__(stream=stream)
+        capsule = x.__dlpack__(stream=asked)
     return capsule, stream or 0
 
 
@@ -336,8 +339,10 @@ def view(
     (in the error). Raises TypeError / ValueError naming `what` for what cannot be viewed."""
     v = _fast_view(x, writable)  # the latency path first
     if v is not None:
-        return v
-    if is_torch_tensor(x):
+        if v.device_type == CPU:
+            return v
+        _cuda_seen()
+    elif is_torch_tensor(x):
         v = _tensor(x, what)
     elif isinstance(x, np.ndarray):
         return _numpy(x, writable, what)
@@ -357,9 +362,11 @@ def device_view(x: Any, writable: bool = True, what: str = "tensor") -> BufferVi
     """view(x, host=None): host or CUDA memory, as the collectives take it. The latency path of
     every collective: a numpy array or a CPU tensor costs one call into C++."""
     v = _fast_view(x, writable)
-    if v is not None:
-        return v
-    return view(x, writable=writable, what=what, host=None)
+    if v is None:
+        return view(x, writable=writable, what=what, host=None)
+    if v.device_type != CPU:
+        _cuda_seen()
+    return v
 
 
 def view_as(x: Any, dtype: str, *, what: str, host: str | None = _HOST_ONLY) -> BufferView:

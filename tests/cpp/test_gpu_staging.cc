@@ -76,9 +76,33 @@ TEST(Staging, InPlaceRunsChunkByChunkOnTheCallersStream) {
     for (float x : device) ASSERT_EQ(x, round == 0 ? 3.0f : 7.0f);
     EXPECT_EQ(pool.block_count(), 3u) << "round " << round << ": blocks not reused";
   }
-  const auto copies = f.calls("cudaMemcpyAsync");
+  // Per chunk and round: in, then back as a 2D copy (a small copy to the device).
+  const auto copies = f.calls("cudaMemcpy");
   ASSERT_EQ(copies.size(), 12u);
   for (const auto& line : copies) EXPECT_NE(line.find(" stream=42 "), std::string::npos) << line;
+  EXPECT_EQ(f.calls("cudaMemcpy2DAsync").size(), 6u);
+}
+
+TEST(Staging, SmallCopiesToTheDeviceGoInRowsLargeOnesFlat) {
+  Fake& f = fake();
+  set_staging_chunk_bytes(1 << 20);
+  PinnedPool pool;
+  for (size_t floats : {size_t{16}, size_t{16} << 10}) {  // 64 bytes, 64 KB
+    f.reset();
+    std::vector<float> device(floats, 1.0f);
+    run_in_place(pool, cuda_view(device, 5), Copy::kInOut, "all_reduce", 1000,
+                 [&](void* host, size_t n) {
+                   for (size_t i = 0; i < n; ++i) static_cast<float*>(host)[i] += 1;
+                 });
+    synchronize();
+    for (float x : device) ASSERT_EQ(x, 2.0f);
+    const auto copies = f.calls("cudaMemcpy");
+    ASSERT_EQ(copies.size(), 2u);
+    const std::string bytes = " bytes=" + std::to_string(floats * sizeof(float)) + " ";
+    const std::string back = floats == 16 ? "cudaMemcpy2DAsync stream=5 kind=1" + bytes + "rows=16 "
+                                          : "cudaMemcpyAsync stream=5 kind=1" + bytes;
+    EXPECT_EQ(copies[1].rfind(back, 0), 0u) << copies[1];
+  }
 }
 
 TEST(Staging, BuffersCrossAsTheirCopySays) {

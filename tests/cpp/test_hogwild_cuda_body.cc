@@ -56,13 +56,14 @@ hc::SparseUpdate request(UpdateKind kind, const Hyper& h) {
   return u;
 }
 
-// Runs the device body on the host: entries in batch order, each by all `width` lanes.
-template <UpdateKind K>
+// Runs the device body on the host: entries in batch order, each by all `width` lanes, V floats
+// at a time.
+template <UpdateKind K, unsigned V = 1>
 void run_on_host(Problem& p, const hc::SparseCoefficients& c, unsigned width) {
   const hc::DeviceTable t{p.w.data(), p.s0.data(), p.s1.data(), p.rows, p.dim};
   for (uint64_t i = 0; i < p.ids.size(); ++i) {
     for (unsigned lane = 0; lane < width; ++lane) {
-      hc::update_entry<K>(t, p.ids.data(), p.grads.data(), i, lane, width, c, hc::SerialAdd{});
+      hc::update_entry<K, V>(t, p.ids.data(), p.grads.data(), i, lane, width, c, hc::SerialAdd{});
     }
   }
 }
@@ -99,20 +100,28 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want)
   }
 }
 
+template <UpdateKind K, unsigned V>
+void check_against_reference(const Hyper& h, uint64_t dim) {
+  for (unsigned width : {hc::lanes_per_entry(dim / V), 32u}) {
+    SCOPED_TRACE("dim " + std::to_string(dim) + ", V " + std::to_string(V) + ", width " +
+                 std::to_string(width));
+    Problem gpu = make_problem(23, dim, 40, 7);
+    Problem ref = gpu;
+    const hc::SparseCoefficients c = hc::coefficients_of(request(K, h));
+    run_on_host<K, V>(gpu, c, width);
+    reference(K, ref, h.lr, h.beta1, h.beta2, h.eps, static_cast<int>(h.step));
+    expect_close(gpu.w, ref.w);
+    if (K != UpdateKind::kSgd) expect_close(gpu.s0, ref.s0);
+    if (K == UpdateKind::kAdam) expect_close(gpu.s1, ref.s1);
+  }
+}
+
+// Every row width with one float per load, and the widths that allow it with four.
 template <UpdateKind K>
 void check_against_reference(const Hyper& h) {
-  for (uint64_t dim : {1u, 3u, 37u, 64u, 300u}) {
-    for (unsigned width : {hc::lanes_per_entry(dim), 32u}) {
-      SCOPED_TRACE("dim " + std::to_string(dim) + ", width " + std::to_string(width));
-      Problem gpu = make_problem(23, dim, 40, 7);
-      Problem ref = gpu;
-      const hc::SparseCoefficients c = hc::coefficients_of(request(K, h));
-      run_on_host<K>(gpu, c, width);
-      reference(K, ref, h.lr, h.beta1, h.beta2, h.eps, static_cast<int>(h.step));
-      expect_close(gpu.w, ref.w);
-      if (K != UpdateKind::kSgd) expect_close(gpu.s0, ref.s0);
-      if (K == UpdateKind::kAdam) expect_close(gpu.s1, ref.s1);
-    }
+  for (uint64_t dim : {1u, 3u, 4u, 37u, 64u, 300u}) {
+    check_against_reference<K, 1>(h, dim);
+    if (dim % 4 == 0) check_against_reference<K, 4>(h, dim);
   }
 }
 
@@ -148,6 +157,19 @@ TEST(CudaBody, LanesCoverNarrowRowsWithoutIdling) {
   EXPECT_EQ(hc::lanes_per_entry(16), 16u);
   EXPECT_EQ(hc::lanes_per_entry(17), 32u);
   EXPECT_EQ(hc::lanes_per_entry(4096), 32u);
+}
+
+TEST(CudaBody, FourFloatsPerLoadOnlyWhereEveryRowIsSixteenByteAligned) {
+  alignas(16) float w[16], s0[16], s1[16], grads[16];
+  const auto table = [&](uint64_t dim, float* base, float* state) {
+    return hc::DeviceTable{base, state, state ? s1 : nullptr, 16 / dim, dim};
+  };
+  EXPECT_EQ(hc::vector_width(table(4, w, nullptr), grads), 4u);
+  EXPECT_EQ(hc::vector_width(table(8, w, s0), grads), 4u);
+  EXPECT_EQ(hc::vector_width(table(2, w, s0), grads), 1u);      // rows of 8 bytes
+  EXPECT_EQ(hc::vector_width(table(4, w + 1, s0), grads), 1u);  // the table
+  EXPECT_EQ(hc::vector_width(table(4, w, s0 + 2), grads), 1u);  // a state array
+  EXPECT_EQ(hc::vector_width(table(4, w, s0), grads + 3), 1u);  // the gradients
 }
 
 TEST(CudaBody, IdRangeCheck) {

@@ -3,10 +3,10 @@
  * Test code only: never shipped, loaded only where a test points PSCORE_CUDART_LIBRARY here.
  *
  * The model: "device" memory is host memory (cudaMalloc is malloc). Work enqueued on a stream
- * (cudaMemcpyAsync, cudaEventRecord) is queued in one FIFO and runs only when the host waits
- * for it (a query that reports it done, or a synchronize), as a real device may run it late:
- * code that reads a copy's destination without waiting reads stale bytes. Streams and events are
- * opaque handles; the FIFO keeps enqueue order, which satisfies every cross-stream wait.
+ * (cudaMemcpyAsync, cudaMemcpy2DAsync, cudaEventRecord) is queued in one FIFO and runs only when
+ * the host waits for it (a query that reports it done, or a synchronize), as a real device may run
+ * it late: code that reads a copy's destination without waiting reads stale bytes. Streams and
+ * events are opaque handles; the FIFO keeps enqueue order, which satisfies every cross-stream wait.
  *
  * Test switches (exported functions; the environment sets their starting values):
  *   fake_cudart_set_stuck(1)            queued work never completes: queries say not-ready and a
@@ -205,6 +205,19 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, int kind,
   if (kind < 0 || kind > 4) return leave(kInvalidValue);
   Op op = {kCopy, dst, src, bytes, NULL, NULL};
   enqueue_locked(op);
+  return leave(kSuccess);
+}
+
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                              size_t width, size_t height, int kind, cudaStream_t stream) {
+  ENTER("cudaMemcpy2DAsync",
+        "cudaMemcpy2DAsync stream=%llu kind=%d bytes=%zu rows=%zu dst=%llu src=%llu", U(stream),
+        kind, width * height, height, U(dst), U(src));
+  if (kind < 0 || kind > 4 || dpitch < width || spitch < width) return leave(kInvalidValue);
+  for (size_t row = 0; row < height; ++row) {
+    Op op = {kCopy, (char*)dst + row * dpitch, (const char*)src + row * spitch, width, NULL, NULL};
+    enqueue_locked(op);
+  }
   return leave(kSuccess);
 }
 

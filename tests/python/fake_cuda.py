@@ -22,6 +22,7 @@ import pytest
 import pscore
 
 __all__ = [
+    "COPY_CALLS",
     "HELPERS_DIR",
     "PACKAGE_ROOT",
     "FakeCudaBuffer",
@@ -36,6 +37,9 @@ __all__ = [
     "run_python",
     "use_fake_runtime",
 ]
+
+# The runtime calls that queue a copy: flat, or in rows (small copies to the device).
+COPY_CALLS = ("cudaMemcpyAsync", "cudaMemcpy2DAsync")
 
 FAKES_DIR = Path(__file__).resolve().parents[1] / "fakes"
 HELPERS_DIR = str(Path(__file__).resolve().parent)
@@ -113,6 +117,11 @@ class FakeRuntime:
     def log(self) -> list[str]:
         """Every call since the last reset, one line each."""
         return read_log(self.lib.fake_cudart_read_log)
+
+    def copies(self) -> list[tuple[str, dict[str, int]]]:
+        """calls() of the copies queued, flat (cudaMemcpyAsync) or in rows (cudaMemcpy2DAsync:
+        small ones to the device), in order."""
+        return [(name, c) for name, c in self.calls() if name in COPY_CALLS]
 
     def calls(self, name: str | None = None) -> list[tuple[str, dict[str, int]]]:
         """The log parsed: (entry point, {field: integer}), only `name`'s when given."""

@@ -3,6 +3,8 @@ itself is a GPU benchmark: benchmarks/gpu_check.sh)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_bench_cli import run_bench
 
@@ -29,3 +31,28 @@ def test_without_cuda_it_says_what_is_missing():
     assert result.stderr.strip() == (
         f"python -m pscore.bench staging: needs a CUDA device: torch {torch.__version__} sees none"
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_it_reports_both_paths_per_size(tmp_path):
+    path = tmp_path / "staging.json"
+    result = run_bench(
+        "staging",
+        "--sizes",
+        "4K,64K",
+        "--iters",
+        "5",
+        "--rounds",
+        "1",
+        "--json",
+        str(path),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(path.read_text())
+    assert [r["bytes"] for r in report["results"]] == [4096, 65536]
+    for r in report["results"]:
+        assert r["cuda_staged"]["p50_us"] > 0 and r["host"]["p50_us"] > 0
+        assert r["time_ratio"] == r["cuda_staged"]["p50_us"] / r["host"]["p50_us"]
+    assert "staged allreduce world=2" in result.stdout

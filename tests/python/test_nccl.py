@@ -151,7 +151,7 @@ def test_every_collective_on_cuda_buffers_of_one_rank(run_nccl):
         calls = [line for line in nccl_log() if line.startswith(("ncclAll", "ncclBr", "ncclRe"))]
         print("STREAMS", sorted({line.split("stream=")[1] for line in calls}))
         print("CALLS", [line.split()[0] for line in calls])
-        copies = cuda.calls("cudaMemcpyAsync")
+        copies = cuda.copies()
         print("COPY STREAMS", sorted({fields["stream"] for _, fields in copies}))
         y = np.arange(3, dtype=np.float32)
         pscore.all_reduce(y)  # a CPU array on the same group: TCP, not NCCL

@@ -84,6 +84,12 @@ def test_a_kernel_queued_before_the_collective_is_seen_by_it():
     stream = torch.cuda.Stream()
     x = torch.zeros(1 << 20, device="cuda")
     out = torch.empty(1 << 20, device="cuda")
+    # The group's first CUDA op makes its communicator, and a kernel's first launch loads its
+    # module (CUDA's lazy loading), which waits for the device: either outlasts the sleep below.
+    pscore.all_gather_into_tensor(out, x)
+    torch.cuda._sleep(1)
+    x.add_(0)
+    torch.cuda.synchronize()
     with torch.cuda.stream(stream):
         torch.cuda._sleep(SLEEP_CYCLES // 8)  # the add runs late
         x.add_(1)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from dist_helpers import run_ranks
 from fake_cuda import (  # noqa: F401 - fake_cudart is a fixture
+    COPY_CALLS,
     FakeCudaBuffer,
     caller_stream,
     fake_cudart,
@@ -75,7 +76,7 @@ def _staged_vs_cpu(rank, world, fake_path):
     with caller_stream(STREAM):
         staged = _ops(rank, world, FakeCudaBuffer, fake.synchronize)
     cpu = _ops(rank, world, lambda a: a, lambda: None)
-    copies = fake.calls("cudaMemcpyAsync")
+    copies = fake.copies()
     return staged, cpu, copies, fake.log()
 
 
@@ -105,7 +106,7 @@ def _chunks_and_reuse(rank, _world, fake_path):
 
 
 def _kinds(calls):
-    return [c["kind"] for name, c in calls if name == "cudaMemcpyAsync"]
+    return [c["kind"] for name, c in calls if name in COPY_CALLS]
 
 
 def test_large_buffers_move_in_chunks_through_reused_pinned_blocks(fake_cudart):  # noqa: F811
@@ -120,10 +121,10 @@ def test_large_buffers_move_in_chunks_through_reused_pinned_blocks(fake_cudart):
             # Pipelined: the copies-in of the first chunks are queued before any copy back,
             # and each copy back follows its chunk's host collective, in chunk order.
             assert kinds[:3] == [2, 2, 2] and kinds.index(1) == 3
-            sizes = [
-                c["bytes"] for name, c in calls if name == "cudaMemcpyAsync" and c["kind"] == 1
-            ]
-            assert sizes == [64 * 4] * 4 + [(N - 4 * 64) * 4]
+            back = [(name, c) for name, c in calls if name in COPY_CALLS and c["kind"] == 1]
+            assert [c["bytes"] for _, c in back] == [64 * 4] * 4 + [(N - 4 * 64) * 4]
+            # small copies to the device go in rows (cudaMemcpy2DAsync)
+            assert {name for name, _ in back} == {"cudaMemcpy2DAsync"}
         allocs = [name for name, _ in first if name == "cudaHostAlloc"]
         assert len(allocs) == 3, "one pinned block per chunk in flight"
         assert not [name for name, _ in second if name == "cudaHostAlloc"], "blocks not reused"
@@ -138,9 +139,9 @@ def _result_only_through_the_stream(rank, _world, fake_path):
     fake.synchronize()
     calls = fake.calls()
     order = [
-        ("d2h" if c["kind"] == 2 else "h2d") if name == "cudaMemcpyAsync" else name
+        ("d2h" if c["kind"] == 2 else "h2d") if name in COPY_CALLS else name
         for name, c in calls
-        if name in ("cudaMemcpyAsync", "cudaEventQuery", "cudaStreamSynchronize")
+        if name in (*COPY_CALLS, "cudaEventQuery", "cudaStreamSynchronize")
     ]
     return before, buf.array, order
 

@@ -43,7 +43,7 @@ def session(prefix, wrap, sync):
 with caller_stream(STREAM):
     staged = session("gpu_", FakeCudaBuffer, fake.synchronize)
 cpu = session("cpu_", lambda a: a, lambda: None)
-streams = sorted({c["stream"] for _, c in fake.calls("cudaMemcpyAsync")})
+streams = sorted({c["stream"] for _, c in fake.copies()})
 fake.fail("cudaMemcpyAsync", 700)
 try:
     client.push("gpu_d", FakeCudaBuffer(np.zeros(50, np.float32)))

@@ -47,7 +47,7 @@ def _worker(rank, args, port, queue):
             staged_t += _time(staged, iters)
             _time(from_host, 2)
             host_t += _time(from_host, iters)
-        rows.append((nbytes, staged_t, host_t))
+        rows.append((nbytes, {"cuda_staged": staged_t, "host": host_t}))
     queue.put((rank, rows, pscore.get_backend()))
 
 
@@ -69,12 +69,9 @@ def run(args) -> dict:
     for p in procs:
         p.join()
     out = []
-    for nbytes, staged_t, host_t in _slowest_rank(results):
-        entry = {
-            "bytes": nbytes,
-            "cuda_staged": _row("allreduce", args.world, nbytes, staged_t),
-            "host": _row("allreduce", args.world, nbytes, host_t),
-        }
+    for nbytes, samples in _slowest_rank(results):
+        entry = {"bytes": nbytes}
+        entry.update({key: _row("allreduce", args.world, nbytes, s) for key, s in samples.items()})
         entry["time_ratio"] = entry["cuda_staged"]["p50_us"] / entry["host"]["p50_us"]
         out.append(entry)
     return {
