@@ -472,7 +472,7 @@ def cuda_runtime_path() -> str:
 
 def fast_view(x, writable):
     """
-    The pscore.buffer.BufferView of numpy array or CPU torch tensor x, in place; None when pscore.buffer must explain what is wrong with x, or x is neither (or a tensor before fast_view_torch).
+    The pscore.buffer.BufferView of numpy array or torch tensor x, in place; None when pscore.buffer must explain what is wrong with x, or x is neither (or a tensor before fast_view_torch).
     """
 
 def fast_view_torch(
