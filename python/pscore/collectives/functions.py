@@ -73,7 +73,7 @@ def _parse_op(op: Any) -> tuple:
     return code, name
 
 
-def _op_code(op: Any) -> _C.ReduceOp:
+def op_code(op: Any) -> _C.ReduceOp:
     """The core's code for op; the core checks it applies to the buffers' dtype."""
     try:
         return _OPS_SEEN[op][0]
@@ -125,7 +125,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    code = _op_code(op)
+    code = op_code(op)
     if g.nccl is None:  # the latency path
         try:
             return _work(g.native.allreduce(tensor, code, async_op), tensor, g, async_op)
@@ -136,6 +136,15 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
         sig = (b.dtype, b.numel, code.name)
         return g.nccl.run("allreduce", sig, b, b, async_op, lambda c: c.allreduce(b, code))
     return _finish(g, b, async_op, g.native.allreduce, b, code, async_op)
+
+
+def all_reduce_blocking(g, tensor, code: _C.ReduceOp) -> None:
+    """all_reduce on group `g` (resolved, this rank a member, no NCCL) with the core's op code,
+    blocking: the torch backend's latency path, which has read both already."""
+    try:
+        g.native.allreduce(tensor, code, False)
+    except _FAILURES as e:
+        raise g.explain(e) from None
 
 
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
@@ -163,7 +172,7 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
         return CompletedWork() if async_op else None
     b = view(tensor)
     root = g.group_rank(dst, "dst")
-    code = _op_code(op)
+    code = op_code(op)
     if _cuda(g, b):
         sig = (b.dtype, b.numel, code.name, root)
         return g.nccl.run("reduce", sig, b, b, async_op, lambda c: c.reduce(b, code, root))
@@ -229,7 +238,7 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
         )
     ins = [view(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
     _same_kind(ins, out, "input_list")
-    code = _op_code(op)
+    code = op_code(op)
     if _cuda(g, out, *ins):
         return _nccl_reduce_scatter(g, ins, out, (out, ins), code, async_op)
     return _finish(g, (out, ins), async_op, g.native.reduce_scatter, ins, out, code, async_op)
@@ -247,7 +256,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     g = resolve(group)
     if g is None:
         return CompletedWork() if async_op else None
-    code = _op_code(op)
+    code = op_code(op)
     # The core checks the sizes and splits the input by rank (and stages a CUDA one whole).
     if g.nccl is None:  # the latency path
         try:

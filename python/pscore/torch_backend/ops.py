@@ -11,12 +11,15 @@ from ..collectives import functions as c
 from .barrier import monitored_barrier
 from .sparse import all_reduce_sparse
 from .tensors import (
+    PLAIN_OP_CODES,
     Staging,
     carried,
     check_list_length,
     check_same_shape,
     check_stacked,
+    op_key,
     op_name,
+    plain_op_code,
 )
 
 __all__ = ["TorchOperations"]
@@ -26,16 +29,19 @@ def _blocking_one(tensors, opts):
     """The tensor of a blocking call (torch waits at once) on one contiguous dense tensor while
     no profiler runs: the latency path, which calls pscore directly on the caller's thread (no
     staging, closures or Work) and returns None, torch's "done already". None otherwise."""
-    if len(tensors) != 1 or getattr(opts, "asyncOp", True) or torch.autograd._profiler_enabled():
+    if len(tensors) != 1 or getattr(opts, "asyncOp", True) or _profiling():
         return None
     t = tensors[0]
     return t if not t.is_sparse and t.is_contiguous() else None
 
 
+_profiling = torch.autograd._profiler_enabled
+
+
 def _blocking_pair(output, input, opts) -> bool:
     """As _blocking_one for a call on one output and one input tensor: True when pscore can
     take both as they are, on the caller's thread."""
-    if getattr(opts, "asyncOp", True) or torch.autograd._profiler_enabled():
+    if getattr(opts, "asyncOp", True) or _profiling():
         return False
     return not (output.is_sparse or input.is_sparse) and (
         output.is_contiguous() and input.is_contiguous()
@@ -62,9 +68,17 @@ class TorchOperations:
         return [op_name(op, t.dtype) for t in tensors]
 
     def allreduce(self, tensors, opts=None):
+        # The latency path, as _blocking_one's with the op's core code in one lookup (a miss
+        # fills it, or says the dtype needs carried()); the group has no NCCL for CPU tensors.
         t = _blocking_one(tensors, opts)
         if t is not None:
-            c.all_reduce(carried(t), op=op_name(opts.reduceOp, t.dtype), group=self._group)
+            op = opts.reduceOp
+            code = PLAIN_OP_CODES.get((op_key(op), t.dtype)) or plain_op_code(op, t.dtype)
+            g = self._group
+            if code is not None and g.nccl is None:
+                c.all_reduce_blocking(g, t, code)
+            else:
+                c.all_reduce(carried(t), op=op_name(op, t.dtype), group=g)
             return None
         if any(t.is_sparse for t in tensors):
             return self._sparse_allreduce(tensors, opts)
