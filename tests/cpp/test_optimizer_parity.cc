@@ -207,7 +207,7 @@ void run_cuda_entries(const hc::DeviceTable& t, const std::vector<int64_t>& ids,
   const unsigned width = hc::lanes_per_entry(t.dim);
   for (uint64_t i = 0; i < ids.size(); ++i) {
     for (unsigned lane = 0; lane < width; ++lane) {
-      hc::update_entry<K>(t, ids.data(), g.data(), i, lane, width, k, hc::SerialAdd{});
+      hc::update_entry<K, 1>(t, ids.data(), g.data(), i, lane, width, k, hc::SerialAdd{});
     }
   }
 }
