@@ -129,8 +129,9 @@ void StagedOp::wait(CudaEvent event) {
     if (status != kCudaNotReady) {
       cuda_.check(status, what_ + ": cudaEventQuery (waiting for the copy to host memory)");
     }
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    if (timeout_ms_ >= 0 && waited.count() >= timeout_ms_) {
+    const auto waited = Clock::now() - start;
+    if (timeout_ms_ >= 0 &&
+        std::chrono::duration_cast<std::chrono::milliseconds>(waited).count() >= timeout_ms_) {
       throw TimeoutError(what_ + ": the copy of cuda:" + std::to_string(device_) +
                          " memory to the host did not finish within " +
                          std::to_string(timeout_ms_) +
@@ -138,7 +139,7 @@ void StagedOp::wait(CudaEvent event) {
     }
     // A small copy lands within tens of microseconds: yield until kSpin has passed, then sleep
     // in growing steps so a stuck stream costs no core.
-    if (Clock::now() - start < kSpin) {
+    if (waited < kSpin) {
       std::this_thread::yield();
       continue;
     }
