@@ -15,11 +15,24 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["VARIABLES", "Var", "auth_token", "insecure", "markdown"]
+__all__ = ["VARIABLES", "Var", "auth_token", "insecure", "markdown", "parse_bytes"]
+
+_BYTE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def _integer(text: str) -> int:
     return int(text, 10)
+
+
+def parse_bytes(text: str) -> int:
+    """'4096', '64K', '1M', '2g', '4KB' -> bytes (binary units); ValueError for anything else,
+    negative sizes included."""
+    body = text.strip().upper().removesuffix("B")
+    scale = _BYTE_UNITS.get(body[-1:], 1)
+    digits = body[:-1] if scale > 1 else body
+    if not digits.isdigit():
+        raise ValueError(f"{text.strip()!r} is not a number of bytes")
+    return int(digits) * scale
 
 
 def _seconds(text: str) -> float:
@@ -48,7 +61,7 @@ def _flag(text: str) -> bool:
 _KINDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "str": (str, "a string"),
     "int": (_integer, "an integer"),
-    "bytes": (_integer, "a number of bytes"),
+    "bytes": (parse_bytes, "a number of bytes (K/M/G suffixes allowed)"),
     "seconds": (_seconds, "a number of seconds > 0"),
     "seconds_or_off": (_seconds_or_off, "a number of seconds >= 0 (0: off)"),
     "flag": (_flag, "1/true/yes/on or 0/false/no/off"),

@@ -118,7 +118,8 @@ def test_docs_config_md_is_generated_from_config():
     [
         ("PSCORE_TIMEOUT", "abc", lambda: group.timeout_seconds(None), "a number of seconds"),
         ("PSCORE_TIMEOUT", "-5", lambda: group.timeout_seconds(None), "a number of seconds"),
-        ("PSCORE_SMALL_ALLREDUCE_BYTES", "64k", group.tuning_from_env, "a number of bytes"),
+        ("PSCORE_SMALL_ALLREDUCE_BYTES", "64q", group.tuning_from_env, "a number of bytes"),
+        ("PSCORE_SMALL_ALLREDUCE_BYTES", "-4K", group.tuning_from_env, "a number of bytes"),
         ("PSCORE_LARGE_BROADCAST_BYTES", "1.5", group.tuning_from_env, "a number of bytes"),
         ("PSCORE_TRANSPORT", "udp", _config.TRANSPORT.get, "auto, tcp, shm"),
         ("PSCORE_RANK", "one", pscore.discover, "not an integer"),
@@ -130,6 +131,14 @@ def test_a_malformed_value_names_the_variable(monkeypatch, name, value, read, me
         monkeypatch.setenv("PSCORE_WORLD_SIZE", "2")
     with pytest.raises(ValueError, match=rf"{name}='?{re.escape(value)}'?.*{message}"):
         read()
+
+
+@pytest.mark.parametrize(
+    ("text", "nbytes"),
+    [("4096", 4096), (" 64k ", 64 << 10), ("1M", 1 << 20), ("2GB", 2 << 30), ("0", 0)],
+)
+def test_byte_sizes_take_binary_suffixes(text, nbytes):
+    assert _config.parse_bytes(text) == nbytes
 
 
 def test_values_parse_and_blank_means_the_default(monkeypatch):

@@ -124,6 +124,35 @@ def test_tcp_transport_forced_by_environment():
     assert run_world(per_rank) == expect(2)
 
 
+def _two_ranks_outcomes(env):
+    queue = _ctx.Queue()
+    url = f"tcp://127.0.0.1:{free_port()}"
+    procs = [
+        _ctx.Process(
+            target=_rank_main,
+            args=(env, {"init_method": url, "rank": r, "world_size": 2}, 0.0, queue),
+        )
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    out = [queue.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(10)
+    return out
+
+
+def test_a_malformed_shm_size_is_an_error_not_a_fallback_to_tcp():
+    out = _two_ranks_outcomes({"PSCORE_TRANSPORT": "auto", "PSCORE_SHM_RING_BYTES": "4Mi"})
+    assert [o[0] for o in out] == ["error", "error"], out
+    assert all("PSCORE_SHM_RING_BYTES='4Mi'" in o[1] for o in out), out
+
+
+def test_shm_sizes_take_suffixes():
+    out = _two_ranks_outcomes({"PSCORE_TRANSPORT": "shm", "PSCORE_SHM_RING_BYTES": "1M"})
+    assert sorted(out) == expect(2), out
+
+
 def test_bad_arguments():
     import pscore
 

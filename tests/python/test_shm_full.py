@@ -65,6 +65,8 @@ def test_full_dev_shm_falls_back_to_tcp(tmp_path):
     result = _run_two_ranks(tmp_path, "auto")
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.count("transport pscore/tcp") == 2, result.stdout
+    assert "share this host, but not every rank could make or map" in result.stderr
+    assert "is /dev/shm full?" in result.stderr, result.stderr[-2000:]
 
 
 def test_full_dev_shm_with_shm_forced_names_it(tmp_path):

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 
+from .._config import parse_bytes
 from ..launch.affinity import bind_self
 from . import mpi_compare
 from .buffers import BUFFER_KINDS, allocator, operands
@@ -39,18 +40,18 @@ BUS_FACTOR = {
 
 def parse_sizes(text: str) -> list[int]:
     """'4K,1M' -> [4096, 1048576]; each size a positive multiple of 4 bytes (float32 elements)."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     out = []
     for item in text.split(","):
-        part = item.strip().upper().rstrip("B")
-        scale = units.get(part[-1:], 1)
-        digits = part[:-1] if scale > 1 else part
-        if not digits.isdigit() or int(digits) * scale % 4 or int(digits) == 0:
+        try:
+            nbytes = parse_bytes(item)
+        except ValueError:
+            nbytes = 0
+        if nbytes == 0 or nbytes % 4:
             raise argparse.ArgumentTypeError(
                 f"{item.strip()!r} is not a size: expected a positive multiple of 4 bytes, "
                 "K/M/G suffixes allowed (e.g. 4K,1M)"
             )
-        out.append(int(digits) * scale)
+        out.append(nbytes)
     return out
 
 

@@ -35,6 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from pscore._config import parse_bytes
 from pscore.bench.report import human_bytes, p50, print_table, write_json
 
 __all__ = ["LR", "main", "run", "run_phase"]
@@ -312,12 +313,6 @@ def run(args) -> list[dict]:
 
 
 # ----- report -----
-def _parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().rstrip("B")
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
-
-
 def _report(args, results, loopback) -> dict:
     systems = list(results[0]["dense"][args.sizes[0]]) if args.sizes else ["pscore"]
     both = "torch" in systems
@@ -424,7 +419,7 @@ def main(argv: list[str]) -> int:
         "--json", default=None, help="also write the results to this JSON file (default none)"
     )
     args = p.parse_args(argv[1:])
-    args.sizes = [_parse_size(s) for s in args.sizes.split(",") if s]
+    args.sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
     if args.servers < 1 or args.workers < 1 or any(s < 4 or s % 4 for s in args.sizes):
         p.error("--servers and --workers must be >= 1; sizes must be multiples of 4 bytes")
     args.sparse_iters = max(PHASES * 3, int(args.sparse_iters * args.scale))

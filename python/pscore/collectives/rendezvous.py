@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+import warnings
 
 from .. import _C, _config, stall
 from ..errors import TimeoutError as PscoreTimeoutError
@@ -105,15 +106,14 @@ def _try_shm(store, rank, world, job_id, timeout):
     """(a connected ShmTransport, "") or (None, why not) when some rank could not make or map
     the segments."""
     why = ""
+    # Read first: a malformed value is the user's error to see, not a reason to fall back to TCP.
+    sizes = dict(
+        ring_bytes=_config.SHM_RING_BYTES.get(),
+        single_copy_bytes=_config.SHM_SINGLE_COPY_BYTES.get(),
+        single_copy_reduce_bytes=_config.SHM_SINGLE_COPY_REDUCE_BYTES.get(),
+    )
     try:
-        t = _C.ShmTransport(
-            rank,
-            world,
-            job_id,
-            ring_bytes=_config.SHM_RING_BYTES.get(),
-            single_copy_bytes=_config.SHM_SINGLE_COPY_BYTES.get(),
-            single_copy_reduce_bytes=_config.SHM_SINGLE_COPY_REDUCE_BYTES.get(),
-        )
+        t = _C.ShmTransport(rank, world, job_id, **sizes)
         mine = f"{t.segment_name}|{t.token}"
     except Exception as e:  # noqa: BLE001 - /dev/shm unusable: fall back, but every rank must vote
         t, mine, why = None, "-", str(e)
@@ -175,6 +175,13 @@ def connect(
             raise RuntimeError(
                 f"rank {rank}: {_config.TRANSPORT.name}=shm but not every rank could make or map "
                 f"the others' shared memory: {why}"
+            )
+        if t is None and all(h == hosts[0] for h in hosts) and rank == 0:
+            warnings.warn(
+                f"pscore: the {world} ranks share this host, but not every rank could make or "
+                f"map the others' shared memory, so they connect over TCP (slower): {why}",
+                RuntimeWarning,
+                stacklevel=2,
             )
     if t is None:
         t = _tcp(store, rank, world, job_id, left(), master_addr)
