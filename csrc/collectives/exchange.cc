@@ -20,9 +20,8 @@ namespace {
 
 constexpr size_t kHeaderBytes = sizeof(MessageHeader);
 constexpr size_t kAddressBytes = sizeof(uint64_t);
-// Single-copy reads per step: a receive copies this much before the other items get a turn; a
-// reducing receive stages this much in a cache-sized scratch and folds it in.
-constexpr size_t kDirectReadBytes = 16 << 20;  // one call runs at 9 GB/s here, 1 MB calls 7
+// A reducing single-copy receive stages this much per step in a cache-sized scratch, then folds
+// it in.
 constexpr size_t kReduceScratchBytes = 256 << 10;
 constexpr int kWaitSliceMs = 50;  // wake up this often to look for dead peers
 // A rank waiting on a transfer in flight polls for about as long as the transfer takes before it
@@ -117,7 +116,7 @@ bool Exchange::step_send_address(Item& it, Channel& ch) {
     if (it.done == it.prefix()) it.ticket = ch.publish();
     return k > 0;
   }
-  if (ch.acknowledged() < it.ticket) return false;
+  if (ch.acknowledged() < it.ticket) return ch.help_move(it.ticket, it.data, it.nbytes);
   it.done = it.total();
   return true;
 }
@@ -192,32 +191,34 @@ bool Exchange::step_recv(Item& it, Channel& ch) {
   return k > 0;
 }
 
-// A single-copy receive reads the address, copies (or stages and folds) the payload straight from
-// the sender's memory, then acknowledges so the sender may reuse its buffer.
+// A single-copy receive reads the address, then the payload straight from the sender's memory
+// (a moved one with the sender's help; a reduced one staged in a cache-sized scratch and folded
+// in), then acknowledges so the sender may reuse its buffer.
 bool Exchange::step_recv_address(Item& it, Channel& ch) {
   if (it.done < it.prefix()) {
     Sink sink;
     sink.direct = reinterpret_cast<char*>(&it.address) + (it.done - kHeaderBytes);
     const size_t k = ch.read_some(it.prefix() - it.done, 1, sink);
     it.done += k;
+    if (it.done == it.prefix() && !it.reduce && it.nbytes)
+      ch.begin_move(it.address, it.data, it.nbytes);
     if (it.finished()) ch.acknowledge();
     return k > 0;
   }
-  const size_t off = it.done - it.prefix();
-  const uint64_t from = it.address + off;
-  size_t n = std::min(it.nbytes - off, kDirectReadBytes);
+  const size_t before = it.done;
   if (it.reduce) {
     static thread_local std::vector<char> scratch(kReduceScratchBytes);
-    const size_t esize = dtype_size(ctx_.dtype);
-    n = std::min(n, kReduceScratchBytes);
-    for (size_t got = 0; got < n;) got += ch.read_peer(from + got, scratch.data() + got, n - got);
-    reduce_into(it.data + off, scratch.data(), n / esize, ctx_.dtype, it.op);
+    const size_t off = it.done - it.prefix();
+    const size_t n = std::min(it.nbytes - off, kReduceScratchBytes);
+    for (size_t got = 0; got < n;)
+      got += ch.read_peer(it.address + off + got, scratch.data() + got, n - got);
+    reduce_into(it.data + off, scratch.data(), n / dtype_size(ctx_.dtype), ctx_.dtype, it.op);
+    it.done += n;
   } else {
-    n = ch.read_peer(from, it.data + off, n);
+    it.done = it.prefix() + ch.move_some();
   }
-  it.done += n;
   if (it.finished()) ch.acknowledge();
-  return true;
+  return it.done != before;
 }
 
 bool Exchange::step(Item& it) {

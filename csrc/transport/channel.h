@@ -49,6 +49,20 @@ class Channel {
     (void)address, (void)dst, (void)n;
     throw NetworkError("the peer sent an address, but this channel cannot read its memory");
   }
+  // Receiver of a payload it keeps as it is (not folded in): `begin_move` says where the nbytes
+  // at the sender's `address` go; each `move_some` then copies a part and returns how many bytes
+  // are in place so far (nbytes once all are). The sender may copy parts too (help_move).
+  virtual void begin_move(uint64_t address, void* dst, size_t nbytes) {
+    (void)address, (void)dst, (void)nbytes;
+    throw NetworkError("the peer sent an address, but this channel cannot read its memory");
+  }
+  virtual size_t move_some() { return 0; }
+  // Sender, while the payload it published as `ticket` waits to be acknowledged: copies a part of
+  // it into the receiver's buffer when the receiver is moving it; returns whether it did.
+  virtual bool help_move(uint64_t ticket, const void* data, size_t nbytes) {
+    (void)ticket, (void)data, (void)nbytes;
+    return false;
+  }
   // Receiver: the last published payload has been read.
   virtual void acknowledge() {}
 };

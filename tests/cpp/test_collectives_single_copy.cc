@@ -1,8 +1,10 @@
 // Single-copy transfers over a real ShmTransport: large collective payloads travel as addresses
-// and the receiver reads them with process_vm_readv. Ranks as threads (every collective, exact
-// results, a threshold of 64 bytes so most messages take the path) and as forked processes (a
-// probe that seccomp refuses falls back to the rings; a sender that dies after publishing its
-// address is a NetworkError naming it).
+// and the receiver reads them with process_vm_readv while the sender writes parts of them with
+// process_vm_writev (shared moves). Ranks as threads (every collective, exact results, a
+// threshold of 64 bytes so most messages take the path; the claims of a shared move) and as
+// forked processes (a probe that seccomp refuses falls back to the rings, a refused write to the
+// receiver reading alone; a sender that dies after publishing its address is a NetworkError
+// naming it).
 #include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -11,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <functional>
@@ -25,6 +29,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "in_threads.h"
+#include "transport/shm/shared_move.h"
 #include "transport/shm/shm_transport.h"
 namespace pscore {
 namespace {
@@ -174,6 +179,93 @@ TEST(SingleCopy, LocalCopyIntoASentBufferRunsBeforeTheSend) {
   }
 }
 
+TEST(SharedMove, ChunksArePagesOnePer512KBAtLeastTwoAtMostEight) {
+  EXPECT_EQ(move_chunk_bytes(64 << 10), size_t{32} << 10);
+  EXPECT_EQ(move_chunk_bytes(1 << 20), size_t{512} << 10);
+  EXPECT_EQ(move_chunk_bytes(3 << 20), size_t{512} << 10);
+  EXPECT_EQ(move_chunk_bytes(64 << 20), size_t{8} << 20);
+  EXPECT_EQ(move_chunk_bytes(100000), size_t{53248});  // 50000 rounded up to pages
+  EXPECT_EQ(move_chunk_bytes(8), size_t{4096});
+}
+
+// Two threads claiming at once take every chunk exactly once; claims for another message take
+// none, also once its chunks run out.
+TEST(SharedMove, ClaimsTakeEveryChunkOnceAndOnlyOfTheirMessage) {
+  for (size_t n : {size_t{8}, size_t{40000}, size_t{1} << 20, size_t{5} << 20, size_t{77} << 20}) {
+    for (int round = 0; round < 50; ++round) {
+      std::atomic<uint64_t> claims{move_claim(7, 0)};
+      std::vector<std::vector<MoveChunk>> taken(2);
+      in_threads(2, [&](int r) {
+        EXPECT_FALSE(claim_move_chunk(claims, 6 + 2 * r, n)) << "another message's claim";
+        while (auto c = claim_move_chunk(claims, 7, n)) taken[r].push_back(*c);
+      });
+      std::vector<MoveChunk> all = taken[0];
+      all.insert(all.end(), taken[1].begin(), taken[1].end());
+      std::sort(all.begin(), all.end(),
+                [](const MoveChunk& a, const MoveChunk& b) { return a.offset < b.offset; });
+      size_t next = 0;
+      for (const auto& c : all) {
+        ASSERT_EQ(c.offset, next) << n;
+        ASSERT_GT(c.nbytes, 0u);
+        next += c.nbytes;
+      }
+      ASSERT_EQ(next, n);
+      EXPECT_FALSE(claim_move_chunk(claims, 7, n));
+      EXPECT_FALSE(claim_move_chunk(claims, 8, n));
+    }
+  }
+}
+
+// Over real channels, one step at a time: the sender alone can move a payload the receiver
+// offered, and once the receiver has moved on, a late sender takes nothing of the next one.
+TEST(SharedMove, TheSenderWritesWhatItClaimsAndNothingOfTheNextMessage) {
+  auto s = connected(2, small_rings(64));
+  Channel& send = s[0]->channel(1, kCollectiveLane);
+  Channel& recv = s[1]->channel(0, kCollectiveLane);
+  const size_t n = 3 << 20;  // six chunks
+  std::vector<char> src(n), dst(n, 0), next_dst(n, 0);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<char>(i * 7 + 1);
+  const uint64_t address = reinterpret_cast<uint64_t>(src.data());
+
+  const uint64_t ticket = send.publish();
+  EXPECT_FALSE(send.help_move(ticket, src.data(), n)) << "helped before the receiver offered";
+  recv.begin_move(address, dst.data(), n);
+  int helped = 0;
+  while (send.help_move(ticket, src.data(), n)) ++helped;
+  EXPECT_EQ(helped, 6);
+  EXPECT_EQ(recv.move_some(), n);
+  EXPECT_EQ(dst, src);
+  recv.acknowledge();
+  EXPECT_EQ(send.acknowledged(), ticket);
+
+  EXPECT_EQ(send.publish(), ticket + 1);
+  recv.begin_move(address, next_dst.data(), n);
+  EXPECT_FALSE(send.help_move(ticket, src.data(), n)) << "a late sender took a chunk";
+  size_t moved = 0;
+  for (int step = 0; step < 100 && moved < n; ++step) moved = recv.move_some();
+  EXPECT_EQ(moved, n);
+  EXPECT_EQ(next_dst, src);
+}
+
+// Many broadcasts of changing sizes and values between two ranks, both copying: a chunk written
+// late or twice would show in the next round's values.
+TEST(SharedMove, RepeatedBroadcastsOfChangingSizesAreExact) {
+  ShmOptions so = small_rings(64);
+  so.ring_bytes = 1 << 16;
+  auto s = connected(2, so);
+  Groups g = groups_over(s, 0);
+  in_threads(2, [&](int r) {
+    std::vector<int32_t> x;
+    for (int round = 0; round < 300; ++round) {
+      const size_t count = (size_t{1} << (8 + round % 12)) + round;
+      const int root = round % 2;
+      x.assign(count, r == root ? round : -1);
+      g[r]->broadcast(x.data(), count, DType::kInt32, root, false);
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(x[i], round) << round << " " << i;
+    }
+  });
+}
+
 // Two processes: this one is rank 0, a forked child rank 1; pipes carry segment names.
 struct Pipe {
   int fd[2] = {-1, -1};
@@ -221,11 +313,12 @@ std::shared_ptr<ShmTransport> connect_pair(int rank, const Pipe& out, const Pipe
   return t;
 }
 
-// Makes process_vm_readv fail with EPERM in this process, as a container's seccomp profile can.
-void forbid_process_vm_readv() {
+// Makes a system call (process_vm_readv or _writev) fail with EPERM in this process, as a
+// container's seccomp profile can.
+void forbid(unsigned syscall_nr) {
   sock_filter filter[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, syscall_nr, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
@@ -251,7 +344,7 @@ TEST(SingleCopyProcesses, RefusedProbeFallsBackToTheRings) {
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    forbid_process_vm_readv();
+    forbid(SYS_process_vm_readv);
     int code = 1;
     try {
       auto t = connect_pair(1, to_parent, to_child);
@@ -272,6 +365,42 @@ TEST(SingleCopyProcesses, RefusedProbeFallsBackToTheRings) {
   std::vector<float> x(kBig, 1.0f);
   g.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], 3.0f) << i;
+  EXPECT_EQ(wait_child(pid), 0);
+}
+
+// The child may read the parent's memory but not write it: it reads the parent's payloads with
+// the parent's help, and the parent reads the child's payloads alone.
+TEST(SingleCopyProcesses, RefusedWriteLeavesTheReceiverEveryChunk) {
+  Pipe to_child, to_parent;
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  auto broadcasts_are_exact = [](ProcessGroup& g) {
+    std::vector<float> x(kBig);
+    for (int round = 0; round < 16; ++round) {  // a sender that wrote would fail within these
+      const int root = round % 2;
+      std::fill(x.begin(), x.end(), g.rank() == root ? 1.0f + root : 0.0f);
+      g.broadcast(x.data(), x.size(), DType::kFloat32, root, false);
+      for (float v : x)
+        if (v != 1.0f + root) return false;
+    }
+    return true;
+  };
+  if (pid == 0) {
+    forbid(SYS_process_vm_writev);
+    int code = 1;
+    try {
+      auto t = connect_pair(1, to_parent, to_child);
+      ProcessGroup g(t, group_options());
+      code = !t->single_copy_from(0) ? 4 : broadcasts_are_exact(g) ? 0 : 5;
+    } catch (...) {
+      code = 6;
+    }
+    ::_exit(code);
+  }
+  auto t = connect_pair(0, to_child, to_parent);
+  EXPECT_TRUE(t->single_copy_from(1));
+  ProcessGroup g(t, group_options());
+  EXPECT_TRUE(broadcasts_are_exact(g));
   EXPECT_EQ(wait_child(pid), 0);
 }
 

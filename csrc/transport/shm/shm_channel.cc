@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "transport/shm/cross_memory.h"
+#include "transport/shm/shared_move.h"
 
 namespace pscore {
 
@@ -33,12 +34,13 @@ void throw_if_aborted(const ShmHeader* h, const std::string& peer_name) {
 }
 
 ShmChannel::ShmChannel(RingView out, RingView in, ShmHeader* peer_header, std::string peer_name,
-                       SingleCopyBytes single_copy)
+                       SingleCopyBytes single_copy, bool helps_moves)
     : out_(out),
       in_(in),
       peer_(peer_header),
       peer_name_(std::move(peer_name)),
-      single_copy_(single_copy) {}
+      single_copy_(single_copy),
+      helps_moves_(helps_moves) {}
 
 void ShmChannel::ring_peer() { ring_doorbell(peer_); }
 
@@ -116,8 +118,12 @@ uint64_t ShmChannel::acknowledged() const {
   return out_.header->acks.load(std::memory_order_acquire);
 }
 
+bool ShmChannel::may_access_peer() const {
+  return in_.header->single_copy_ok.load(std::memory_order_relaxed) == 1;
+}
+
 size_t ShmChannel::read_peer(uint64_t address, void* dst, size_t n) {
-  if (in_.header->single_copy_ok.load(std::memory_order_relaxed) != 1)
+  if (!may_access_peer())
     throw NetworkError(peer_name_ + " sent an address, but this rank never probed its memory");
   return read_process_memory(peer_->pid, address, dst, n, peer_name_);
 }
@@ -125,6 +131,45 @@ size_t ShmChannel::read_peer(uint64_t address, void* dst, size_t n) {
 void ShmChannel::acknowledge() {
   in_.header->acks.fetch_add(1, std::memory_order_release);
   ring_peer();
+}
+
+// The payload being read is the one the next acknowledgement releases: the sender's ticket.
+// The destination is posted before the claim word that names the message (release), and stays
+// until every chunk is in place, so a sender that claims a chunk reads the right one.
+void ShmChannel::begin_move(uint64_t address, void* dst, size_t nbytes) {
+  if (!may_access_peer())
+    throw NetworkError(peer_name_ + " sent an address, but this rank never probed its memory");
+  RingHeader* h = in_.header;
+  move_ = Move{h->acks.load(std::memory_order_relaxed) + 1, address, static_cast<char*>(dst),
+               nbytes, 0};
+  h->move_destination.store(reinterpret_cast<uint64_t>(dst), std::memory_order_relaxed);
+  h->pushed.store(0, std::memory_order_relaxed);
+  h->claims.store(move_claim(move_.message, 0), std::memory_order_release);
+  ring_peer();  // a sender asleep on its acknowledgement may help
+}
+
+size_t ShmChannel::move_some() {
+  if (auto c = claim_move_chunk(in_.header->claims, move_.message, move_.nbytes)) {
+    for (size_t got = 0; got < c->nbytes;)
+      got += read_process_memory(peer_->pid, move_.from + c->offset + got,
+                                 move_.to + c->offset + got, c->nbytes - got, peer_name_);
+    move_.copied += c->nbytes;
+  }
+  return move_.copied + in_.header->pushed.load(std::memory_order_acquire);
+}
+
+bool ShmChannel::help_move(uint64_t ticket, const void* data, size_t nbytes) {
+  if (!helps_moves_) return false;
+  RingHeader* h = out_.header;
+  const auto c = claim_move_chunk(h->claims, ticket, nbytes);
+  if (!c) return false;
+  const uint64_t to = h->move_destination.load(std::memory_order_relaxed) + c->offset;
+  const char* from = static_cast<const char*>(data) + c->offset;
+  for (size_t put = 0; put < c->nbytes;)
+    put += write_process_memory(peer_->pid, to + put, from + put, c->nbytes - put, peer_name_);
+  h->pushed.fetch_add(c->nbytes, std::memory_order_release);
+  ring_peer();
+  return true;
 }
 
 }  // namespace pscore

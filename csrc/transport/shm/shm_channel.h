@@ -28,9 +28,10 @@ class ShmChannel : public Channel {
   // `peer_header` is rung after each write and each read (the peer is both our consumer and
   // our producer); writes fail once it has aborted the group. `peer_name` names it in errors.
   // Payloads of at least `single_copy`'s sizes travel as addresses when the peer has probed that
-  // it may read our memory.
+  // it may read our memory. `helps_moves`: this rank may write the peer's memory, so it copies
+  // parts of its own payloads into the peer's buffer while the peer reads the rest.
   ShmChannel(RingView out, RingView in, ShmHeader* peer_header, std::string peer_name,
-             SingleCopyBytes single_copy);
+             SingleCopyBytes single_copy, bool helps_moves);
   size_t write_some(const void* a, size_t na, const void* b, size_t nb) override;
   size_t read_some(size_t max, size_t granule, const Sink& sink) override;
   size_t peek(void* dst, size_t n) override;
@@ -39,16 +40,31 @@ class ShmChannel : public Channel {
   uint64_t acknowledged() const override;
   size_t read_peer(uint64_t address, void* dst, size_t n) override;
   void acknowledge() override;
+  void begin_move(uint64_t address, void* dst, size_t nbytes) override;
+  size_t move_some() override;
+  bool help_move(uint64_t ticket, const void* data, size_t nbytes) override;
 
  private:
+  // The payload this rank is moving in (shared_move.h).
+  struct Move {
+    uint64_t message = 0;
+    uint64_t from = 0;
+    char* to = nullptr;
+    size_t nbytes = 0;
+    size_t copied = 0;  // by this rank; the sender's part is the ring header's `pushed`
+  };
   size_t pass_on(size_t max, size_t granule, const Sink& sink) const;
   void ring_peer();
+  // Whether this rank's probe found it may read (and so write) the peer's memory.
+  bool may_access_peer() const;
   RingView out_;
   RingView in_;
   ShmHeader* peer_;
   std::string peer_name_;
   SingleCopyBytes single_copy_;
+  bool helps_moves_;
   uint64_t published_ = 0;
+  Move move_;
 };
 
 // Throws NetworkError naming `peer_name` when the rank owning `h` has aborted the group.

@@ -10,7 +10,7 @@
 
 namespace pscore {
 
-constexpr uint64_t kShmMagic = 0x50534d454d303032ull;  // "PSMEM002"
+constexpr uint64_t kShmMagic = 0x50534d454d303033ull;  // "PSMEM003"
 constexpr size_t kShmReasonBytes = 480;
 
 struct alignas(64) ShmHeader {
@@ -37,6 +37,12 @@ struct alignas(64) RingHeader {
   // the producer published as an address.
   alignas(64) std::atomic<uint64_t> acks;
   std::atomic<uint32_t> single_copy_ok;
+  // Shared moves: both ranks copy a payload the receiver keeps as it is (shared_move.h). The
+  // receiver posts its destination, then `claims` = move_claim(message number, next chunk); the
+  // sender adds the bytes it wrote to `pushed`.
+  alignas(64) std::atomic<uint64_t> claims;
+  std::atomic<uint64_t> move_destination;
+  alignas(64) std::atomic<uint64_t> pushed;
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free,

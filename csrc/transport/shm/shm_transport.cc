@@ -60,6 +60,7 @@ ShmTransport::ShmTransport(int rank, int size, ShmOptions options)
   h->self_address = reinterpret_cast<uint64_t>(h);
   peers_.resize(size);
   pidfds_.assign(size, -1);
+  writes_peer_.assign(size, false);
   channels_.resize(static_cast<size_t>(size) * kNumLanes);
 }
 
@@ -92,19 +93,23 @@ void ShmTransport::connect(const std::vector<std::string>& names,
       // Point-to-point sends stay buffered: one must complete before the peer posts its receive.
       SingleCopyBytes single_copy =
           lane == kCollectiveLane ? options_.single_copy : SingleCopyBytes{0, 0};
+      const bool helps = lane == kCollectiveLane && writes_peer_[p];
       channels_[p * kNumLanes + lane] =
-          std::make_unique<ShmChannel>(out, in, peer_header(p), rank_name(p), single_copy);
+          std::make_unique<ShmChannel>(out, in, peer_header(p), rank_name(p), single_copy, helps);
     }
   }
 }
 
 // Reads the peer's token out of its own mapping of its header; success tells the peer (through
 // the flag in the ring it writes to us) that its large payloads may travel as addresses.
+// Then writes the token back unchanged: a rank that may also write the peer's memory helps it
+// move this rank's payloads (shared_move.h).
 void ShmTransport::probe_single_copy(int peer) {
   const ShmHeader* h = peer_header(peer);
-  if (!can_read_process_memory(h->pid, h->self_address + offsetof(ShmHeader, token), h->token))
-    return;
+  const uint64_t token_address = h->self_address + offsetof(ShmHeader, token);
+  if (!can_read_process_memory(h->pid, token_address, h->token)) return;
   ring(own_, peer, kCollectiveLane).header->single_copy_ok.store(1, std::memory_order_release);
+  writes_peer_[peer] = can_write_process_memory(h->pid, token_address, h->token);
 }
 
 bool ShmTransport::single_copy_from(int peer) const {

@@ -60,6 +60,7 @@ class ShmTransport : public Transport {
   ShmSegment own_;
   std::vector<ShmSegment> peers_;                      // [peer]; the own slot stays empty
   std::vector<int> pidfds_;                            // [peer]; -1 when unknown
+  std::vector<bool> writes_peer_;                      // [peer]; this rank may write its memory
   std::vector<std::unique_ptr<ShmChannel>> channels_;  // [peer * kNumLanes + lane]
 };
 
