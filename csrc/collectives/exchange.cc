@@ -50,11 +50,13 @@ void Exchange::recv(int peer, void* dst, size_t nbytes) {
   items_.push_back(
       Item{peer, false, static_cast<char*>(dst), nbytes, ReduceOp::kSum, false, MessageHeader{}});
   ++pending_;
+  ++pending_receives_;
 }
 
 void Exchange::recv_reduce(int peer, void* dst, size_t nbytes, ReduceOp op) {
   items_.push_back(Item{peer, false, static_cast<char*>(dst), nbytes, op, true, MessageHeader{}});
   ++pending_;
+  ++pending_receives_;
 }
 
 void Exchange::copy(void* dst, const void* src, size_t nbytes) {
@@ -116,7 +118,8 @@ bool Exchange::step_send_address(Item& it, Channel& ch) {
     if (it.done == it.prefix()) it.ticket = ch.publish();
     return k > 0;
   }
-  if (ch.acknowledged() < it.ticket) return ch.help_move(it.ticket, it.data, it.nbytes);
+  if (ch.acknowledged() < it.ticket)  // once its own receives are done, a rank helps move
+    return pending_receives_ == 0 && ch.help_move(it.ticket, it.data, it.nbytes);
   it.done = it.total();
   return true;
 }
@@ -232,7 +235,10 @@ bool Exchange::step(Item& it) {
     if (msg.rfind(describe(it), 0) == 0) throw;  // already names this operation
     throw NetworkError(describe(it) + ": " + msg);
   }
-  if (it.finished()) --pending_;
+  if (it.finished()) {
+    --pending_;
+    if (!it.is_send) --pending_receives_;
+  }
   return progressed;
 }
 

@@ -101,6 +101,7 @@ class Exchange {
   std::vector<Item> items_;
   std::vector<LocalCopy> copies_;
   size_t pending_ = 0;
+  size_t pending_receives_ = 0;
 };
 
 }  // namespace pscore

@@ -179,13 +179,13 @@ TEST(SingleCopy, LocalCopyIntoASentBufferRunsBeforeTheSend) {
   }
 }
 
-TEST(SharedMove, ChunksArePagesOnePer512KBAtLeastTwoAtMostEight) {
-  EXPECT_EQ(move_chunk_bytes(64 << 10), size_t{32} << 10);
+TEST(SharedMove, ChunksArePagesWholeUnder128KBThenTwoThenOnePer512KBUpToEight) {
+  EXPECT_EQ(move_chunk_bytes(8), size_t{4096});
+  EXPECT_EQ(move_chunk_bytes(100000), size_t{102400});  // whole, rounded up to pages
+  EXPECT_EQ(move_chunk_bytes(200000), size_t{102400});  // halves, rounded up to pages
   EXPECT_EQ(move_chunk_bytes(1 << 20), size_t{512} << 10);
   EXPECT_EQ(move_chunk_bytes(3 << 20), size_t{512} << 10);
   EXPECT_EQ(move_chunk_bytes(64 << 20), size_t{8} << 20);
-  EXPECT_EQ(move_chunk_bytes(100000), size_t{53248});  // 50000 rounded up to pages
-  EXPECT_EQ(move_chunk_bytes(8), size_t{4096});
 }
 
 // Two threads claiming at once take every chunk exactly once; claims for another message take
@@ -196,8 +196,8 @@ TEST(SharedMove, ClaimsTakeEveryChunkOnceAndOnlyOfTheirMessage) {
       std::atomic<uint64_t> claims{move_claim(7, 0)};
       std::vector<std::vector<MoveChunk>> taken(2);
       in_threads(2, [&](int r) {
-        EXPECT_FALSE(claim_move_chunk(claims, 6 + 2 * r, n)) << "another message's claim";
-        while (auto c = claim_move_chunk(claims, 7, n)) taken[r].push_back(*c);
+        EXPECT_FALSE(claim_move_chunk(claims, 6 + 2 * r, n, kSender)) << "another message's";
+        while (auto c = claim_move_chunk(claims, 7, n, kSender)) taken[r].push_back(*c);
       });
       std::vector<MoveChunk> all = taken[0];
       all.insert(all.end(), taken[1].begin(), taken[1].end());
@@ -210,10 +210,41 @@ TEST(SharedMove, ClaimsTakeEveryChunkOnceAndOnlyOfTheirMessage) {
         next += c.nbytes;
       }
       ASSERT_EQ(next, n);
-      EXPECT_FALSE(claim_move_chunk(claims, 7, n));
-      EXPECT_FALSE(claim_move_chunk(claims, 8, n));
+      EXPECT_FALSE(claim_move_chunk(claims, 7, n, kSender));
+      EXPECT_FALSE(claim_move_chunk(claims, 8, n, Claimer{true, 0, false}));
     }
   }
+}
+
+// A receiver takes all the rest at once where the sender is not free to help, or took none of
+// the chunks since its first; while the sender takes some, one at a time.
+TEST(SharedMove, AReceiverLeftAloneTakesTheRestAtOnce) {
+  const size_t n = 4 << 20, chunk = 512 << 10;  // eight chunks
+  auto receiver = [](size_t claims, bool helper) { return Claimer{true, claims, helper}; };
+  std::atomic<uint64_t> claims{move_claim(2, 0)};
+  auto all = claim_move_chunk(claims, 2, n, receiver(0, false));
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->nbytes, n) << "no helper: one claim";
+
+  claims = move_claim(3, 0);
+  auto first = claim_move_chunk(claims, 3, n, receiver(0, true));
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->nbytes, chunk);
+  auto rest = claim_move_chunk(claims, 3, n, receiver(1, true));
+  ASSERT_TRUE(rest);
+  EXPECT_EQ(rest->offset, chunk);
+  EXPECT_EQ(rest->nbytes, n - chunk) << "the helper took none: the rest";
+  EXPECT_FALSE(claim_move_chunk(claims, 3, n, receiver(2, true)));
+
+  claims = move_claim(4, 0);
+  ASSERT_TRUE(claim_move_chunk(claims, 4, n, receiver(0, true)));
+  auto helped = claim_move_chunk(claims, 4, n, kSender);
+  ASSERT_TRUE(helped);
+  EXPECT_EQ(helped->offset, chunk);
+  auto next = claim_move_chunk(claims, 4, n, receiver(1, true));
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->offset, 2 * chunk);
+  EXPECT_EQ(next->nbytes, chunk) << "the sender helps: one chunk at a time";
 }
 
 // Over real channels, one step at a time: the sender alone can move a payload the receiver

@@ -149,11 +149,14 @@ void ShmChannel::begin_move(uint64_t address, void* dst, size_t nbytes) {
 }
 
 size_t ShmChannel::move_some() {
-  if (auto c = claim_move_chunk(in_.header->claims, move_.message, move_.nbytes)) {
+  const bool helper = in_.header->helper.load(std::memory_order_acquire) == move_.message;
+  if (auto c = claim_move_chunk(in_.header->claims, move_.message, move_.nbytes,
+                                Claimer{true, move_.claims, helper})) {
     for (size_t got = 0; got < c->nbytes;)
       got += read_process_memory(peer_->pid, move_.from + c->offset + got,
                                  move_.to + c->offset + got, c->nbytes - got, peer_name_);
     move_.copied += c->nbytes;
+    ++move_.claims;
   }
   return move_.copied + in_.header->pushed.load(std::memory_order_acquire);
 }
@@ -161,7 +164,9 @@ size_t ShmChannel::move_some() {
 bool ShmChannel::help_move(uint64_t ticket, const void* data, size_t nbytes) {
   if (!helps_moves_) return false;
   RingHeader* h = out_.header;
-  const auto c = claim_move_chunk(h->claims, ticket, nbytes);
+  if (h->helper.load(std::memory_order_relaxed) != ticket)
+    h->helper.store(ticket, std::memory_order_release);
+  const auto c = claim_move_chunk(h->claims, ticket, nbytes, kSender);
   if (!c) return false;
   const uint64_t to = h->move_destination.load(std::memory_order_relaxed) + c->offset;
   const char* from = static_cast<const char*>(data) + c->offset;

@@ -52,6 +52,7 @@ class ShmChannel : public Channel {
     char* to = nullptr;
     size_t nbytes = 0;
     size_t copied = 0;  // by this rank; the sender's part is the ring header's `pushed`
+    size_t claims = 0;  // this rank's claims (one may take several chunks)
   };
   size_t pass_on(size_t max, size_t granule, const Sink& sink) const;
   void ring_peer();

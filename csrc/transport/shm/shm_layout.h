@@ -39,10 +39,12 @@ struct alignas(64) RingHeader {
   std::atomic<uint32_t> single_copy_ok;
   // Shared moves: both ranks copy a payload the receiver keeps as it is (shared_move.h). The
   // receiver posts its destination, then `claims` = move_claim(message number, next chunk); the
-  // sender adds the bytes it wrote to `pushed`.
+  // sender posts in `helper` the number of the message it is free to help with, and adds the
+  // bytes it wrote to `pushed`.
   alignas(64) std::atomic<uint64_t> claims;
   std::atomic<uint64_t> move_destination;
   alignas(64) std::atomic<uint64_t> pushed;
+  std::atomic<uint64_t> helper;
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
