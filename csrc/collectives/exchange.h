@@ -23,9 +23,16 @@ struct OpContext {
   int lane = kCollectiveLane;
   int64_t timeout_ms = 30000;
   Deadline deadline = Deadline::never();
-  int spin_us = 0;      // busy-poll this long before sleeping (0 when ranks outnumber cores)
-  int yield_us = 0;     // then poll, giving the core away (sched_yield) each time, this long
+  int spin_us = 0;   // busy-poll this long before sleeping (0 when ranks outnumber cores)
+  int yield_us = 0;  // then poll, giving the core away (sched_yield) each time, this long
+  // When set, raised by a sched_yield that kept this rank off its core for a whole time slice
+  // (EEVDF kernels hand the other task a slice): the group then sleeps at once instead.
+  std::atomic<bool>* slow_yield = nullptr;
   uint64_t nbytes = 0;  // the operation's size, for reports
+  // Whether a sender may copy parts of its moved payloads itself (shared moves): only where it
+  // cannot be preempted holding a part the receiver waits for (ranks fit on the cores) and does
+  // not take a core from its caller (a blocking call).
+  bool help_moves = false;
   // When set, where the exchange records the peer it goes to sleep on (the stall inspector).
   std::atomic<int>* waiting_on = nullptr;
 };

@@ -32,6 +32,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions op
   const bool fits = size() <= cores;
   spin_us_ = options_.spin_us >= 0 ? options_.spin_us : (fits ? kDefaultSpinUs : 0);
   yield_us_ = options_.yield_us >= 0 ? options_.yield_us : (fits ? 0 : kDefaultYieldUs);
+  help_moves_ = fits;
   send_lanes_.resize(size());
   recv_lanes_.resize(size());
   executor_ = std::make_unique<Executor>();
@@ -51,7 +52,11 @@ OpContext ProcessGroup::context(OpKind kind, DType dtype, bool async, int lane) 
   ctx.lane = lane;
   ctx.timeout_ms = options_.timeout_ms;
   ctx.spin_us = async ? std::min(spin_us_, kBackgroundSpinUs) : spin_us_;
-  ctx.yield_us = yield_us_;
+  // A default yield window closes for good once a yield has cost a time slice (OpContext).
+  const bool adapt = options_.yield_us < 0;
+  ctx.yield_us = adapt && slow_yield_.load(std::memory_order_relaxed) ? 0 : yield_us_;
+  if (adapt) ctx.slow_yield = &slow_yield_;
+  ctx.help_moves = help_moves_ && !async;
   return ctx;
 }
 

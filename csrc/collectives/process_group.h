@@ -111,7 +111,9 @@ class ProcessGroup {
   std::shared_ptr<Transport> transport_;
   GroupOptions options_;
   int spin_us_;
+  bool help_moves_;  // ranks fit on the cores: a blocking call's sends help move (OpContext)
   int yield_us_;
+  mutable std::atomic<bool> slow_yield_{false};  // a yield cost a time slice: sleep at once
   std::mutex submit_mu_;       // keeps sequence numbers in queue order across caller threads
   uint64_t seq_ = 0;           // collective sequence number, advanced at submission
   OpProgress progress_;        // the collective lane's running op

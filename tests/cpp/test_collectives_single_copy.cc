@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -297,6 +300,45 @@ TEST(SharedMove, RepeatedBroadcastsOfChangingSizesAreExact) {
   });
 }
 
+// A rank that yields beside a thread that never blocks, on one core, is kept off the core for a
+// time slice at a time (on any scheduler): the exchange raises slow_yield, after which the group
+// sleeps at once rather than yield.
+TEST(SlowYield, AYieldThatCostsATimeSliceRaisesTheFlag) {
+  auto s = connected(2, small_rings(0));
+  std::atomic<bool> slow{false}, stop{false};
+  cpu_set_t first_core;
+  CPU_ZERO(&first_core);
+  CPU_SET(0, &first_core);
+  std::thread busy([&] {
+    ::pthread_setaffinity_np(::pthread_self(), sizeof first_core, &first_core);
+    const Deadline give_up(5000);
+    while (!stop.load(std::memory_order_relaxed) && !give_up.expired()) {
+    }
+  });
+  in_threads(2, [&](int r) {
+    OpContext ctx;
+    ctx.kind = OpKind::kBroadcast;
+    ctx.dtype = DType::kInt32;
+    ctx.deadline = Deadline(20000);
+    ctx.yield_us = 10000000;  // yield all along
+    ctx.slow_yield = &slow;
+    Exchange x(*s[r], ctx);
+    int32_t v = r == 1 ? 7 : 0;
+    if (r == 0) {
+      ::pthread_setaffinity_np(::pthread_self(), sizeof first_core, &first_core);
+      x.recv(1, &v, sizeof v);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      x.send(0, &v, sizeof v);
+    }
+    x.run();
+    EXPECT_EQ(v, 7);
+  });
+  stop = true;
+  busy.join();
+  EXPECT_TRUE(slow.load());
+}
+
 // Two processes: this one is rank 0, a forked child rank 1; pipes carry segment names.
 struct Pipe {
   int fd[2] = {-1, -1};
@@ -368,28 +410,37 @@ int wait_child(pid_t pid) {
 constexpr size_t kBig =
     1 << 20;  // floats: 4 MB, above the 1 MB default threshold, also when halved
 
+// Forks rank 1 with one system call refused: it connects, runs `child` on its group and exits
+// with what that returns (6 on an exception). Returns its pid.
+pid_t fork_refusing(unsigned syscall_nr, const Pipe& to_child, const Pipe& to_parent,
+                    const std::function<int(ShmTransport&, ProcessGroup&)>& child) {
+  pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  forbid(syscall_nr);
+  int code = 1;
+  try {
+    auto t = connect_pair(1, to_parent, to_child);
+    ProcessGroup g(t, group_options());
+    code = child(*t, g);
+  } catch (...) {
+    code = 6;
+  }
+  ::_exit(code);
+}
+
 // The child's probe is refused: it receives through the rings while its own large sends still
 // travel as addresses that the parent reads; both get exact results.
 TEST(SingleCopyProcesses, RefusedProbeFallsBackToTheRings) {
   Pipe to_child, to_parent;
-  pid_t pid = ::fork();
+  pid_t pid = fork_refusing(
+      SYS_process_vm_readv, to_child, to_parent, [](ShmTransport& t, ProcessGroup& g) {
+        std::vector<float> x(kBig, 2.0f);
+        g.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
+        bool exact = true;
+        for (float v : x) exact &= v == 3.0f;
+        return t.single_copy_from(0) ? 4 : exact ? 0 : 5;
+      });
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    forbid(SYS_process_vm_readv);
-    int code = 1;
-    try {
-      auto t = connect_pair(1, to_parent, to_child);
-      ProcessGroup g(t, group_options());
-      std::vector<float> x(kBig, 2.0f);
-      g.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
-      bool exact = true;
-      for (float v : x) exact &= v == 3.0f;
-      code = t->single_copy_from(0) ? 4 : exact ? 0 : 5;
-    } catch (...) {
-      code = 6;
-    }
-    ::_exit(code);
-  }
   auto t = connect_pair(0, to_child, to_parent);
   EXPECT_TRUE(t->single_copy_from(1));
   ProcessGroup g(t, group_options());
@@ -399,35 +450,29 @@ TEST(SingleCopyProcesses, RefusedProbeFallsBackToTheRings) {
   EXPECT_EQ(wait_child(pid), 0);
 }
 
+// Broadcasts from either rank in turn; a sender that wrote where it may not would fail within
+// these.
+bool broadcasts_are_exact(ProcessGroup& g) {
+  std::vector<float> x(kBig);
+  for (int round = 0; round < 16; ++round) {
+    const int root = round % 2;
+    std::fill(x.begin(), x.end(), g.rank() == root ? 1.0f + root : 0.0f);
+    g.broadcast(x.data(), x.size(), DType::kFloat32, root, false);
+    for (float v : x)
+      if (v != 1.0f + root) return false;
+  }
+  return true;
+}
+
 // The child may read the parent's memory but not write it: it reads the parent's payloads with
 // the parent's help, and the parent reads the child's payloads alone.
 TEST(SingleCopyProcesses, RefusedWriteLeavesTheReceiverEveryChunk) {
   Pipe to_child, to_parent;
-  pid_t pid = ::fork();
+  pid_t pid = fork_refusing(SYS_process_vm_writev, to_child, to_parent,
+                            [](ShmTransport& t, ProcessGroup& g) {
+                              return !t.single_copy_from(0) ? 4 : broadcasts_are_exact(g) ? 0 : 5;
+                            });
   ASSERT_GE(pid, 0);
-  auto broadcasts_are_exact = [](ProcessGroup& g) {
-    std::vector<float> x(kBig);
-    for (int round = 0; round < 16; ++round) {  // a sender that wrote would fail within these
-      const int root = round % 2;
-      std::fill(x.begin(), x.end(), g.rank() == root ? 1.0f + root : 0.0f);
-      g.broadcast(x.data(), x.size(), DType::kFloat32, root, false);
-      for (float v : x)
-        if (v != 1.0f + root) return false;
-    }
-    return true;
-  };
-  if (pid == 0) {
-    forbid(SYS_process_vm_writev);
-    int code = 1;
-    try {
-      auto t = connect_pair(1, to_parent, to_child);
-      ProcessGroup g(t, group_options());
-      code = !t->single_copy_from(0) ? 4 : broadcasts_are_exact(g) ? 0 : 5;
-    } catch (...) {
-      code = 6;
-    }
-    ::_exit(code);
-  }
   auto t = connect_pair(0, to_child, to_parent);
   EXPECT_TRUE(t->single_copy_from(1));
   ProcessGroup g(t, group_options());
