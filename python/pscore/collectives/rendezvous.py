@@ -102,16 +102,18 @@ def wait_until_done(store, world: int, timeout: float, who: str) -> None:
     _wait_all(store, "done", who, world, timeout)
 
 
-def _try_shm(store, rank, world, job_id, timeout):
-    """(a connected ShmTransport, "") or (None, why not) when some rank could not make or map
-    the segments."""
-    why = ""
-    # Read first: a malformed value is the user's error to see, not a reason to fall back to TCP.
-    sizes = dict(
+def _shm_sizes() -> dict:
+    return dict(
         ring_bytes=_config.SHM_RING_BYTES.get(),
         single_copy_bytes=_config.SHM_SINGLE_COPY_BYTES.get(),
         single_copy_reduce_bytes=_config.SHM_SINGLE_COPY_REDUCE_BYTES.get(),
     )
+
+
+def _try_shm(store, rank, world, job_id, timeout, sizes):
+    """(a connected ShmTransport, "") or (None, why not) when some rank could not make or map
+    the segments."""
+    why = ""
     try:
         t = _C.ShmTransport(rank, world, job_id, **sizes)
         mine = f"{t.segment_name}|{t.token}"
@@ -160,6 +162,9 @@ def connect(
     """Builds the transport of one group; `store` should already be prefixed for the group.
     `hosts_store`: whether this rank's process serves the store (default: rank 0)."""
     choice = _config.TRANSPORT.get()
+    # Read before the store is touched: a malformed size is the user's error to see on every
+    # rank, not a reason to fall back to TCP.
+    sizes = _shm_sizes() if choice != "tcp" else {}
     deadline = time.monotonic() + timeout
 
     def left() -> float:
@@ -170,7 +175,7 @@ def connect(
         hosts = _gather(store, "host", rank, world, host_identity(), timeout)
         why = "the ranks are on several hosts"
         if all(h == hosts[0] for h in hosts):
-            t, why = _try_shm(store, rank, world, job_id, left())
+            t, why = _try_shm(store, rank, world, job_id, left(), sizes)
         if t is None and choice == "shm":
             raise RuntimeError(
                 f"rank {rank}: {_config.TRANSPORT.name}=shm but not every rank could make or map "
