@@ -118,13 +118,13 @@ uint64_t ShmChannel::acknowledged() const {
   return out_.header->acks.load(std::memory_order_acquire);
 }
 
-bool ShmChannel::may_access_peer() const {
-  return in_.header->single_copy_ok.load(std::memory_order_relaxed) == 1;
+void ShmChannel::require_probed() const {
+  if (in_.header->single_copy_ok.load(std::memory_order_relaxed) != 1)
+    throw NetworkError(peer_name_ + " sent an address, but this rank never probed its memory");
 }
 
 size_t ShmChannel::read_peer(uint64_t address, void* dst, size_t n) {
-  if (!may_access_peer())
-    throw NetworkError(peer_name_ + " sent an address, but this rank never probed its memory");
+  require_probed();
   return read_process_memory(peer_->pid, address, dst, n, peer_name_);
 }
 
@@ -137,8 +137,7 @@ void ShmChannel::acknowledge() {
 // The destination is posted before the claim word that names the message (release), and stays
 // until every chunk is in place, so a sender that claims a chunk reads the right one.
 void ShmChannel::begin_move(uint64_t address, void* dst, size_t nbytes) {
-  if (!may_access_peer())
-    throw NetworkError(peer_name_ + " sent an address, but this rank never probed its memory");
+  require_probed();
   RingHeader* h = in_.header;
   move_ = Move{h->acks.load(std::memory_order_relaxed) + 1, address, static_cast<char*>(dst),
                nbytes, 0};

@@ -56,8 +56,8 @@ class ShmChannel : public Channel {
   };
   size_t pass_on(size_t max, size_t granule, const Sink& sink) const;
   void ring_peer();
-  // Whether this rank's probe found it may read (and so write) the peer's memory.
-  bool may_access_peer() const;
+  // Throws NetworkError unless this rank's probe at connect found it may read the peer's memory.
+  void require_probed() const;
   RingView out_;
   RingView in_;
   ShmHeader* peer_;

@@ -173,15 +173,16 @@ def connect(
     t = None
     if choice != "tcp":
         hosts = _gather(store, "host", rank, world, host_identity(), timeout)
+        same_host = all(h == hosts[0] for h in hosts)
         why = "the ranks are on several hosts"
-        if all(h == hosts[0] for h in hosts):
+        if same_host:
             t, why = _try_shm(store, rank, world, job_id, left(), sizes)
         if t is None and choice == "shm":
             raise RuntimeError(
                 f"rank {rank}: {_config.TRANSPORT.name}=shm but not every rank could make or map "
                 f"the others' shared memory: {why}"
             )
-        if t is None and all(h == hosts[0] for h in hosts) and rank == 0:
+        if t is None and same_host and rank == 0:
             warnings.warn(
                 f"pscore: the {world} ranks share this host, but not every rank could make or "
                 f"map the others' shared memory, so they connect over TCP (slower): {why}",
