@@ -16,7 +16,7 @@ struct OpSnapshot {
   OpKind kind = OpKind::kAllreduce;
   DType dtype = DType::kUInt8;
   uint64_t nbytes = 0;
-  int64_t elapsed_us = 0;  // since the running one started
+  int64_t elapsed_us = 0;  // since the running one started (to a coarse clock tick)
   int waiting_on = -1;     // the peer it last slept on; -1 before it slept
 };
 

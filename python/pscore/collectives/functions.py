@@ -17,7 +17,7 @@ from ..buffer import CUDA, BufferView
 from ..buffer import device_view as view
 from ..errors import NetworkError
 from ..errors import TimeoutError as PscoreTimeoutError
-from .group import default_group, resolve
+from .group import _world, default_group, resolve
 from .work import CollectiveWork, CompletedWork, Work
 
 __all__ = [
@@ -88,23 +88,27 @@ _FAILURES = (NetworkError, PscoreTimeoutError)
 
 # The latency path. On a group without NCCL every buffer goes to the core, which views the
 # caller's objects itself (bindings/user_buffer.h: a numpy array or a CPU tensor costs no Python
-# view), so all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor and
-# all_to_all_single call it inline: `_finish`'s frame and argument tuple would cost 0.1 us of a
-# 2.5 us call.
+# view), so all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor,
+# all_to_all_single and barrier call it inline, and every call reads the default group straight
+# from `_world`: the frames of `resolve` and `_finish` cost 0.2 us of a 0.6 us call
+# (all_reduce of 4 KB on a group of one, docs/collectives.md).
 
 
-def _work(handle, keep: Any, g, async_op: bool):
-    """What a call returns for the native call's `handle`: a Work keeping `keep` alive until it
-    is done, or None when the call blocked."""
-    return CollectiveWork(handle, keep, g) if async_op else None
+def _not_a_member(group, async_op: bool):
+    """What a call returns on a rank outside `group`; resolve raises when pscore is not
+    initialised (group None)."""
+    resolve(group)
+    return CompletedWork() if async_op else None
 
 
 def _finish(g, keep: Any, async_op: bool, call, *args):
-    """Runs the native call(*args), explaining its failure."""
+    """Runs the native call(*args), explaining its failure: a Work keeping `keep` alive until it
+    is done, or None when the call blocked."""
     try:
-        return _work(call(*args), keep, g, async_op)
+        h = call(*args)
     except _FAILURES as e:
         raise g.explain(e) from None
+    return CollectiveWork(h, keep, g) if async_op else None
 
 
 def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
@@ -122,15 +126,16 @@ def _cuda(g, *views: BufferView) -> bool:
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     """Reduces `tensor` across the group in place: every rank ends with the result of `op`."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     code = op_code(op)
     if g.nccl is None:  # the latency path
         try:
-            return _work(g.native.allreduce(tensor, code, async_op), tensor, g, async_op)
+            h = g.native.allreduce(tensor, code, async_op)
         except _FAILURES as e:
             raise g.explain(e) from None
+        return CollectiveWork(h, tensor, g) if async_op else None
     b = view(tensor)
     if b.device_type == CUDA:
         sig = (b.dtype, b.numel, code.name)
@@ -149,15 +154,16 @@ def all_reduce_blocking(g, tensor, code: _C.ReduceOp) -> None:
 
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     """Copies rank `src`'s `tensor` into every other rank's `tensor`."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     root = g.group_rank(src, "src")
     if g.nccl is None:  # the latency path
         try:
-            return _work(g.native.broadcast(tensor, root, async_op), tensor, g, async_op)
+            h = g.native.broadcast(tensor, root, async_op)
         except _FAILURES as e:
             raise g.explain(e) from None
+        return CollectiveWork(h, tensor, g) if async_op else None
     b = view(tensor)
     if _cuda(g, b):
         sig = (b.dtype, b.numel, root)
@@ -167,9 +173,9 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
 
 def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = False):
     """Reduces `tensor` across the group into rank `dst`'s `tensor`."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     b = view(tensor)
     root = g.group_rank(dst, "dst")
     code = op_code(op)
@@ -181,9 +187,9 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
 
 def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
     """Fills `tensor_list[i]` on every rank with rank i's `tensor` (one entry per group rank)."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     b = view(tensor, writable=False)
     if len(tensor_list) != g.size:
         raise ValueError(
@@ -200,20 +206,16 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):
     """As all_gather into one `output_tensor` of `group size x input_tensor` elements, in rank
     order."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     # The core checks the sizes and splits the output by rank (and stages a CUDA one whole).
     if g.nccl is None:  # the latency path
         try:
-            return _work(
-                g.native.allgather_into(input_tensor, output_tensor, async_op),
-                (input_tensor, output_tensor),
-                g,
-                async_op,
-            )
+            h = g.native.allgather_into(input_tensor, output_tensor, async_op)
         except _FAILURES as e:
             raise g.explain(e) from None
+        return CollectiveWork(h, (input_tensor, output_tensor), g) if async_op else None
     b = view(input_tensor, writable=False)
     out = view(output_tensor, what="output_tensor")
     if _cuda(g, b, out):
@@ -227,9 +229,9 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
 
 def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_op: bool = False):
     """Reduces `input_list[i]` across the group into rank i's `output`."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     out = view(output, what="output")
     if len(input_list) != g.size:
         raise ValueError(
@@ -253,21 +255,17 @@ def _nccl_reduce_scatter(g, ins: list[BufferView], out: BufferView, keep, code, 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False):
     """As reduce_scatter with `input` one tensor of `group size x output` elements, split in rank
     order."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     code = op_code(op)
     # The core checks the sizes and splits the input by rank (and stages a CUDA one whole).
     if g.nccl is None:  # the latency path
         try:
-            return _work(
-                g.native.reduce_scatter_from(input, output, code, async_op),
-                (output, input),
-                g,
-                async_op,
-            )
+            h = g.native.reduce_scatter_from(input, output, code, async_op)
         except _FAILURES as e:
             raise g.explain(e) from None
+        return CollectiveWork(h, (output, input), g) if async_op else None
     out = view(output, what="output")
     inp = view(input, writable=False, what="input")
     if _cuda(g, out, inp):
@@ -282,9 +280,9 @@ def gather(
     tensor, gather_list: list | None = None, dst: int = 0, group=None, async_op: bool = False
 ):
     """Collects every rank's `tensor` into `gather_list` on rank `dst` (only `dst` passes one)."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     b = view(tensor, writable=False)
     root = g.group_rank(dst, "dst")
     outs: list[BufferView] = []
@@ -306,9 +304,9 @@ def scatter(
     tensor, scatter_list: list | None = None, src: int = 0, group=None, async_op: bool = False
 ):
     """Sends `scatter_list[i]` from rank `src` (only `src` passes one) into rank i's `tensor`."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     out = view(tensor)
     root = g.group_rank(src, "src")
     ins: list[BufferView] = []
@@ -332,9 +330,9 @@ def all_to_all(
     output_tensor_list: list, input_tensor_list: list, group=None, async_op: bool = False
 ):
     """Sends `input_tensor_list[i]` to rank i and receives rank i's into `output_tensor_list[i]`."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     if len(output_tensor_list) != g.size or len(input_tensor_list) != g.size:
         raise ValueError(f"all_to_all: need {g.size} input and {g.size} output tensors")
     ins = [
@@ -384,20 +382,16 @@ def all_to_all_single(
 ):
     """all_to_all on single tensors split along their first dimension: evenly, or into
     `input_split_sizes` / `output_split_sizes` rows per rank."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
+        return _not_a_member(group, async_op)
     if g.nccl is None and output_split_sizes is None and input_split_sizes is None:
         # The latency path: the core splits both into equal blocks of rows (checking they do).
         try:
-            return _work(
-                g.native.all_to_all_single(input, output, None, None, async_op),
-                (output, input),
-                g,
-                async_op,
-            )
+            h = g.native.all_to_all_single(input, output, None, None, async_op)
         except _FAILURES as e:
             raise g.explain(e) from None
+        return CollectiveWork(h, (output, input), g) if async_op else None
     out = view(output, what="output")
     inp = view(input, writable=False, what="input")
     if out.dtype != inp.dtype:
@@ -416,10 +410,14 @@ def all_to_all_single(
 
 def barrier(group=None, async_op: bool = False):
     """Returns once every rank of the group has called it."""
-    g = resolve(group)
+    g = _world["group"] if group is None else resolve(group)
     if g is None:
-        return CompletedWork() if async_op else None
-    return _finish(g, None, async_op, g.native.barrier, async_op)
+        return _not_a_member(group, async_op)
+    try:
+        h = g.native.barrier(async_op)
+    except _FAILURES as e:
+        raise g.explain(e) from None
+    return CollectiveWork(h, None, g) if async_op else None
 
 
 def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
