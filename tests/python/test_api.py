@@ -2,6 +2,8 @@
 
 import os
 import re
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -278,3 +280,26 @@ def test_buffers_view_without_copies_and_refuse_foreign_byte_order():
     assert (view(t).ptr, view(t).dtype) == (t.data_ptr(), "bfloat16")
     with pytest.raises(TypeError, match="not in this machine's byte order"):
         view(np.ones(3, ">f4" if np.little_endian else "<f4"))
+
+
+def test_a_call_before_init_is_an_error_and_a_non_member_call_a_no_op():
+    # Each collective reads the default group without calling resolve (the latency path); a
+    # missing one must still be an error, not a silent no-op.
+    code = """
+import numpy as np, pscore
+for call in (lambda: pscore.all_reduce(np.ones(4, np.float32)), pscore.barrier,
+             lambda: pscore.broadcast(np.ones(4, np.float32), 0, async_op=True)):
+    try:
+        call()
+    except RuntimeError as e:
+        assert "not initialised" in str(e), e
+    else:
+        raise SystemExit("a call before init_process_group returned")
+w = pscore.barrier(group=pscore.NON_GROUP_MEMBER, async_op=True)
+assert w.is_completed() and pscore.all_reduce(np.ones(1), group=pscore.NON_GROUP_MEMBER) is None
+print("ok")
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr + out.stdout
