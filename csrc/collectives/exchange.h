@@ -3,7 +3,9 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <string>
 #include <vector>
 
@@ -22,7 +24,9 @@ struct OpContext {
   uint32_t tag = 0;
   int lane = kCollectiveLane;
   int64_t timeout_ms = 30000;
-  Deadline deadline = Deadline::never();
+  // The operation's deadline, shared by its exchanges and armed by the first that waits
+  // (ProcessGroup::run_guarded); nullptr: none.
+  LazyDeadline* deadline = nullptr;
   int spin_us = 0;   // busy-poll this long before sleeping (0 when ranks outnumber cores)
   int yield_us = 0;  // then poll, giving the core away (sched_yield) each time, this long
   // When set, raised by a sched_yield that kept this rank off its core for a whole time slice
@@ -42,6 +46,8 @@ class Exchange {
   Exchange(Transport& transport, const OpContext& ctx) : transport_(transport), ctx_(ctx) {
     items_.reserve(kUsualItems);
   }
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
 
   void send(int peer, const void* data, size_t nbytes);
   // Receives nbytes from peer into dst.
@@ -95,6 +101,10 @@ class Exchange {
   // How much longer than ctx.spin_us / yield_us to poll before sleeping: the largest item's
   // expected transfer time.
   int64_t transfer_poll_us() const;
+  // Steps every item once; whether any moved.
+  bool step_all();
+  // The operation's deadline, armed on first use (never, without one).
+  const Deadline& deadline();
   void check_peers();
   // The peer this rank waits on: the first unfinished receive's, else the first send's.
   const Item* waited_item() const;
@@ -102,11 +112,17 @@ class Exchange {
   [[noreturn]] void fail_timeout();
 
   static constexpr size_t kUsualItems = 4;  // a step's send and receive on both sides
+  static constexpr size_t kUsualCopies = 1;
 
   Transport& transport_;
   OpContext ctx_;
-  std::vector<Item> items_;
-  std::vector<LocalCopy> copies_;
+  // The items and copies of a usual exchange live in the object itself, the rest on the heap:
+  // a small collective's fixed cost had a malloc and a free per step.
+  alignas(std::max_align_t) std::byte arena_[kUsualItems * sizeof(Item) +
+                                             kUsualCopies * sizeof(LocalCopy)];
+  std::pmr::monotonic_buffer_resource pool_{arena_, sizeof(arena_)};
+  std::pmr::vector<Item> items_{&pool_};
+  std::pmr::vector<LocalCopy> copies_{&pool_};
   size_t pending_ = 0;
   size_t pending_receives_ = 0;
 };

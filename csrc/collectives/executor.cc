@@ -20,18 +20,23 @@ void Executor::run(Task& t) {
   }
 }
 
+// Taking mu_ after clearing the bit pairs with the loop's check under mu_: either the loop sees
+// the bit cleared, or it is already asleep when notified.
 void Executor::release() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_ = false;
-  }
+  if (state_.fetch_sub(kRunning, std::memory_order_acq_rel) == kRunning) return;  // none queued
+  std::lock_guard<std::mutex> lock(mu_);
   cv_.notify_all();
 }
 
-bool Executor::idle() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return queue_.empty() && !busy_;
+bool Executor::claim_queued() {
+  uint32_t s = state_.load(std::memory_order_relaxed);
+  while ((s & kRunning) == 0)
+    if (state_.compare_exchange_weak(s, s - kQueued + kRunning, std::memory_order_acquire))
+      return true;
+  return false;
 }
+
+bool Executor::idle() { return state_.load(std::memory_order_acquire) == 0; }
 
 std::shared_ptr<TaskWork> Executor::submit(const std::string& what, std::function<void()> fn,
                                            bool async) {
@@ -48,6 +53,7 @@ std::shared_ptr<TaskWork> Executor::submit(std::shared_ptr<TaskWork> work, std::
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
+    state_.fetch_add(kQueued, std::memory_order_relaxed);
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   }
   cv_.notify_all();
@@ -58,19 +64,15 @@ std::shared_ptr<TaskWork> Executor::submit(std::shared_ptr<TaskWork> work, std::
 void Executor::loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return stop_ || (!queue_.empty() && !busy_); });
-    if (queue_.empty()) {
-      if (stop_) return;
-      continue;
-    }
+    // Drains the queue before stopping; a task queued behind one run inline waits for release().
+    cv_.wait(lock, [this] { return (!queue_.empty() && claim_queued()) || (stop_ && queue_.empty()); });
+    if (queue_.empty()) return;
     Task task = std::move(queue_.front());
     queue_.pop_front();
-    busy_ = true;
     lock.unlock();
     run(task);
+    state_.fetch_sub(kRunning, std::memory_order_release);
     lock.lock();
-    busy_ = false;
-    cv_.notify_all();
   }
 }
 

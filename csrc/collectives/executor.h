@@ -2,7 +2,9 @@
 // nothing is queued, asynchronous ones on a background thread started on first use.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -31,11 +33,8 @@ class Executor {
   // must be queued instead.
   template <class F>
   bool run_here_if_idle(F&& f) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!queue_.empty() || busy_) return false;
-      busy_ = true;
-    }
+    uint32_t idle = 0;
+    if (!state_.compare_exchange_strong(idle, kRunning, std::memory_order_acquire)) return false;
     struct Release {
       Executor* executor;
       ~Release() { executor->release(); }
@@ -53,12 +52,18 @@ class Executor {
   };
   void loop();
   void release();  // the end of a task run on the caller's thread
+  // With mu_ held: takes the running bit for the queue's first task; false while a task runs.
+  bool claim_queued();
   static void run(Task& t);
 
-  std::mutex mu_;
+  // The running bit, plus kQueued per task in queue_: an idle executor is 0, so the caller's
+  // thread claims it with one compare-and-swap, no lock (a small collective's fast path).
+  static constexpr uint32_t kRunning = 1;
+  static constexpr uint32_t kQueued = 2;
+  std::atomic<uint32_t> state_{0};
+  std::mutex mu_;  // queue_, stop_, thread_; the loop sleeps on cv_ under it
   std::condition_variable cv_;
   std::deque<Task> queue_;
-  bool busy_ = false;
   bool stop_ = false;
   std::thread thread_;
 };

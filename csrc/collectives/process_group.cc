@@ -83,7 +83,8 @@ void ProcessGroup::run_guarded(const OpContext& base, const Body& body) {
   if (is_broken_.load(std::memory_order_acquire))
     throw_if_broken(std::string(op_kind_name(base.kind)) + " #" + std::to_string(base.seq));
   OpContext ctx = base;
-  ctx.deadline = Deadline(options_.timeout_ms);
+  LazyDeadline deadline(options_.timeout_ms);
+  ctx.deadline = &deadline;
   struct EndOnExit {  // the lane is idle again however fn leaves
     OpProgress* progress;
     ~EndOnExit() {

@@ -22,10 +22,11 @@ inline Clock::time_point coarse_now() {
 
 class Deadline {
  public:
-  // timeout_ms < 0 means "never".
+  // timeout_ms < 0 means "never" (and reads no clock).
   explicit Deadline(int64_t timeout_ms)
       : infinite_(timeout_ms < 0),
-        at_(Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms)) {}
+        at_(infinite_ ? Clock::time_point::max()
+                      : Clock::now() + std::chrono::milliseconds(timeout_ms)) {}
 
   static Deadline never() { return Deadline(-1); }
 
@@ -51,6 +52,27 @@ class Deadline {
  private:
   bool infinite_;
   Clock::time_point at_;
+};
+
+// An operation's deadline that starts counting at its first use rather than at the operation's
+// start: an operation that never waits reads no clock for it. Not thread-safe; one per operation.
+class LazyDeadline {
+ public:
+  explicit LazyDeadline(int64_t timeout_ms) : timeout_ms_(timeout_ms) {}
+  // The deadline, armed now if this is the first use.
+  const Deadline& get() {
+    if (!armed_) {
+      deadline_ = Deadline(timeout_ms_);
+      armed_ = true;
+    }
+    return deadline_;
+  }
+  int64_t timeout_ms() const { return timeout_ms_; }
+
+ private:
+  int64_t timeout_ms_;
+  bool armed_ = false;
+  Deadline deadline_ = Deadline::never();
 };
 
 inline int64_t to_us(Clock::time_point t) {

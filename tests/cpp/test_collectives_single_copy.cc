@@ -165,7 +165,8 @@ TEST(SingleCopy, LocalCopyIntoASentBufferRunsBeforeTheSend) {
     in_threads(2, [&](int r) {
       OpContext ctx;
       ctx.kind = OpKind::kAllgather;
-      ctx.deadline = Deadline(20000);
+      LazyDeadline deadline(20000);
+      ctx.deadline = &deadline;
       Exchange x(*s[r], ctx);
       std::vector<char> sent(n, 'a'), copied(n, 'b'), got(n, 0), source(n, 'c');
       std::vector<char> before_recv(n, 'd');
@@ -319,7 +320,8 @@ TEST(SlowYield, AYieldThatCostsATimeSliceRaisesTheFlag) {
     OpContext ctx;
     ctx.kind = OpKind::kBroadcast;
     ctx.dtype = DType::kInt32;
-    ctx.deadline = Deadline(20000);
+    LazyDeadline deadline(20000);
+    ctx.deadline = &deadline;
     ctx.yield_us = 10000000;  // yield all along
     ctx.slow_yield = &slow;
     Exchange x(*s[r], ctx);

@@ -132,7 +132,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     code = op_code(op)
     if g.nccl is None:  # the latency path
         try:
-            h = g.native.allreduce(tensor, code, async_op)
+            h = g.core.allreduce(tensor, code, async_op)
         except _FAILURES as e:
             raise g.explain(e) from None
         return CollectiveWork(h, tensor, g) if async_op else None
@@ -147,7 +147,7 @@ def all_reduce_blocking(g, tensor, code: _C.ReduceOp) -> None:
     """all_reduce on group `g` (resolved, this rank a member, no NCCL) with the core's op code,
     blocking: the torch backend's latency path, which has read both already."""
     try:
-        g.native.allreduce(tensor, code, False)
+        g.core.allreduce(tensor, code, False)
     except _FAILURES as e:
         raise g.explain(e) from None
 
@@ -160,7 +160,7 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     root = g.group_rank(src, "src")
     if g.nccl is None:  # the latency path
         try:
-            h = g.native.broadcast(tensor, root, async_op)
+            h = g.core.broadcast(tensor, root, async_op)
         except _FAILURES as e:
             raise g.explain(e) from None
         return CollectiveWork(h, tensor, g) if async_op else None
@@ -212,7 +212,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     # The core checks the sizes and splits the output by rank (and stages a CUDA one whole).
     if g.nccl is None:  # the latency path
         try:
-            h = g.native.allgather_into(input_tensor, output_tensor, async_op)
+            h = g.core.allgather_into(input_tensor, output_tensor, async_op)
         except _FAILURES as e:
             raise g.explain(e) from None
         return CollectiveWork(h, (input_tensor, output_tensor), g) if async_op else None
@@ -262,7 +262,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     # The core checks the sizes and splits the input by rank (and stages a CUDA one whole).
     if g.nccl is None:  # the latency path
         try:
-            h = g.native.reduce_scatter_from(input, output, code, async_op)
+            h = g.core.reduce_scatter_from(input, output, code, async_op)
         except _FAILURES as e:
             raise g.explain(e) from None
         return CollectiveWork(h, (output, input), g) if async_op else None
@@ -388,7 +388,7 @@ def all_to_all_single(
     if g.nccl is None and output_split_sizes is None and input_split_sizes is None:
         # The latency path: the core splits both into equal blocks of rows (checking they do).
         try:
-            h = g.native.all_to_all_single(input, output, None, None, async_op)
+            h = g.core.all_to_all_single(input, output, None, None, async_op)
         except _FAILURES as e:
             raise g.explain(e) from None
         return CollectiveWork(h, (output, input), g) if async_op else None
@@ -414,7 +414,7 @@ def barrier(group=None, async_op: bool = False):
     if g is None:
         return _not_a_member(group, async_op)
     try:
-        h = g.native.barrier(async_op)
+        h = g.core.barrier(async_op)
     except _FAILURES as e:
         raise g.explain(e) from None
     return CollectiveWork(h, None, g) if async_op else None
