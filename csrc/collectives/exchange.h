@@ -118,8 +118,8 @@ class Exchange {
   OpContext ctx_;
   // The items and copies of a usual exchange live in the object itself, the rest on the heap:
   // a small collective's fixed cost had a malloc and a free per step.
-  alignas(std::max_align_t) std::byte arena_[kUsualItems * sizeof(Item) +
-                                             kUsualCopies * sizeof(LocalCopy)];
+  alignas(std::max_align_t)
+      std::byte arena_[kUsualItems * sizeof(Item) + kUsualCopies * sizeof(LocalCopy)];
   std::pmr::monotonic_buffer_resource pool_{arena_, sizeof(arena_)};
   std::pmr::vector<Item> items_{&pool_};
   std::pmr::vector<LocalCopy> copies_{&pool_};

@@ -65,7 +65,8 @@ void Executor::loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     // Drains the queue before stopping; a task queued behind one run inline waits for release().
-    cv_.wait(lock, [this] { return (!queue_.empty() && claim_queued()) || (stop_ && queue_.empty()); });
+    cv_.wait(lock,
+             [this] { return (!queue_.empty() && claim_queued()) || (stop_ && queue_.empty()); });
     if (queue_.empty()) return;
     Task task = std::move(queue_.front());
     queue_.pop_front();
