@@ -29,9 +29,6 @@ constexpr int kWaitSliceMs = 50;  // wake up this often to look for dead peers
 constexpr size_t kPollBytesPerUs = 2000;  // a slow rate, so the estimate errs long
 constexpr int64_t kMaxTransferPollUs = 2000;
 constexpr int64_t kPeerCheckUs = 50000;
-// A sched_yield that returns after this long handed the core away for a time slice, not to a
-// peer that ran briefly: 2 us to 200 us on kernels before 6.6, 1-5 ms on 6.18 (EEVDF).
-constexpr int64_t kSlowYieldUs = 1000;
 // Where the ranks fit on the cores, an exchange polls this many times before its first clock
 // reading: a small message's peer is usually well under a microsecond away, and a barrier's
 // whole exchange cost less than the two clock readings it used to take.
@@ -326,8 +323,7 @@ void Exchange::run() {
     }
     if (now - idle_since < yield_us) {
       sched_yield();  // a peer waiting for this core runs now, and no wake-up syscall is needed
-      if (ctx_.slow_yield && now_us() - now > kSlowYieldUs)
-        ctx_.slow_yield->store(true, std::memory_order_relaxed);
+      if (ctx_.yield_gauge) ctx_.yield_gauge->record(now_us() - now);
       continue;
     }
     // Announce the sleep, look once more (a peer may have signalled in between), then block.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/message.h"
+#include "collectives/yield_gauge.h"
 #include "common/clock.h"
 #include "common/dtype.h"
 #include "transport/transport.h"
@@ -29,9 +30,9 @@ struct OpContext {
   LazyDeadline* deadline = nullptr;
   int spin_us = 0;   // busy-poll this long before sleeping (0 when ranks outnumber cores)
   int yield_us = 0;  // then poll, giving the core away (sched_yield) each time, this long
-  // When set, raised by a sched_yield that kept this rank off its core for a whole time slice
-  // (EEVDF kernels hand the other task a slice): the group then sleeps at once instead.
-  std::atomic<bool>* slow_yield = nullptr;
+  // When set, told what each sched_yield cost (the group's YieldGauge, which closes the yield
+  // window while yields cost a whole time slice).
+  YieldGauge* yield_gauge = nullptr;
   uint64_t nbytes = 0;  // the operation's size, for reports
   // Whether a sender may copy parts of its moved payloads itself (shared moves): only where it
   // cannot be preempted holding a part the receiver waits for (ranks fit on the cores) and does

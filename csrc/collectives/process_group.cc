@@ -52,10 +52,10 @@ OpContext ProcessGroup::context(OpKind kind, DType dtype, bool async, int lane) 
   ctx.lane = lane;
   ctx.timeout_ms = options_.timeout_ms;
   ctx.spin_us = async ? std::min(spin_us_, kBackgroundSpinUs) : spin_us_;
-  // A default yield window closes for good once a yield has cost a time slice (OpContext).
-  const bool adapt = options_.yield_us < 0;
-  ctx.yield_us = adapt && slow_yield_.load(std::memory_order_relaxed) ? 0 : yield_us_;
-  if (adapt) ctx.slow_yield = &slow_yield_;
+  // A default yield window is closed while yields cost a time slice (YieldGauge).
+  const bool adapt = options_.yield_us < 0 && yield_us_ > 0;
+  ctx.yield_us = adapt && !yield_gauge_.should_yield() ? 0 : yield_us_;
+  if (adapt) ctx.yield_gauge = &yield_gauge_;
   ctx.help_moves = help_moves_ && !async;
   return ctx;
 }

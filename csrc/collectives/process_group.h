@@ -12,6 +12,7 @@
 #include "collectives/exchange.h"
 #include "collectives/executor.h"
 #include "collectives/op_progress.h"
+#include "collectives/yield_gauge.h"
 #include "common/dtype.h"
 #include "gpu/pinned_pool.h"
 #include "transport/transport.h"
@@ -113,11 +114,11 @@ class ProcessGroup {
   int spin_us_;
   bool help_moves_;  // ranks fit on the cores: a blocking call's sends help move (OpContext)
   int yield_us_;
-  mutable std::atomic<bool> slow_yield_{false};  // a yield cost a time slice: sleep at once
-  std::mutex submit_mu_;       // keeps sequence numbers in queue order across caller threads
-  uint64_t seq_ = 0;           // collective sequence number, advanced at submission
-  OpProgress progress_;        // the collective lane's running op
-  std::vector<char> scratch_;  // used only by the collective executor's running op
+  mutable YieldGauge yield_gauge_;  // whether yields cost a time slice: then sleep at once
+  std::mutex submit_mu_;            // keeps sequence numbers in queue order across caller threads
+  uint64_t seq_ = 0;                // collective sequence number, advanced at submission
+  OpProgress progress_;             // the collective lane's running op
+  std::vector<char> scratch_;       // used only by the collective executor's running op
   std::mutex broken_mu_;
   std::string broken_;
   std::atomic<bool> is_broken_{false};  // broken_ is set: read without the lock

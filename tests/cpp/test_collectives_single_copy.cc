@@ -302,11 +302,12 @@ TEST(SharedMove, RepeatedBroadcastsOfChangingSizesAreExact) {
 }
 
 // A rank that yields beside a thread that never blocks, on one core, is kept off the core for a
-// time slice at a time (on any scheduler): the exchange raises slow_yield, after which the group
-// sleeps at once rather than yield.
-TEST(SlowYield, AYieldThatCostsATimeSliceRaisesTheFlag) {
+// time slice at a time (on any scheduler): the exchange tells the gauge, which then finds yields
+// slow, so the group sleeps at once rather than yield.
+TEST(SlowYield, YieldsThatCostATimeSliceMakeTheGaugeSlow) {
   auto s = connected(2, small_rings(0));
-  std::atomic<bool> slow{false}, stop{false};
+  YieldGauge gauge;
+  std::atomic<bool> stop{false};
   cpu_set_t first_core;
   CPU_ZERO(&first_core);
   CPU_SET(0, &first_core);
@@ -323,14 +324,14 @@ TEST(SlowYield, AYieldThatCostsATimeSliceRaisesTheFlag) {
     LazyDeadline deadline(20000);
     ctx.deadline = &deadline;
     ctx.yield_us = 10000000;  // yield all along
-    ctx.slow_yield = &slow;
+    ctx.yield_gauge = &gauge;
     Exchange x(*s[r], ctx);
     int32_t v = r == 1 ? 7 : 0;
     if (r == 0) {
       ::pthread_setaffinity_np(::pthread_self(), sizeof first_core, &first_core);
       x.recv(1, &v, sizeof v);
     } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // yields a few slices
       x.send(0, &v, sizeof v);
     }
     x.run();
@@ -338,7 +339,7 @@ TEST(SlowYield, AYieldThatCostsATimeSliceRaisesTheFlag) {
   });
   stop = true;
   busy.join();
-  EXPECT_TRUE(slow.load());
+  EXPECT_TRUE(gauge.slow());
 }
 
 // Two processes: this one is rank 0, a forked child rank 1; pipes carry segment names.

@@ -59,8 +59,11 @@ void copy_in(const RingView& r, uint64_t pos, const char* src, size_t n) {
 size_t ShmChannel::write_some(const void* a, size_t na, const void* b, size_t nb) {
   throw_if_aborted(peer_, peer_name_);
   uint64_t head = out_.header->head.load(std::memory_order_relaxed);
-  uint64_t tail = out_.header->tail.load(std::memory_order_acquire);
-  uint64_t space = out_.capacity - (head - tail);
+  uint64_t space = out_.capacity - (head - known_tail_);
+  if (space < na + nb) {  // only then is the reader's line worth a transfer
+    known_tail_ = out_.header->tail.load(std::memory_order_acquire);
+    space = out_.capacity - (head - known_tail_);
+  }
   if (space == 0) return 0;
   size_t ka = std::min<uint64_t>(na, space);
   size_t kb = std::min<uint64_t>(nb, space - ka);

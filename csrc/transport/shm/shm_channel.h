@@ -65,6 +65,9 @@ class ShmChannel : public Channel {
   SingleCopyBytes single_copy_;
   bool helps_moves_;
   uint64_t published_ = 0;
+  // The outbound ring's tail as last read: the reader only moves it on, so the space it implies
+  // is never too large, and the reader's cache line is read only when that space runs short.
+  uint64_t known_tail_ = 0;
   Move move_;
 };
 
