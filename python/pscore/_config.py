@@ -162,7 +162,7 @@ YIELD_US = Var(
     "int",
     None,
     "when ranks outnumber the cores, how long (us) a waiting rank polls with sched_yield "
-    "before it sleeps (default 100, until a yield costs a time slice, then 0; 0: sleep at once)",
+    "before it sleeps (default 100, 0 while recent yields cost time slices; 0: sleep at once)",
 )
 SOCKET_BUFFER_BYTES = Var(
     "PSCORE_SOCKET_BUFFER_BYTES",
