@@ -63,6 +63,16 @@ void Exchange::recv_reduce(int peer, void* dst, size_t nbytes, ReduceOp op) {
   ++pending_receives_;
 }
 
+void Exchange::signal(int peer) {
+  send(peer, nullptr, 0);
+  items_.back().signal = true;
+}
+
+void Exchange::await_signal(int peer) {
+  recv(peer, nullptr, 0);
+  items_.back().signal = true;
+}
+
 void Exchange::copy(void* dst, const void* src, size_t nbytes) {
   if (nbytes && dst != src)
     copies_.push_back(LocalCopy{static_cast<char*>(dst), static_cast<const char*>(src), nbytes});
@@ -96,7 +106,8 @@ void Exchange::run_copies(bool before_sends) {
 void Exchange::choose_single_copy() {
   const bool reduced = reduces(ctx_.kind);
   for (auto& s : items_) {
-    if (!s.is_send || !transport_.channel(s.peer, ctx_.lane).single_copy(s.nbytes, reduced))
+    if (!s.is_send || s.signal ||
+        !transport_.channel(s.peer, ctx_.lane).single_copy(s.nbytes, reduced))
       continue;
     bool aliased = false;
     for (const auto& r : items_)
@@ -229,12 +240,35 @@ bool Exchange::step_recv_address(Item& it, Channel& ch) {
   return it.done != before;
 }
 
+// The signal's value is the operation's sequence number + 1: a fresh ring's word reads 0. The
+// ring is looked at before the signal: the peer raises its signal before it sends the next
+// operation's messages, so a message seen with the signal still low is not that next one.
+bool Exchange::step_signal(Item& it, Channel& ch) {
+  if (it.is_send) {
+    ch.signal(ctx_.seq + 1);
+  } else {
+    MessageHeader arrived;
+    const size_t k = ch.peek(&arrived, sizeof arrived);
+    if (!ch.signalled(ctx_.seq + 1)) {
+      if (k < sizeof arrived) return false;
+      it.header = arrived;
+      check_header(it);  // names the peer's operation
+      throw NetworkError(describe(it) +
+                         ": the peer sent a message where this rank awaits its signal");
+    }
+  }
+  it.done = it.total();
+  return true;
+}
+
 bool Exchange::step(Item& it) {
   if (it.finished()) return false;
   Channel& ch = transport_.channel(it.peer, ctx_.lane);
   bool progressed;
   try {
-    progressed = it.is_send ? step_send(it, ch) : step_recv(it, ch);
+    progressed = it.signal    ? step_signal(it, ch)
+                 : it.is_send ? step_send(it, ch)
+                              : step_recv(it, ch);
   } catch (const NetworkError& e) {
     std::string msg = e.what();
     if (msg.rfind(describe(it), 0) == 0) throw;  // already names this operation

@@ -55,6 +55,11 @@ class Exchange {
   void recv(int peer, void* dst, size_t nbytes);
   // Receives nbytes of ctx.dtype from peer and folds them into dst: dst = dst op incoming.
   void recv_reduce(int peer, void* dst, size_t nbytes, ReduceOp op);
+  // A step with no payload where the channel carries signals (Channel::signals): raises this
+  // rank's signal to peer, and waits for peer's. A message in place of the awaited signal is an
+  // error naming the peer's operation, as for a message.
+  void signal(int peer);
+  void await_signal(int peer);
   // Copies nbytes from src to dst in this process once the sends have gone out, so the copy
   // overlaps the peers' reads (before them when a send reads dst or a receive writes src).
   void copy(void* dst, const void* src, size_t nbytes);
@@ -75,6 +80,7 @@ class Exchange {
     bool single_copy = false;  // the payload travels as its address (kSingleCopyFlag)
     uint64_t address = 0;      // receiver: where the payload lies in the sender's memory
     uint64_t ticket = 0;       // sender: the acknowledgement count that releases the buffer
+    bool signal = false;       // a signal (Exchange::signal / await_signal), not a message
     // Bytes this item moves in all: header, payload and padding to 8 or the payload's address.
     size_t total() const {
       return sizeof(MessageHeader) + nbytes + (single_copy ? 8 : padding_for(nbytes));
@@ -96,6 +102,7 @@ class Exchange {
   bool step_recv(Item& it, Channel& ch);
   bool step_send_address(Item& it, Channel& ch);
   bool step_recv_address(Item& it, Channel& ch);
+  bool step_signal(Item& it, Channel& ch);
   // Marks the sends whose payload the receiver will read from this rank's memory.
   void choose_single_copy();
   void check_header(const Item& it) const;

@@ -65,6 +65,23 @@ class Channel {
   }
   // Receiver: the last published payload has been read.
   virtual void acknowledge() {}
+
+  // Signals, where the transport offers them (shared memory): a word the peer polls instead of a
+  // message, for steps that carry no payload (a barrier's). Every channel of a transport answers
+  // `signals()` alike.
+  virtual bool signals() const { return false; }
+  // Raises this rank's signal to the peer to `value` (above 0, and larger for each later
+  // operation) and wakes the peer if it sleeps. Throws NetworkError when the peer has left the
+  // group.
+  virtual void signal(uint64_t value) {
+    (void)value;
+    throw NetworkError("this channel carries no signals");
+  }
+  // Whether the peer's signal has reached `value`.
+  virtual bool signalled(uint64_t value) const {
+    (void)value;
+    throw NetworkError("this channel carries no signals");
+  }
 };
 
 }  // namespace pscore

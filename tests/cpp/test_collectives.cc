@@ -326,6 +326,47 @@ TEST(CollectivesFailure, SizeMismatchIsDetected) {
       << msgs[0];
 }
 
+// Over shared memory a barrier's steps are signals, not messages: a rank awaiting a signal that
+// finds the peer's message of another operation instead names that operation.
+TEST(CollectivesFailure, AMessageWhereABarrierSignalIsAwaitedNamesThePeersOperation) {
+  GroupOptions o;
+  o.timeout_ms = 5000;
+  auto g = make_groups(2, true, o);
+  std::vector<std::string> msgs(2);
+  in_threads(2, [&](int r) {
+    std::vector<float> x(8, 1.0f);
+    try {
+      if (r == 0)
+        g[r]->barrier(false);
+      else
+        g[r]->allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
+    } catch (const NetworkError& e) {
+      msgs[r] = e.what();
+    }
+  });
+  EXPECT_NE(msgs[0].find("rank 0 <- rank 1: barrier #0: ranks disagree on the operation: the peer "
+                         "sent allreduce #0"),
+            std::string::npos)
+      << msgs[0];
+  EXPECT_NE(msgs[1].find("left the group"), std::string::npos) << msgs[1];
+}
+
+// Ranks that sleep at once (more ranks than cores) are woken by the signals: a lost wake-up
+// would cost a 50 ms wait slice per barrier, 25 s for these.
+TEST(CollectivesSignals, SleepingRanksAreWokenBySignals) {
+  GroupOptions o;
+  o.timeout_ms = 20000;
+  o.spin_us = 0;
+  o.yield_us = 0;
+  auto g = make_groups(3, true, o);
+  const Deadline within(10000);
+  in_threads(3, [&](int r) {
+    for (int i = 0; i < 500; ++i) g[r]->barrier(false);
+  });
+  EXPECT_FALSE(within.expired());
+  EXPECT_EQ(g[0]->progress().entered, 500u);
+}
+
 // What the stall inspector reads while a collective waits for a peer that has not entered it.
 TEST(CollectivesProgress, NamesTheRunningCollectiveAndThePeerItWaitsOn) {
   GroupOptions o;

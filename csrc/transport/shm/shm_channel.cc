@@ -179,4 +179,16 @@ bool ShmChannel::help_move(uint64_t ticket, const void* data, size_t nbytes) {
   return true;
 }
 
+// The signal lives in the header of the ring this rank writes to, in the peer's segment; the
+// doorbell wakes the peer if it sleeps (ring_doorbell's fence orders the store before its look).
+void ShmChannel::signal(uint64_t value) {
+  throw_if_aborted(peer_, peer_name_);
+  out_.header->signal.store(value, std::memory_order_release);
+  ring_peer();
+}
+
+bool ShmChannel::signalled(uint64_t value) const {
+  return in_.header->signal.load(std::memory_order_acquire) >= value;
+}
+
 }  // namespace pscore

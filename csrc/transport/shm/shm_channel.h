@@ -43,6 +43,9 @@ class ShmChannel : public Channel {
   void begin_move(uint64_t address, void* dst, size_t nbytes) override;
   size_t move_some() override;
   bool help_move(uint64_t ticket, const void* data, size_t nbytes) override;
+  bool signals() const override { return true; }
+  void signal(uint64_t value) override;
+  bool signalled(uint64_t value) const override;
 
  private:
   // The payload this rank is moving in (shared_move.h).

@@ -10,7 +10,7 @@
 
 namespace pscore {
 
-constexpr uint64_t kShmMagic = 0x50534d454d303033ull;  // "PSMEM003"
+constexpr uint64_t kShmMagic = 0x50534d454d303034ull;  // "PSMEM004"
 constexpr size_t kShmReasonBytes = 480;
 
 struct alignas(64) ShmHeader {
@@ -45,6 +45,8 @@ struct alignas(64) RingHeader {
   std::atomic<uint64_t> move_destination;
   alignas(64) std::atomic<uint64_t> pushed;
   std::atomic<uint64_t> helper;
+  // The producer's signal (Channel::signal): the sequence number of its last signalled operation.
+  alignas(64) std::atomic<uint64_t> signal;
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
