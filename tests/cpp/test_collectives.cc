@@ -308,18 +308,26 @@ TEST(CollectivesFailure, SilentPeerTimesOutWithNames) {
   EXPECT_THROW(g[0]->barrier(false), NetworkError);
 }
 
-TEST(CollectivesFailure, SizeMismatchIsDetected) {
+// Runs call(rank, group) on two shared-memory ranks; the NetworkError each one raised, or "".
+std::vector<std::string> network_errors(const std::function<void(int, ProcessGroup&)>& call) {
   GroupOptions o;
   o.timeout_ms = 5000;
   auto g = make_groups(2, true, o);
   std::vector<std::string> msgs(2);
   in_threads(2, [&](int r) {
-    std::vector<float> x(r == 0 ? 8 : 9, 1.0f);
     try {
-      g[r]->allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
+      call(r, *g[r]);
     } catch (const NetworkError& e) {
       msgs[r] = e.what();
     }
+  });
+  return msgs;
+}
+
+TEST(CollectivesFailure, SizeMismatchIsDetected) {
+  auto msgs = network_errors([](int r, ProcessGroup& g) {
+    std::vector<float> x(r == 0 ? 8 : 9, 1.0f);
+    g.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
   });
   EXPECT_NE(msgs[0].find("size mismatch: the peer sent 36 bytes, this rank expects 32"),
             std::string::npos)
@@ -329,20 +337,12 @@ TEST(CollectivesFailure, SizeMismatchIsDetected) {
 // Over shared memory a barrier's steps are signals, not messages: a rank awaiting a signal that
 // finds the peer's message of another operation instead names that operation.
 TEST(CollectivesFailure, AMessageWhereABarrierSignalIsAwaitedNamesThePeersOperation) {
-  GroupOptions o;
-  o.timeout_ms = 5000;
-  auto g = make_groups(2, true, o);
-  std::vector<std::string> msgs(2);
-  in_threads(2, [&](int r) {
+  auto msgs = network_errors([](int r, ProcessGroup& g) {
     std::vector<float> x(8, 1.0f);
-    try {
-      if (r == 0)
-        g[r]->barrier(false);
-      else
-        g[r]->allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
-    } catch (const NetworkError& e) {
-      msgs[r] = e.what();
-    }
+    if (r == 0)
+      g.barrier(false);
+    else
+      g.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, false);
   });
   EXPECT_NE(msgs[0].find("rank 0 <- rank 1: barrier #0: ranks disagree on the operation: the peer "
                          "sent allreduce #0"),
