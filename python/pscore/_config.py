@@ -194,9 +194,10 @@ SHM_SINGLE_COPY_BYTES = Var(
 SHM_SINGLE_COPY_REDUCE_BYTES = Var(
     "PSCORE_SHM_SINGLE_COPY_REDUCE_BYTES",
     "bytes",
-    1 << 20,
+    None,
     "the same for payloads the receiver folds into its buffer (all_reduce, reduce,"
-    " reduce_scatter), which the ring serves faster up to larger sizes; 0 turns that off",
+    " reduce_scatter); unset: those larger than the ring (PSCORE_SHM_RING_BYTES), which serves"
+    " the smaller ones faster; 0 turns that off",
 )
 # -- parameter server
 STORE = Var("PSCORE_STORE", "str", None, "store URL where pserver shards publish addresses")

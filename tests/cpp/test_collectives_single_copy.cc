@@ -155,6 +155,21 @@ TEST(SingleCopy, MovedAndReducedThresholdsApplyApart) {
   }
 }
 
+// By default a reduced payload travels as an address only once it no longer fits the ring (the
+// sender then writes it all and goes on); a moved one from 32 KB. And the defaults are exact.
+TEST(SingleCopy, ByDefaultReducedPayloadsThatFitTheRingTakeIt) {
+  ShmOptions so = small_rings(0);
+  so.single_copy = SingleCopyBytes{};
+  auto s = connected(3, so);
+  Channel& ch = s[0]->channel(1, kCollectiveLane);
+  EXPECT_FALSE(ch.single_copy(4096, true));
+  EXPECT_TRUE(ch.single_copy(4097, true));
+  EXPECT_FALSE(ch.single_copy((32 << 10) - 1, false));
+  EXPECT_TRUE(ch.single_copy(32 << 10, false));
+  Groups g = groups_over(s, 0);
+  in_threads(3, [&](int r) { run_every_collective(g, 3, r); });
+}
+
 // An exchange's local copy runs after its sends went out, unless a send reads its destination
 // (then before, so the peer gets the copied bytes) or a receive writes its source (then before,
 // so the copy gets the bytes as they were).

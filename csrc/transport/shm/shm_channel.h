@@ -1,6 +1,7 @@
 // A Channel over two shared-memory rings: outbound lives in the peer's segment, inbound in ours.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "transport/channel.h"
@@ -15,11 +16,14 @@ struct RingView {
 };
 
 // The smallest payloads that travel as addresses (0: none): those the receiver copies as they
-// are, and those it folds into its buffer (a reduction reads them through a cache-sized scratch,
-// so the ring, which it reduces from in place, stays faster up to larger sizes).
+// are, and those it folds into its buffer. A reduction reads an address through a cache-sized
+// scratch, and a payload that fits the ring lets its sender write it all and go on to its own
+// receives while the peer reduces from the ring in place; so by default (kAboveRing) reduced
+// payloads travel as addresses only once they no longer fit the ring.
 struct SingleCopyBytes {
+  static constexpr uint64_t kAboveRing = UINT64_MAX;
   uint64_t moved = 32 << 10;
-  uint64_t reduced = 1 << 20;
+  uint64_t reduced = kAboveRing;
   bool any() const { return moved != 0 || reduced != 0; }
 };
 

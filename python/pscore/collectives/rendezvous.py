@@ -103,11 +103,14 @@ def wait_until_done(store, world: int, timeout: float, who: str) -> None:
 
 
 def _shm_sizes() -> dict:
-    return dict(
+    """The ShmTransport's sizes from the environment; an unset reduce threshold keeps the core's
+    default (payloads larger than the ring)."""
+    sizes = dict(
         ring_bytes=_config.SHM_RING_BYTES.get(),
         single_copy_bytes=_config.SHM_SINGLE_COPY_BYTES.get(),
         single_copy_reduce_bytes=_config.SHM_SINGLE_COPY_REDUCE_BYTES.get(),
     )
+    return {k: v for k, v in sizes.items() if v is not None}
 
 
 def _try_shm(store, rank, world, job_id, timeout, sizes):
