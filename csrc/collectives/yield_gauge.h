@@ -11,11 +11,6 @@ namespace pscore {
 
 class YieldGauge {
  public:
-  // Yields that keep their rank off the core this long on average hand the core away for time
-  // slices, not to a peer that runs briefly: 2 us to 200 us on kernels before 6.6; on 6.18
-  // beside a task that never blocks, a third of the yields took 1-5 ms (1.4 ms on average).
-  static constexpr int64_t kSlowYieldUs = 1000;
-
   // Whether the next operation should yield while it waits: yes while the window is open;
   // while it is closed only one operation in kProbeEvery, which measures whether yields still
   // cost a slice. Any thread; relaxed (a lost update only delays the verdict by a yield).
@@ -39,6 +34,10 @@ class YieldGauge {
   bool slow() const { return closed_.load(std::memory_order_relaxed); }
 
  private:
+  // Yields that keep their rank off the core this long on average hand the core away for time
+  // slices, not to a peer that runs briefly: 2 us to 200 us on kernels before 6.6; on 6.18
+  // beside a task that never blocks, a third of the yields took 1-5 ms (1.4 ms on average).
+  static constexpr int64_t kSlowYieldUs = 1000;
   static constexpr int64_t kWeight = 8;  // the average is over about this many yields
   static constexpr int64_t kMaxSampleUs = 100000;
   static constexpr uint32_t kProbeEvery = 16;

@@ -67,7 +67,6 @@ class LazyDeadline {
     }
     return deadline_;
   }
-  int64_t timeout_ms() const { return timeout_ms_; }
 
  private:
   int64_t timeout_ms_;
