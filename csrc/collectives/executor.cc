@@ -11,12 +11,12 @@ Executor::~Executor() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Executor::run(Task& t) {
+std::exception_ptr Executor::run(const std::function<void()>& fn) {
   try {
-    t.fn();
-    t.work->finish();
+    fn();
+    return nullptr;
   } catch (...) {
-    t.work->finish(std::current_exception());
+    return std::current_exception();
   }
 }
 
@@ -46,7 +46,9 @@ std::shared_ptr<TaskWork> Executor::submit(const std::string& what, std::functio
 std::shared_ptr<TaskWork> Executor::submit(std::shared_ptr<TaskWork> work, std::function<void()> fn,
                                            bool async) {
   Task task{std::move(fn), work};
-  if (!async && run_here_if_idle([&] { run(task); })) {  // inline, in order
+  std::exception_ptr error;
+  if (!async && run_here_if_idle([&] { error = run(task.fn); })) {  // inline, in order
+    work->finish(error);
     work->wait();
     return work;
   }
@@ -71,8 +73,10 @@ void Executor::loop() {
     Task task = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    run(task);
+    std::exception_ptr error = run(task.fn);
+    // Released before the Work finishes: its waiter's next call finds the executor idle.
     state_.fetch_sub(kRunning, std::memory_order_release);
+    task.work->finish(error);
     lock.lock();
   }
 }

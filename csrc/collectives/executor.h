@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -54,7 +55,7 @@ class Executor {
   void release();  // the end of a task run on the caller's thread
   // With mu_ held: takes the running bit for the queue's first task; false while a task runs.
   bool claim_queued();
-  static void run(Task& t);
+  static std::exception_ptr run(const std::function<void()>& fn);  // fn's failure, if any
 
   // The running bit, plus kQueued per task in queue_: an idle executor is 0, so the caller's
   // thread claims it with one compare-and-swap, no lock (a small collective's fast path).
