@@ -8,6 +8,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/message.h"
 #include "common/clock.h"
+#include "common/cores.h"
 #include "common/error.h"
 #include "common/reduce.h"
 
@@ -28,8 +29,7 @@ constexpr int64_t kAnySourcePeerCheckUs = 100000;  // and looks for dead peers t
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions options)
     : transport_(std::move(transport)), options_(options) {
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
-  const bool fits = size() <= cores;
+  const bool fits = ranks_fit_cores(size());
   spin_us_ = options_.spin_us >= 0 ? options_.spin_us : (fits ? kDefaultSpinUs : 0);
   yield_us_ = options_.yield_us >= 0 ? options_.yield_us : (fits ? 0 : kDefaultYieldUs);
   help_moves_ = fits;

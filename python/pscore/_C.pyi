@@ -405,7 +405,7 @@ class ShmTransport(Transport):
         job_id: str = "pscore",
         ring_bytes: typing.SupportsInt | typing.SupportsIndex = 4194304,
         p2p_ring_bytes: typing.SupportsInt | typing.SupportsIndex = 1048576,
-        single_copy_bytes: typing.SupportsInt | typing.SupportsIndex = 32768,
+        single_copy_bytes: typing.SupportsInt | typing.SupportsIndex = 18446744073709551615,
         single_copy_reduce_bytes: typing.SupportsInt | typing.SupportsIndex = 18446744073709551615,
     ) -> None: ...
     def connect(

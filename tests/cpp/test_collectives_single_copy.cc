@@ -30,6 +30,7 @@
 #include "collectives/message.h"
 #include "collectives/process_group.h"
 #include "common/clock.h"
+#include "common/cores.h"
 #include "common/error.h"
 #include "in_threads.h"
 #include "transport/shm/shared_move.h"
@@ -156,18 +157,35 @@ TEST(SingleCopy, MovedAndReducedThresholdsApplyApart) {
 }
 
 // By default a reduced payload travels as an address only once it no longer fits the ring (the
-// sender then writes it all and goes on); a moved one from 32 KB. And the defaults are exact.
-TEST(SingleCopy, ByDefaultReducedPayloadsThatFitTheRingTakeIt) {
-  ShmOptions so = small_rings(0);
-  so.single_copy = SingleCopyBytes{};
-  auto s = connected(3, so);
-  Channel& ch = s[0]->channel(1, kCollectiveLane);
-  EXPECT_FALSE(ch.single_copy(4096, true));
-  EXPECT_TRUE(ch.single_copy(4097, true));
-  EXPECT_FALSE(ch.single_copy((32 << 10) - 1, false));
-  EXPECT_TRUE(ch.single_copy(32 << 10, false));
-  Groups g = groups_over(s, 0);
-  in_threads(3, [&](int r) { run_every_collective(g, 3, r); });
+// sender then writes it all and goes on); a moved one once it fills the ring while the ranks fit
+// on the cores, from 32 KB while they take turns. Set sizes stay as they are.
+TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
+  const SingleCopyBytes defaults;
+  const SingleCopyBytes fit = defaults.resolved(4096, true);
+  EXPECT_EQ(fit.moved, 4096u);
+  EXPECT_EQ(fit.reduced, 4097u);
+  const SingleCopyBytes turns = defaults.resolved(4096, false);
+  EXPECT_EQ(turns.moved, uint64_t{32 << 10});
+  EXPECT_EQ(turns.reduced, 4097u);
+  const SingleCopyBytes set = SingleCopyBytes{100, 0}.resolved(4096, true);
+  EXPECT_EQ(set.moved, 100u);
+  EXPECT_EQ(set.reduced, 0u);
+}
+
+TEST(SingleCopy, ByDefaultPayloadsThatFitTheRingTakeIt) {
+  for (int world : {2, 3}) {
+    ShmOptions so = small_rings(0);
+    so.single_copy = SingleCopyBytes{};
+    auto s = connected(world, so);
+    Channel& ch = s[0]->channel(1, kCollectiveLane);
+    EXPECT_FALSE(ch.single_copy(4096, true));
+    EXPECT_TRUE(ch.single_copy(4097, true));
+    const size_t moved = ranks_fit_cores(world) ? 4096 : 32 << 10;
+    EXPECT_FALSE(ch.single_copy(moved - 1, false)) << world;
+    EXPECT_TRUE(ch.single_copy(moved, false)) << world;
+    Groups g = groups_over(s, 0);
+    in_threads(world, [&](int r) { run_every_collective(g, world, r); });
+  }
 }
 
 // An exchange's local copy runs after its sends went out, unless a send reads its destination

@@ -111,8 +111,7 @@ size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
 
 // The peer's flag lives in the header of the ring we write to: it vouches for the reader.
 bool ShmChannel::single_copy(size_t nbytes, bool reduced) const {
-  uint64_t threshold = reduced ? single_copy_.reduced : single_copy_.moved;
-  if (threshold == SingleCopyBytes::kAboveRing) threshold = out_.capacity + 1;
+  const uint64_t threshold = reduced ? single_copy_.reduced : single_copy_.moved;
   return threshold != 0 && nbytes >= threshold &&
          out_.header->single_copy_ok.load(std::memory_order_acquire) == 1;
 }

@@ -16,15 +16,24 @@ struct RingView {
 };
 
 // The smallest payloads that travel as addresses (0: none): those the receiver copies as they
-// are, and those it folds into its buffer. A reduction reads an address through a cache-sized
-// scratch, and a payload that fits the ring lets its sender write it all and go on to its own
-// receives while the peer reduces from the ring in place; so by default (kAboveRing) reduced
-// payloads travel as addresses only once they no longer fit the ring.
+// are, and those it folds into its buffer. kDefault, resolved per ring by `resolved`:
+// - reduced: payloads larger than the ring. A reduction reads an address through a cache-sized
+//   scratch, and a payload that fits the ring lets its sender write it all and go on to its own
+//   receives while the peer reduces from the ring in place.
+// - moved: payloads that fill the ring, when the ranks fit on the cores: below that the ring's
+//   two copies run at once on two cores, and its sender need not wait for the reader. Ranks that
+//   take turns on the cores gain more from the single copy's halved work: from 32 KB.
 struct SingleCopyBytes {
-  static constexpr uint64_t kAboveRing = UINT64_MAX;
-  uint64_t moved = 32 << 10;
-  uint64_t reduced = kAboveRing;
+  static constexpr uint64_t kDefault = UINT64_MAX;
+  static constexpr uint64_t kTakingTurnsMovedBytes = 32 << 10;
+  uint64_t moved = kDefault;
+  uint64_t reduced = kDefault;
   bool any() const { return moved != 0 || reduced != 0; }
+  SingleCopyBytes resolved(uint64_t ring_capacity, bool ranks_fit_cores) const {
+    const uint64_t moved_default = ranks_fit_cores ? ring_capacity : kTakingTurnsMovedBytes;
+    return {moved == kDefault ? moved_default : moved,
+            reduced == kDefault ? ring_capacity + 1 : reduced};
+  }
 };
 
 class ShmChannel : public Channel {

@@ -10,6 +10,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "common/cores.h"
 #include "common/error.h"
 #include "transport/shm/cross_memory.h"
 
@@ -85,6 +86,7 @@ void ShmTransport::connect(const std::vector<std::string>& names,
     pidfds_[p] = pidfd_open(h->pid);
     if (options_.single_copy.any()) probe_single_copy(p);
   }
+  const bool fit = ranks_fit_cores(size_);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     for (int lane = 0; lane < kNumLanes; ++lane) {
@@ -92,7 +94,8 @@ void ShmTransport::connect(const std::vector<std::string>& names,
       RingView in = ring(own_, p, lane);
       // Point-to-point sends stay buffered: one must complete before the peer posts its receive.
       SingleCopyBytes single_copy =
-          lane == kCollectiveLane ? options_.single_copy : SingleCopyBytes{0, 0};
+          lane == kCollectiveLane ? options_.single_copy.resolved(out.capacity, fit)
+                                  : SingleCopyBytes{0, 0};
       const bool helps = lane == kCollectiveLane && writes_peer_[p];
       channels_[p * kNumLanes + lane] =
           std::make_unique<ShmChannel>(out, in, peer_header(p), rank_name(p), single_copy, helps);

@@ -103,8 +103,8 @@ def wait_until_done(store, world: int, timeout: float, who: str) -> None:
 
 
 def _shm_sizes() -> dict:
-    """The ShmTransport's sizes from the environment; an unset reduce threshold keeps the core's
-    default (payloads larger than the ring)."""
+    """The ShmTransport's sizes from the environment; an unset single-copy threshold keeps the
+    core's default (csrc/transport/shm/shm_channel.h: SingleCopyBytes)."""
     sizes = dict(
         ring_bytes=_config.SHM_RING_BYTES.get(),
         single_copy_bytes=_config.SHM_SINGLE_COPY_BYTES.get(),
