@@ -31,7 +31,7 @@ Groups make_groups(int n, bool shm, GroupOptions opts) {
     ShmOptions so;
     so.ring_bytes = 4096;  // tiny rings: every message laps them
     so.p2p_ring_bytes = 1024;
-    so.single_copy.moved = 32 << 10;    // moves lap the rings below 32 KB
+    so.single_copy.moved = 32 << 10;   // moves lap the rings below 32 KB
     so.single_copy.reduced = 1 << 20;  // reductions through the lapping rings too
     for (int r = 0; r < n; ++r) {
       s[r] = std::make_shared<ShmTransport>(r, n, so);
