@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/reduce.h"
+#include "common/stream_copy.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -97,7 +98,11 @@ void Exchange::run_copies(bool before_sends) {
     for (const auto& it : items_)
       ordered |= it.is_send ? overlaps(c.dst, c.nbytes, it.data, it.nbytes)
                             : overlaps(c.src, c.nbytes, it.data, it.nbytes);
-    if (ordered == before_sends) std::memmove(c.dst, c.src, c.nbytes);
+    if (ordered != before_sends) continue;
+    if (c.nbytes >= stream_copy_bytes() && !overlaps(c.dst, c.nbytes, c.src, c.nbytes))
+      copy_streaming(c.dst, c.src, c.nbytes);
+    else
+      std::memmove(c.dst, c.src, c.nbytes);
   }
 }
 

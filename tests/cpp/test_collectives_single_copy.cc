@@ -32,6 +32,7 @@
 #include "common/clock.h"
 #include "common/cores.h"
 #include "common/error.h"
+#include "common/stream_copy.h"
 #include "in_threads.h"
 #include "transport/shm/shared_move.h"
 #include "transport/shm/shm_transport.h"
@@ -186,6 +187,29 @@ TEST(SingleCopy, ByDefaultPayloadsThatFitTheRingTakeIt) {
     Groups g = groups_over(s, 0);
     in_threads(world, [&](int r) { run_every_collective(g, world, r); });
   }
+}
+
+// A local copy larger than stream_copy_bytes() streams around the caches, exactly, beside a
+// transfer.
+TEST(SingleCopy, LargeLocalCopiesAreExact) {
+  auto s = connected(2, small_rings(64));
+  const size_t n = stream_copy_bytes() + 36;  // neither end nor length a multiple of 64
+  in_threads(2, [&](int r) {
+    OpContext ctx;
+    ctx.kind = OpKind::kAllgather;
+    LazyDeadline deadline(20000);
+    ctx.deadline = &deadline;
+    Exchange x(*s[r], ctx);
+    std::vector<char> source(n + 1), copied(n + 1, 0), sent(1000, static_cast<char>(r)), got(1000);
+    for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<char>(i * 7 + r);
+    x.send(1 - r, sent.data(), sent.size());
+    x.copy(copied.data() + 1, source.data() + 1, n);
+    x.recv(1 - r, got.data(), got.size());
+    x.run();
+    EXPECT_EQ(got, std::vector<char>(1000, static_cast<char>(1 - r)));
+    EXPECT_EQ(copied[0], 0);
+    EXPECT_TRUE(std::equal(copied.begin() + 1, copied.end(), source.begin() + 1));
+  });
 }
 
 // An exchange's local copy runs after its sends went out, unless a send reads its destination
