@@ -80,6 +80,11 @@ inline int64_t to_us(Clock::time_point t) {
 
 inline int64_t now_us() { return to_us(Clock::now()); }
 
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
 // now_us() from the coarse clock (coarse_now()).
 inline int64_t coarse_now_us() { return to_us(coarse_now()); }
 

@@ -34,8 +34,8 @@ class Channel {
   // receiver copies the bytes straight out of the sender's memory, then acknowledges, and only
   // then may the sender reuse the buffer. Acknowledgements come in publishing order.
   // Sender: whether a payload of nbytes should travel as an address; `reduced`: the receiver
-  // folds it into its buffer rather than copying it.
-  virtual bool single_copy(size_t nbytes, bool reduced) const {
+  // folds it into its buffer rather than copying it. Called once per payload.
+  virtual bool single_copy(size_t nbytes, bool reduced) {
     (void)nbytes, (void)reduced;
     return false;
   }

@@ -189,6 +189,34 @@ TEST(SingleCopy, ByDefaultPayloadsThatFitTheRingTakeIt) {
   }
 }
 
+// While writes into a peer's ring are slow, moved payloads from 32 KB that fit the ring go by
+// address instead (but for probes); reduced ones and smaller ones keep the ring. Exact either way.
+TEST(SingleCopy, SlowRingWritesSendMovedPayloadsAsAddresses) {
+  if (!ranks_fit_cores(2)) GTEST_SKIP() << "needs two cores";
+  ShmOptions so;
+  so.ring_bytes = 1 << 20;
+  so.p2p_ring_bytes = 4096;
+  auto s = connected(2, so);
+  std::vector<ShmChannel*> channels;
+  for (int r = 0; r < 2; ++r)
+    channels.push_back(dynamic_cast<ShmChannel*>(&s[r]->channel(1 - r, kCollectiveLane)));
+  ShmChannel& ch = *channels[0];
+  EXPECT_FALSE(ch.single_copy(64 << 10, false));
+  for (auto* c : channels)
+    for (int i = 0; i < 20; ++i) c->ring_gauge().record(512 << 10, 150000);
+  int addresses = 0;
+  for (int i = 0; i < 32; ++i) addresses += ch.single_copy(64 << 10, false);
+  EXPECT_EQ(addresses, 30);  // two probes take the ring
+  EXPECT_FALSE(ch.single_copy((32 << 10) - 1, false));
+  EXPECT_FALSE(ch.single_copy(64 << 10, true));
+  EXPECT_TRUE(ch.single_copy(1 << 20, false));
+  Groups g = groups_over(s, 0);
+  in_threads(2, [&](int r) { run_every_collective(g, 2, r); });
+  for (auto* c : channels)
+    for (int i = 0; i < 100; ++i) c->ring_gauge().record(512 << 10, 12000);
+  EXPECT_FALSE(ch.single_copy(64 << 10, false));
+}
+
 // A local copy larger than stream_copy_bytes() streams around the caches, exactly, beside a
 // transfer.
 TEST(SingleCopy, LargeLocalCopiesAreExact) {

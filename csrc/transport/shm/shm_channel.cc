@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "transport/shm/cross_memory.h"
 #include "transport/shm/shared_move.h"
@@ -67,9 +68,12 @@ size_t ShmChannel::write_some(const void* a, size_t na, const void* b, size_t nb
   if (space == 0) return 0;
   size_t ka = std::min<uint64_t>(na, space);
   size_t kb = std::min<uint64_t>(nb, space - ka);
+  if (ka + kb == 0) return 0;
+  const bool timed = ka + kb >= RingGauge::kTimedBytes;
+  const int64_t start = timed ? now_ns() : 0;
   if (ka) copy_in(out_, head, static_cast<const char*>(a), ka);
   if (kb) copy_in(out_, head + ka, static_cast<const char*>(b), kb);
-  if (ka + kb == 0) return 0;
+  if (timed) ring_gauge_.record(ka + kb, now_ns() - start);
   out_.header->head.store(head + ka + kb, std::memory_order_release);
   ring_peer();
   return ka + kb;
@@ -110,10 +114,13 @@ size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
 }
 
 // The peer's flag lives in the header of the ring we write to: it vouches for the reader.
-bool ShmChannel::single_copy(size_t nbytes, bool reduced) const {
+bool ShmChannel::single_copy(size_t nbytes, bool reduced) {
+  if (out_.header->single_copy_ok.load(std::memory_order_acquire) != 1) return false;
   const uint64_t threshold = reduced ? single_copy_.reduced : single_copy_.moved;
-  return threshold != 0 && nbytes >= threshold &&
-         out_.header->single_copy_ok.load(std::memory_order_acquire) == 1;
+  if (threshold == 0) return false;
+  if (nbytes >= threshold) return true;
+  return !reduced && single_copy_.moved_follows_ring &&
+         nbytes >= SingleCopyBytes::kSlowRingMovedBytes && !ring_gauge_.take_ring();
 }
 
 uint64_t ShmChannel::acknowledged() const {

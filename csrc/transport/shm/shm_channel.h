@@ -5,6 +5,7 @@
 #include <string>
 
 #include "transport/channel.h"
+#include "transport/shm/ring_gauge.h"
 #include "transport/shm/shm_layout.h"
 
 namespace pscore {
@@ -21,18 +22,24 @@ struct RingView {
 //   scratch, and a payload that fits the ring lets its sender write it all and go on to its own
 //   receives while the peer reduces from the ring in place.
 // - moved: payloads that fill the ring, when the ranks fit on the cores: below that the ring's
-//   two copies run at once on two cores, and its sender need not wait for the reader. Ranks that
-//   take turns on the cores gain more from the single copy's halved work: from 32 KB.
+//   two copies run at once on two cores, and its sender need not wait for the reader; but from
+//   32 KB while copies into the ring are slow (ring_gauge.h). Ranks that take turns on the
+//   cores gain more from the single copy's halved work: from 32 KB.
 struct SingleCopyBytes {
   static constexpr uint64_t kDefault = UINT64_MAX;
-  static constexpr uint64_t kTakingTurnsMovedBytes = 32 << 10;
+  static constexpr uint64_t kSlowRingMovedBytes = 32 << 10;
   uint64_t moved = kDefault;
   uint64_t reduced = kDefault;
+  bool moved_follows_ring = false;  // resolved: moved payloads consult the RingGauge
   bool any() const { return moved != 0 || reduced != 0; }
   SingleCopyBytes resolved(uint64_t ring_capacity, bool ranks_fit_cores) const {
-    const uint64_t moved_default = ranks_fit_cores ? ring_capacity : kTakingTurnsMovedBytes;
-    return {moved == kDefault ? moved_default : moved,
-            reduced == kDefault ? ring_capacity + 1 : reduced};
+    SingleCopyBytes r = *this;
+    if (moved == kDefault) {
+      r.moved = ranks_fit_cores ? ring_capacity : kSlowRingMovedBytes;
+      r.moved_follows_ring = ranks_fit_cores;
+    }
+    if (reduced == kDefault) r.reduced = ring_capacity + 1;
+    return r;
   }
 };
 
@@ -48,7 +55,7 @@ class ShmChannel : public Channel {
   size_t write_some(const void* a, size_t na, const void* b, size_t nb) override;
   size_t read_some(size_t max, size_t granule, const Sink& sink) override;
   size_t peek(void* dst, size_t n) override;
-  bool single_copy(size_t nbytes, bool reduced) const override;
+  bool single_copy(size_t nbytes, bool reduced) override;
   uint64_t publish() override { return ++published_; }
   uint64_t acknowledged() const override;
   size_t read_peer(uint64_t address, void* dst, size_t n) override;
@@ -57,6 +64,8 @@ class ShmChannel : public Channel {
   size_t move_some() override;
   bool help_move(uint64_t ticket, const void* data, size_t nbytes) override;
   bool signals() const override { return true; }
+  // How fast large writes into the outbound ring ran lately (tests feed it samples).
+  RingGauge& ring_gauge() { return ring_gauge_; }
   void signal(uint64_t value) override;
   bool signalled(uint64_t value) const override;
 
@@ -84,6 +93,7 @@ class ShmChannel : public Channel {
   // The outbound ring's tail as last read: the reader only moves it on, so the space it implies
   // is never too large, and the reader's cache line is read only when that space runs short.
   uint64_t known_tail_ = 0;
+  RingGauge ring_gauge_;  // how fast large writes into the outbound ring run
   Move move_;
 };
 
