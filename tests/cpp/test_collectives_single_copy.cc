@@ -49,6 +49,14 @@ ShmOptions small_rings(uint64_t single_copy_bytes) {
   return so;
 }
 
+// The context of a hand-built all_gather exchange (the Exchange keeps a copy).
+OpContext allgather_context(LazyDeadline* deadline) {
+  OpContext ctx;
+  ctx.kind = OpKind::kAllgather;
+  ctx.deadline = deadline;
+  return ctx;
+}
+
 GroupOptions group_options() {
   GroupOptions o;
   o.timeout_ms = 20000;
@@ -223,11 +231,8 @@ TEST(SingleCopy, LargeLocalCopiesAreExact) {
   auto s = connected(2, small_rings(64));
   const size_t n = stream_copy_bytes() + 36;  // neither end nor length a multiple of 64
   in_threads(2, [&](int r) {
-    OpContext ctx;
-    ctx.kind = OpKind::kAllgather;
     LazyDeadline deadline(20000);
-    ctx.deadline = &deadline;
-    Exchange x(*s[r], ctx);
+    Exchange x(*s[r], allgather_context(&deadline));
     std::vector<char> source(n + 1), copied(n + 1, 0), sent(1000, static_cast<char>(r)), got(1000);
     for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<char>(i * 7 + r);
     x.send(1 - r, sent.data(), sent.size());
@@ -248,11 +253,8 @@ TEST(SingleCopy, LocalCopyIntoASentBufferRunsBeforeTheSend) {
     auto s = connected(2, small_rings(threshold));
     const size_t n = 10000;  // laps the 4 KB ring when it travels through it
     in_threads(2, [&](int r) {
-      OpContext ctx;
-      ctx.kind = OpKind::kAllgather;
       LazyDeadline deadline(20000);
-      ctx.deadline = &deadline;
-      Exchange x(*s[r], ctx);
+      Exchange x(*s[r], allgather_context(&deadline));
       std::vector<char> sent(n, 'a'), copied(n, 'b'), got(n, 0), source(n, 'c');
       std::vector<char> before_recv(n, 'd');
       x.send(1 - r, sent.data(), n);
