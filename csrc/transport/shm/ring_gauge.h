@@ -13,7 +13,9 @@ namespace pscore {
 
 class RingGauge {
  public:
-  static constexpr size_t kTimedBytes = 64 << 10;  // writes at least this large are measured
+  // Writes at least this large are measured: as small as the payloads the gauge steers
+  // (SingleCopyBytes::kSlowRingMovedBytes), so that their probes measure too.
+  static constexpr size_t kTimedBytes = 32 << 10;
 
   // Records one write of nbytes that took ns: slow once the average passes kSlowNsPerKB, fast
   // again below half of it. A sample counts at most kMaxSampleNsPerKB, so one preempted write

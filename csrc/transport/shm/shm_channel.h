@@ -31,6 +31,7 @@ struct SingleCopyBytes {
   uint64_t moved = kDefault;
   uint64_t reduced = kDefault;
   bool moved_follows_ring = false;  // resolved: moved payloads consult the RingGauge
+  static_assert(kSlowRingMovedBytes >= RingGauge::kTimedBytes, "probes must be measured");
   bool any() const { return moved != 0 || reduced != 0; }
   SingleCopyBytes resolved(uint64_t ring_capacity, bool ranks_fit_cores) const {
     SingleCopyBytes r = *this;
