@@ -114,13 +114,15 @@ size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
 }
 
 // The peer's flag lives in the header of the ring we write to: it vouches for the reader.
+// A small payload is decided on its size alone: no shared line read, no probe counted.
 bool ShmChannel::single_copy(size_t nbytes, bool reduced) {
-  if (out_.header->single_copy_ok.load(std::memory_order_acquire) != 1) return false;
   const uint64_t threshold = reduced ? single_copy_.reduced : single_copy_.moved;
-  if (threshold == 0) return false;
-  if (nbytes >= threshold) return true;
-  return !reduced && single_copy_.moved_follows_ring &&
-         nbytes >= SingleCopyBytes::kSlowRingMovedBytes && !ring_gauge_.take_ring();
+  const bool by_size = threshold != 0 && nbytes >= threshold;
+  const bool gauged = threshold != 0 && !by_size && !reduced && single_copy_.moved_follows_ring &&
+                      nbytes >= SingleCopyBytes::kSlowRingMovedBytes;
+  if (!by_size && !gauged) return false;
+  if (out_.header->single_copy_ok.load(std::memory_order_acquire) != 1) return false;
+  return by_size || !ring_gauge_.take_ring();
 }
 
 uint64_t ShmChannel::acknowledged() const {
