@@ -188,25 +188,37 @@ void bind_progress(py::module_& m) {
 }
 
 void bind_process_group(py::module_& m) {
+  py::enum_<AllreduceAlgorithm>(m, "AllreduceAlgorithm",
+                                "How allreduces run (csrc/collectives/process_group.h).")
+      .value("AUTO", AllreduceAlgorithm::kAuto)
+      .value("RECURSIVE_DOUBLING", AllreduceAlgorithm::kRecursiveDoubling)
+      .value("RING", AllreduceAlgorithm::kRing)
+      .value("HALVING_DOUBLING", AllreduceAlgorithm::kHalvingDoubling);
   const GroupOptions defaults;  // the keyword defaults below are the C++ struct's
   py::class_<PG, std::shared_ptr<PG>>(m, "ProcessGroup")
-      .def(py::init([](std::shared_ptr<Transport> t, int64_t timeout_ms, int spin_us, int yield_us,
-                       size_t small_allreduce_bytes, size_t large_broadcast_bytes) {
-             GroupOptions o;
-             o.timeout_ms = timeout_ms;
-             o.spin_us = spin_us;
-             o.yield_us = yield_us;
-             o.small_allreduce_bytes = small_allreduce_bytes;
-             o.large_broadcast_bytes = large_broadcast_bytes;
-             return std::make_shared<PG>(std::move(t), o);
-           }),
-           py::arg("transport"), py::arg("timeout_ms") = defaults.timeout_ms,
-           py::arg("spin_us") = defaults.spin_us, py::arg("yield_us") = defaults.yield_us,
-           py::arg("small_allreduce_bytes") = defaults.small_allreduce_bytes,
-           py::arg("large_broadcast_bytes") = defaults.large_broadcast_bytes)
+      .def(
+          py::init([](std::shared_ptr<Transport> t, int64_t timeout_ms, int spin_us, int yield_us,
+                      size_t small_allreduce_bytes, AllreduceAlgorithm allreduce_algorithm,
+                      size_t large_broadcast_bytes) {
+            GroupOptions o;
+            o.timeout_ms = timeout_ms;
+            o.spin_us = spin_us;
+            o.yield_us = yield_us;
+            o.small_allreduce_bytes = small_allreduce_bytes;
+            o.allreduce_algorithm = allreduce_algorithm;
+            o.large_broadcast_bytes = large_broadcast_bytes;
+            return std::make_shared<PG>(std::move(t), o);
+          }),
+          py::arg("transport"), py::arg("timeout_ms") = defaults.timeout_ms,
+          py::arg("spin_us") = defaults.spin_us, py::arg("yield_us") = defaults.yield_us,
+          py::arg("small_allreduce_bytes") = defaults.small_allreduce_bytes,
+          py::arg_v("allreduce_algorithm", defaults.allreduce_algorithm, "AllreduceAlgorithm.AUTO"),
+          py::arg("large_broadcast_bytes") = defaults.large_broadcast_bytes)
       .def_property_readonly("rank", &PG::rank)
       .def_property_readonly("size", &PG::size)
       .def_property_readonly("transport", &PG::transport_name)
+      .def("allreduce_algorithm", &PG::allreduce_algorithm, py::arg("count"), py::arg("dtype"),
+           "The algorithm an allreduce of count elements of dtype takes in this group.")
       .def(
           "allreduce",
           [](PG& g, const Tensor& t, ReduceOp op, bool async) {

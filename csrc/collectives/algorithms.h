@@ -27,12 +27,37 @@ struct Block {
 };
 Block block_of(size_t count, int n, int b);
 
+// How a power-of-two algorithm runs on any n: the largest power of two p2 <= n, and the n - p2
+// extra ranks folded in first. Among ranks < 2 (n - p2), each even rank sends its buffer to the
+// odd rank above it, which folds it in, and gets the result back at the end.
+class PowerOfTwoFold {
+ public:
+  explicit PowerOfTwoFold(const Comm& c);
+  // Runs this rank's part of the fold: an even rank below 2 (n - p2) sends its buffer, waits
+  // for the result and returns false (its call is done); the others return true.
+  bool fold_in(Comm& c, void* buf, size_t nbytes, ReduceOp op) const;
+  // Sends the result back to the even rank folded into this one, if any.
+  void fold_out(Comm& c, const void* buf, size_t nbytes) const;
+  int p2() const { return p2_; }
+  int vrank() const { return vrank_; }  // this rank among the p2 (once fold_in returned true)
+  int real_rank(int v) const { return v < rem_ ? v * 2 + 1 : v + rem_; }
+
+ private:
+  int rank_;
+  int p2_ = 1;
+  int rem_;
+  int vrank_;
+};
+
 // Latency-optimal: log2(n) exchanges of the whole buffer (non-powers of two fold the extra ranks
 // in first). `scratch` holds count elements.
 void allreduce_recursive_doubling(Comm& c, void* buf, size_t count, ReduceOp op, void* scratch);
 // Bandwidth-optimal: ring reduce-scatter then ring allgather, 2(n-1)/n of the buffer per rank,
 // each incoming piece reduced straight from the transport as it arrives.
 void allreduce_ring(Comm& c, void* buf, size_t count, ReduceOp op);
+// Bandwidth-optimal in 2 log2(n) steps: recursive-halving reduce-scatter then recursive-doubling
+// allgather (Rabenseifner's), the same bytes per rank as the ring on powers of two.
+void allreduce_halving_doubling(Comm& c, void* buf, size_t count, ReduceOp op);
 
 void broadcast_binomial(Comm& c, void* buf, size_t nbytes, int root);
 // Scatter from the root then ring allgather: for large buffers on many ranks.

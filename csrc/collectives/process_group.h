@@ -19,11 +19,21 @@
 
 namespace pscore {
 
+// How an allreduce runs (algorithms.h). Buffers of fewer elements than ranks always take
+// recursive doubling.
+enum class AllreduceAlgorithm {
+  kAuto,               // by size and transport (ProcessGroup::allreduce_algorithm)
+  kRecursiveDoubling,  // log2(n) steps, each moving the whole buffer
+  kRing,               // 2(n-1) steps to the neighbours
+  kHalvingDoubling,    // 2 log2(n) steps on powers of two (plus a fold on other sizes)
+};
+
 struct GroupOptions {
   int64_t timeout_ms = 30000;
   int spin_us = -1;   // -1: spin only when ranks fit on the cores (20 ms blocking, 50 us async)
   int yield_us = -1;  // -1: when ranks outnumber the cores, poll with sched_yield before sleeping
-  size_t small_allreduce_bytes = 64 << 10;   // below: recursive doubling; above: ring
+  size_t small_allreduce_bytes = 64 << 10;  // auto: recursive doubling up to this size
+  AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;  // else: at every size
   size_t large_broadcast_bytes = 512 << 10;  // above (and n > 3): scatter + allgather
 };
 
@@ -38,6 +48,8 @@ class ProcessGroup {
   int size() const { return transport_->size(); }
   const char* transport_name() const { return transport_->name(); }
   const GroupOptions& options() const { return options_; }
+  // The algorithm an allreduce of `count` elements of `dtype` takes here (never kAuto).
+  AllreduceAlgorithm allreduce_algorithm(size_t count, DType dtype) const;
 
   // All buffers are `count` elements of `dtype` unless said otherwise; every call blocks until
   // done unless async, in which case the Work reports completion and failure. A blocking
@@ -113,6 +125,8 @@ class ProcessGroup {
   GroupOptions options_;
   int spin_us_;
   bool help_moves_;  // ranks fit on the cores: a blocking call's sends help move (OpContext)
+  // The transport's steps are costly and the world a power of two >= 4: auto may halve and double.
+  bool fewer_steps_pay_;
   int yield_us_;
   mutable YieldGauge yield_gauge_;  // whether yields cost a time slice: then sleep at once
   std::mutex submit_mu_;            // keeps sequence numbers in queue order across caller threads

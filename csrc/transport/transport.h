@@ -27,6 +27,9 @@ class Transport {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual Channel& channel(int peer, int lane) = 0;
+  // Whether each step of an exchange costs system calls and the peer's wake-up (sockets), so
+  // that algorithms with fewer steps pay at the same bytes.
+  virtual bool costly_steps() const { return false; }
 
   // Sleeping protocol: begin_wait() announces a sleeper and returns a token (then the caller
   // re-checks its channels); wait() blocks until a peer signals after the token was taken, or

@@ -8,6 +8,7 @@ import pscore.buffer
 import typing
 
 __all__: list[str] = [
+    "AllreduceAlgorithm",
     "DType",
     "NcclCommunicator",
     "NcclWork",
@@ -32,6 +33,53 @@ __all__: list[str] = [
     "set_staging_chunk_bytes",
     "staging_chunk_bytes",
 ]
+
+class AllreduceAlgorithm:
+    """
+    How allreduces run (csrc/collectives/process_group.h).
+
+    Members:
+
+      AUTO
+
+      RECURSIVE_DOUBLING
+
+      RING
+
+      HALVING_DOUBLING
+    """
+
+    AUTO: typing.ClassVar[AllreduceAlgorithm]  # value = <AllreduceAlgorithm.AUTO: 0>
+    HALVING_DOUBLING: typing.ClassVar[
+        AllreduceAlgorithm
+    ]  # value = <AllreduceAlgorithm.HALVING_DOUBLING: 3>
+    RECURSIVE_DOUBLING: typing.ClassVar[
+        AllreduceAlgorithm
+    ]  # value = <AllreduceAlgorithm.RECURSIVE_DOUBLING: 1>
+    RING: typing.ClassVar[AllreduceAlgorithm]  # value = <AllreduceAlgorithm.RING: 2>
+    __members__: typing.ClassVar[
+        dict[str, AllreduceAlgorithm]
+    ]  # value = {'AUTO': <AllreduceAlgorithm.AUTO: 0>, 'RECURSIVE_DOUBLING': <AllreduceAlgorithm.RECURSIVE_DOUBLING: 1>, 'RING': <AllreduceAlgorithm.RING: 2>, 'HALVING_DOUBLING': <AllreduceAlgorithm.HALVING_DOUBLING: 3>}
+    @typing.overload
+    def __eq__(self, other: AllreduceAlgorithm) -> bool: ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool: ...
+    def __getstate__(self) -> int: ...
+    def __hash__(self) -> int: ...
+    def __index__(self) -> int: ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def __int__(self) -> int: ...
+    @typing.overload
+    def __ne__(self, other: AllreduceAlgorithm) -> bool: ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool: ...
+    def __repr__(self) -> str: ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def __str__(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
 
 class DType:
     """
@@ -244,6 +292,7 @@ class ProcessGroup:
         spin_us: typing.SupportsInt | typing.SupportsIndex = -1,
         yield_us: typing.SupportsInt | typing.SupportsIndex = -1,
         small_allreduce_bytes: typing.SupportsInt | typing.SupportsIndex = 65536,
+        allreduce_algorithm: AllreduceAlgorithm = ...,
         large_broadcast_bytes: typing.SupportsInt | typing.SupportsIndex = 524288,
     ) -> None: ...
     def abort(self, arg0: str) -> None: ...
@@ -275,6 +324,12 @@ class ProcessGroup:
         all_gather into one output of size() blocks, rank r's input in block r.
         """
     def allreduce(self, arg0: typing.Any, arg1: ReduceOp, arg2: bool) -> Work: ...
+    def allreduce_algorithm(
+        self, count: typing.SupportsInt | typing.SupportsIndex, dtype: DType
+    ) -> AllreduceAlgorithm:
+        """
+        The algorithm an allreduce of count elements of dtype takes in this group.
+        """
     def barrier(self, async_op: bool) -> Work: ...
     def broadcast(
         self, arg0: typing.Any, arg1: typing.SupportsInt | typing.SupportsIndex, arg2: bool

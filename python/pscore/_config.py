@@ -142,7 +142,16 @@ SMALL_ALLREDUCE_BYTES = Var(
     "PSCORE_SMALL_ALLREDUCE_BYTES",
     "bytes",
     64 << 10,
-    "allreduces up to this size use recursive doubling, larger ones the ring",
+    "with PSCORE_ALLREDUCE_ALGORITHM=auto, allreduces up to this size use recursive doubling",
+)
+ALLREDUCE_ALGORITHM = Var(
+    "PSCORE_ALLREDUCE_ALGORITHM",
+    "choice",
+    "auto",
+    "allreduce algorithm at every size: recursive_doubling, ring, halving_doubling (recursive"
+    " halving then doubling), or auto: recursive_doubling up to PSCORE_SMALL_ALLREDUCE_BYTES, then"
+    " halving_doubling up to 1 MB over TCP on 4, 8, 16... ranks, else ring",
+    choices=("auto", "recursive_doubling", "ring", "halving_doubling"),
 )
 LARGE_BROADCAST_BYTES = Var(
     "PSCORE_LARGE_BROADCAST_BYTES",

@@ -1,5 +1,5 @@
 // Collectives with ranks as threads over real TCP and shared-memory transports: every algorithm,
-// world sizes {1,2,3,4,7}, element counts from 0 up, both allreduce algorithms forced. TCP ranks
+// world sizes {1,2,3,4,6,7,8}, element counts from 0 up, each allreduce algorithm forced. TCP ranks
 // of odd worlds sleep in epoll, those of even worlds in poll().
 #include <gtest/gtest.h>
 
@@ -63,7 +63,8 @@ Groups make_groups(int n, bool shm, GroupOptions opts) {
 struct Param {
   int world;
   bool shm;
-  size_t small_bytes;  // 0 forces the ring, huge forces recursive doubling
+  size_t small_bytes;                                        // where auto's recursive doubling ends
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;  // else: at every size
 };
 
 class CollectivesTest : public ::testing::TestWithParam<Param> {
@@ -72,6 +73,7 @@ class CollectivesTest : public ::testing::TestWithParam<Param> {
     GroupOptions o;
     o.timeout_ms = 20000;
     o.small_allreduce_bytes = GetParam().small_bytes;
+    o.allreduce_algorithm = GetParam().algorithm;
     o.large_broadcast_bytes = 64;
     groups_ = make_groups(GetParam().world, GetParam().shm, o);
   }
@@ -281,17 +283,55 @@ TEST_P(CollectivesTest, RecvFromAnySource) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, CollectivesTest,
-                         ::testing::Values(Param{1, false, 64}, Param{2, false, 64},
-                                           Param{3, false, 0}, Param{4, false, 1 << 30},
-                                           Param{7, false, 64}, Param{2, true, 0},
-                                           Param{3, true, 1 << 30}, Param{4, true, 64},
-                                           Param{7, true, 64}),
-                         [](const ::testing::TestParamInfo<Param>& p) {
-                           return std::string(p.param.shm ? "shm" : "tcp") +
-                                  std::to_string(p.param.world) + "_" +
-                                  std::to_string(p.param.small_bytes);
-                         });
+constexpr AllreduceAlgorithm kAuto = AllreduceAlgorithm::kAuto;
+constexpr AllreduceAlgorithm kRecursiveDoubling = AllreduceAlgorithm::kRecursiveDoubling;
+constexpr AllreduceAlgorithm kRing = AllreduceAlgorithm::kRing;
+constexpr AllreduceAlgorithm kHalvingDoubling = AllreduceAlgorithm::kHalvingDoubling;
+
+std::string algorithm_name(AllreduceAlgorithm a) {
+  switch (a) {
+    case kRecursiveDoubling:
+      return "rd";
+    case kRing:
+      return "ring";
+    case kHalvingDoubling:
+      return "hd";
+    default:
+      return "auto";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, CollectivesTest,
+    ::testing::Values(Param{1, false, 64}, Param{2, false, 64, kRing}, Param{3, false, 0, kRing},
+                      Param{4, false, 0, kRecursiveDoubling}, Param{4, false, 0},
+                      Param{7, false, 64, kRing}, Param{2, true, 0, kRing},
+                      Param{3, true, 0, kRecursiveDoubling}, Param{4, true, 64, kRing},
+                      Param{7, true, 64, kRing}, Param{3, true, 0, kHalvingDoubling},
+                      Param{6, false, 0, kHalvingDoubling}, Param{8, true, 64, kHalvingDoubling}),
+    [](const ::testing::TestParamInfo<Param>& p) {
+      return std::string(p.param.shm ? "shm" : "tcp") + std::to_string(p.param.world) + "_" +
+             std::to_string(p.param.small_bytes) + "_" + algorithm_name(p.param.algorithm);
+    });
+
+TEST(CollectivesAlgorithms, AutoHalvesAndDoublesMidSizesOverTcpOnPowersOfTwo) {
+  const auto taken = [](int n, bool shm, size_t nbytes, AllreduceAlgorithm asked = kAuto) {
+    GroupOptions o;
+    o.allreduce_algorithm = asked;
+    return make_groups(n, shm, o)[0]->allreduce_algorithm(nbytes / 4, DType::kFloat32);
+  };
+  EXPECT_EQ(taken(4, false, 64 << 10), kRecursiveDoubling);
+  EXPECT_EQ(taken(4, false, 1 << 20), kHalvingDoubling);
+  EXPECT_EQ(taken(8, false, 1 << 20), kHalvingDoubling);
+  EXPECT_EQ(taken(4, false, 2 << 20), kRing);  // the pairs' exchanges outgrow the socket buffers
+  EXPECT_EQ(taken(2, false, 1 << 20), kRing);  // the same two steps either way
+  EXPECT_EQ(taken(6, false, 1 << 20), kRing);  // the fold would move the buffer twice more
+  EXPECT_EQ(taken(4, true, 1 << 20), kRing);   // shared-memory steps are cheap
+  // Asked for, an algorithm runs at every size; fewer elements than ranks take recursive doubling.
+  EXPECT_EQ(taken(4, true, 64 << 20, kHalvingDoubling), kHalvingDoubling);
+  EXPECT_EQ(taken(4, false, 16, kRing), kRing);
+  EXPECT_EQ(taken(4, false, 12, kRing), kRecursiveDoubling);
+}
 
 TEST(CollectivesFailure, SilentPeerTimesOutWithNames) {
   GroupOptions o;

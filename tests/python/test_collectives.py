@@ -153,19 +153,33 @@ def test_data_movement(world, transport):
 
 def large_allreduce(rank, world):
     # 6 MB: several laps of the 4 MB shared ring and the 1 MB socket staging area.
+    from pscore.collectives.group import default_group
+
     n = 1_500_001
     x = np.full(n, rank + 1, dtype=np.float32)
     x[::7] = rank
     pscore.all_reduce(x)
     want = np.full(n, world * (world + 1) / 2, dtype=np.float32)
     want[::7] = world * (world - 1) / 2
-    return bool(np.array_equal(x, want)) and pscore.get_backend()
+    algorithm = default_group().native.allreduce_algorithm(n, pscore._C.DType.FLOAT32).name.lower()
+    return bool(np.array_equal(x, want)) and (pscore.get_backend(), algorithm)
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
-def test_large_numpy_allreduce(transport):
-    results = run_ranks(large_allreduce, 3, transport=transport)
-    assert set(results.values()) == {f"pscore/{transport}"}
+@pytest.mark.parametrize(
+    ("transport", "world", "asked", "taken"),
+    [
+        ("shm", 3, "auto", "ring"),
+        ("tcp", 3, "auto", "ring"),
+        ("tcp", 4, "auto", "ring"),  # 6 MB: auto halves and doubles over TCP up to 1 MB
+        ("shm", 3, "halving_doubling", "halving_doubling"),  # with the fold
+        ("tcp", 4, "halving_doubling", "halving_doubling"),
+        ("tcp", 2, "recursive_doubling", "recursive_doubling"),
+    ],
+)
+def test_large_numpy_allreduce(transport, world, asked, taken):
+    env = {"PSCORE_ALLREDUCE_ALGORITHM": asked}
+    results = run_ranks(large_allreduce, world, transport=transport, env=env)
+    assert set(results.values()) == {(f"pscore/{transport}", taken)}
 
 
 def matches_gloo(rank, world, gloo_file):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pscore
-from pscore import _config
+from pscore import _C, _config
 from pscore.collectives import group, rendezvous
 from pscore.ps import PSClient
 from pscore.ps.server import PServer
@@ -146,11 +146,13 @@ def test_values_parse_and_blank_means_the_default(monkeypatch):
     monkeypatch.setenv("PSCORE_SMALL_ALLREDUCE_BYTES", " 256 ")
     monkeypatch.setenv("PSCORE_LARGE_BROADCAST_BYTES", "")
     monkeypatch.setenv("PSCORE_HOST", "10.1.2.3")
+    monkeypatch.setenv("PSCORE_ALLREDUCE_ALGORITHM", "Halving_Doubling")
     monkeypatch.delenv("PSCORE_YIELD_US", raising=False)
     monkeypatch.delenv("PSCORE_SPIN_US", raising=False)
     assert group.timeout_seconds(None) == 2.5
     assert group.tuning_from_env() == {
         "small_allreduce_bytes": 256,
+        "allreduce_algorithm": _C.AllreduceAlgorithm.HALVING_DOUBLING,
         "large_broadcast_bytes": 512 << 10,
         "spin_us": -1,  # unset: the core decides (poll only when ranks fit on the cores)
         "yield_us": -1,  # unset: the core decides (yield only when ranks outnumber cores)

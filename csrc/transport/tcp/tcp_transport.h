@@ -49,6 +49,7 @@ class TcpTransport : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Channel& channel(int peer, int lane) override;
+  bool costly_steps() const override { return true; }
   void wait(const std::vector<WaitItem>& items, int timeout_ms, uint32_t token) override;
   void check_peer(int peer) override {}
   void abort(const std::string& reason) override;

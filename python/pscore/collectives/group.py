@@ -8,6 +8,7 @@ import functools
 import threading
 
 from .. import _C, _config, stall
+from .._enums import by_name
 from ..store.create import create_store, env_store
 from ..store.native import TCPStore
 from ..store.prefix import PrefixStore
@@ -172,12 +173,13 @@ def timeout_seconds(timeout) -> float:
 
 
 def tuning_from_env() -> dict:
-    """Algorithm thresholds and waiting from PSCORE_SMALL_ALLREDUCE_BYTES,
-    PSCORE_LARGE_BROADCAST_BYTES, PSCORE_SPIN_US and PSCORE_YIELD_US (unset: the core's
-    default, -1)."""
+    """Algorithm choices and waiting from PSCORE_SMALL_ALLREDUCE_BYTES,
+    PSCORE_ALLREDUCE_ALGORITHM, PSCORE_LARGE_BROADCAST_BYTES, PSCORE_SPIN_US and PSCORE_YIELD_US
+    (unset: the core's default, -1)."""
     spin_us, yield_us = _config.SPIN_US.get(), _config.YIELD_US.get()
     return {
         "small_allreduce_bytes": _config.SMALL_ALLREDUCE_BYTES.get(),
+        "allreduce_algorithm": by_name(_C.AllreduceAlgorithm)[_config.ALLREDUCE_ALGORITHM.get()],
         "large_broadcast_bytes": _config.LARGE_BROADCAST_BYTES.get(),
         "spin_us": -1 if spin_us is None else spin_us,
         "yield_us": -1 if yield_us is None else yield_us,
