@@ -30,9 +30,13 @@ from pscore.train.strategies.machines import _machines
 
 EXAMPLE = pathlib.Path(__file__).parents[2] / "examples" / "train_digits.py"
 TIMEOUT_S = 240  # a hang guard only
-# Measured (docs/train.md): test accuracy 0.976-0.978 for 2 hogwild workers at 20 epochs and
-# 0.971-0.976 for 2 machines of 2 distributed-hogwild workers (10 epochs: 0.960-0.973, 0.964-0.976).
+# Measured (docs/train.md): test accuracy 0.967-0.982 for 2 hogwild workers at 20 epochs (90
+# runs, some beside busy loops) and 0.971-0.976 for 2 machines of 2 distributed-hogwild workers
+# (10 epochs: 0.960-0.973, 0.964-0.976). The workers' updates race, so the accuracy is a random
+# variable: one CI run of 2 hogwild workers ended under 0.95. A job under MIN_ACCURACY runs once
+# more, and the test fails when both runs fall short (or either crashes, or the weights differ).
 EPOCHS = ["--epochs", "20"]
+MIN_ACCURACY = 0.95
 two_hosts = netns_helpers.hosts_fixture(2)
 
 
@@ -78,36 +82,57 @@ def _accuracy(out: str) -> float:
     return float(re.search(r"test accuracy ([0-9.]+)", out).group(1))
 
 
-def test_hogwild_trains_digits_on_two_workers_and_leaves_no_segment():
+def _accurate_job(run_job) -> str:
+    """The stdout of run_job() (which runs a job and returns its chief's stdout and everything
+    its nodes printed), run once more when the chief's test accuracy is under MIN_ACCURACY."""
+    outputs = []
+    for _ in range(2):
+        chief_out, printed = run_job()
+        outputs.append(printed)
+        if _accuracy(chief_out) >= MIN_ACCURACY:
+            return printed
+    pytest.fail(f"both runs under test accuracy {MIN_ACCURACY}:\n" + "\n----\n".join(outputs))
+
+
+def _two_workers() -> tuple[str, str]:
     job = _job()
     assert _segments(job) == []
-    args = ["--strategy", "hogwild", *EPOCHS, "--min-accuracy", "0.95", "--digest"]
+    args = ["--strategy", "hogwild", *EPOCHS, "--digest"]
     code, out, err = _finish(_launch(job, "-n", "2", str(EXAMPLE), *args))
-    assert code == 0, err[-3000:]
-    assert _accuracy(out) >= 0.95, out
+    assert code == 0, out[-2000:] + err[-3000:]
     digests = _digests(out)
     assert sorted(digests) == [0, 1] and len(set(digests.values())) == 1, out
     assert _segments(job) == []
+    return out, out
+
+
+def test_hogwild_trains_digits_on_two_workers_and_leaves_no_segment():
+    _accurate_job(_two_workers)
 
 
 def _two_machines(host_addr: str, hosts: list, **env) -> None:
-    """distributed-hogwild on two machines of 2 workers: both reach 0.95, all 4 end equal."""
-    job, port = _job(), free_port()
-    common = ["--nnodes", "2", "--master-addr", host_addr, "--master-port", str(port), "-n", "2"]
-    script = [str(EXAMPLE), "--strategy", "distributed-hogwild", *EPOCHS, "--min-accuracy", "0.95"]
-    nodes = [
-        _launch(job, *common, "--node-rank", str(n), *script, "--digest", host=hosts[n], **env)
-        for n in range(2)
-    ]
-    results = [_finish(node) for node in nodes]
-    for n, (code, _, err) in enumerate(results):
-        assert code == 0, (n, err[-3000:])
-    out = results[0][1] + results[1][1]
-    assert _accuracy(results[0][1]) >= 0.95, out
-    digests = _digests(out)
-    assert sorted(digests) == [0, 1, 2, 3], out
-    assert len(set(digests.values())) == 1, out  # all 4 workers, both machines
-    assert _segments(job) == []
+    """distributed-hogwild on two machines of 2 workers: the chief reaches MIN_ACCURACY, all 4
+    workers end equal."""
+
+    def run_job() -> tuple[str, str]:
+        job, port = _job(), free_port()
+        common = ["--nnodes", "2", "--master-addr", host_addr, "--master-port", str(port)]
+        script = [str(EXAMPLE), "--strategy", "distributed-hogwild", *EPOCHS, "--digest"]
+        nodes = [
+            _launch(job, *common, "-n", "2", "--node-rank", str(n), *script, host=hosts[n], **env)
+            for n in range(2)
+        ]
+        results = [_finish(node) for node in nodes]
+        out = results[0][1] + results[1][1]
+        for n, (code, _, err) in enumerate(results):
+            assert code == 0, (n, out[-2000:], err[-3000:])
+        digests = _digests(out)
+        assert sorted(digests) == [0, 1, 2, 3], out
+        assert len(set(digests.values())) == 1, out  # all 4 workers, both machines
+        assert _segments(job) == []
+        return results[0][1], out
+
+    _accurate_job(run_job)
 
 
 def test_distributed_hogwild_on_two_machines_ends_with_equal_weights():
