@@ -194,12 +194,23 @@ void bind_process_group(py::module_& m) {
       .value("RECURSIVE_DOUBLING", AllreduceAlgorithm::kRecursiveDoubling)
       .value("RING", AllreduceAlgorithm::kRing)
       .value("HALVING_DOUBLING", AllreduceAlgorithm::kHalvingDoubling);
+  py::enum_<AllgatherAlgorithm>(m, "AllgatherAlgorithm",
+                                "How allgathers run (csrc/collectives/process_group.h).")
+      .value("AUTO", AllgatherAlgorithm::kAuto)
+      .value("RING", AllgatherAlgorithm::kRing)
+      .value("RECURSIVE_DOUBLING", AllgatherAlgorithm::kRecursiveDoubling);
+  py::enum_<ReduceScatterAlgorithm>(m, "ReduceScatterAlgorithm",
+                                    "How reduce_scatters run (csrc/collectives/process_group.h).")
+      .value("AUTO", ReduceScatterAlgorithm::kAuto)
+      .value("RING", ReduceScatterAlgorithm::kRing)
+      .value("RECURSIVE_HALVING", ReduceScatterAlgorithm::kRecursiveHalving);
   const GroupOptions defaults;  // the keyword defaults below are the C++ struct's
   py::class_<PG, std::shared_ptr<PG>>(m, "ProcessGroup")
       .def(
           py::init([](std::shared_ptr<Transport> t, int64_t timeout_ms, int spin_us, int yield_us,
                       size_t small_allreduce_bytes, AllreduceAlgorithm allreduce_algorithm,
-                      size_t large_broadcast_bytes) {
+                      size_t large_broadcast_bytes, AllgatherAlgorithm allgather_algorithm,
+                      ReduceScatterAlgorithm reduce_scatter_algorithm) {
             GroupOptions o;
             o.timeout_ms = timeout_ms;
             o.spin_us = spin_us;
@@ -207,18 +218,28 @@ void bind_process_group(py::module_& m) {
             o.small_allreduce_bytes = small_allreduce_bytes;
             o.allreduce_algorithm = allreduce_algorithm;
             o.large_broadcast_bytes = large_broadcast_bytes;
+            o.allgather_algorithm = allgather_algorithm;
+            o.reduce_scatter_algorithm = reduce_scatter_algorithm;
             return std::make_shared<PG>(std::move(t), o);
           }),
           py::arg("transport"), py::arg("timeout_ms") = defaults.timeout_ms,
           py::arg("spin_us") = defaults.spin_us, py::arg("yield_us") = defaults.yield_us,
           py::arg("small_allreduce_bytes") = defaults.small_allreduce_bytes,
           py::arg_v("allreduce_algorithm", defaults.allreduce_algorithm, "AllreduceAlgorithm.AUTO"),
-          py::arg("large_broadcast_bytes") = defaults.large_broadcast_bytes)
+          py::arg("large_broadcast_bytes") = defaults.large_broadcast_bytes,
+          py::arg_v("allgather_algorithm", defaults.allgather_algorithm, "AllgatherAlgorithm.AUTO"),
+          py::arg_v("reduce_scatter_algorithm", defaults.reduce_scatter_algorithm,
+                    "ReduceScatterAlgorithm.AUTO"))
       .def_property_readonly("rank", &PG::rank)
       .def_property_readonly("size", &PG::size)
       .def_property_readonly("transport", &PG::transport_name)
       .def("allreduce_algorithm", &PG::allreduce_algorithm, py::arg("count"), py::arg("dtype"),
            "The algorithm an allreduce of count elements of dtype takes in this group.")
+      .def("allgather_algorithm", &PG::allgather_algorithm, py::arg("count"), py::arg("dtype"),
+           "The algorithm an allgather of count elements per rank takes in this group.")
+      .def("reduce_scatter_algorithm", &PG::reduce_scatter_algorithm, py::arg("count"),
+           py::arg("dtype"),
+           "The algorithm a reduce_scatter of count elements per rank takes in this group.")
       .def(
           "allreduce",
           [](PG& g, const Tensor& t, ReduceOp op, bool async) {

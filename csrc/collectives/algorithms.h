@@ -26,6 +26,22 @@ struct Block {
   size_t length;
 };
 Block block_of(size_t count, int n, int b);
+// Blocks [first, first + blocks) of count elements of esize bytes split into n blocks, as bytes.
+struct Span {
+  size_t offset;
+  size_t nbytes;
+};
+Span span_of(size_t count, size_t esize, int n, int first, int blocks);
+
+// A power-of-two set of virtual ranks laid on the group's n ranks: virtual v is rank
+// (v + shift) mod n (shift: a root that becomes virtual rank 0).
+struct VirtualRanks {
+  int p2;
+  int vrank;
+  int shift;
+  int n;
+  int real(int v) const { return (v + shift) % n; }
+};
 
 // How a power-of-two algorithm runs on any n: the largest power of two p2 <= n, and the n - p2
 // extra ranks folded in first. Among ranks < 2 (n - p2), each even rank sends its buffer to the
@@ -60,11 +76,17 @@ void allreduce_ring(Comm& c, void* buf, size_t count, ReduceOp op);
 void allreduce_halving_doubling(Comm& c, void* buf, size_t count, ReduceOp op);
 
 void broadcast_binomial(Comm& c, void* buf, size_t nbytes, int root);
-// Scatter from the root then ring allgather: for large buffers on many ranks.
-void broadcast_scatter_allgather(Comm& c, void* buf, size_t count, int root);
+// Scatter from the root then an allgather (ring, or recursive doubling on powers of two): for
+// large buffers on many ranks.
+void broadcast_scatter_allgather(Comm& c, void* buf, size_t count, int root,
+                                 bool recursive_doubling);
 
 // Binomial-tree reduce into the root's buf; other ranks' buf is left untouched (scratch used).
 void reduce_binomial(Comm& c, void* buf, size_t count, ReduceOp op, int root, void* scratch);
+
+// Recursive-doubling allgather in log2(p2) steps: buf holds p2 blocks of count elements split by
+// block_of; virtual rank v holds block v and ends with all of them.
+void allgather_recursive_doubling(Comm& c, void* buf, size_t count, const VirtualRanks& ranks);
 
 // Ring allgather: outputs[r] (bytes[r] long) receives rank r's block. This rank's block is
 // `input`, copied into outputs[rank()] while the first step's transfers run; nullptr: it is
@@ -77,6 +99,11 @@ void allgather_ring(Comm& c, const void* input, const std::vector<void*>& output
 void reduce_scatter_ring(Comm& c, const std::vector<const void*>& inputs,
                          const std::vector<size_t>& counts, void* output, ReduceOp op,
                          char* scratch);
+
+// Recursive-halving reduce-scatter in log2(n) steps on a power-of-two group: inputs[b] are
+// count elements each; output receives the reduced block rank(). `scratch` holds n * count.
+void reduce_scatter_recursive_halving(Comm& c, const std::vector<const void*>& inputs, size_t count,
+                                      void* output, ReduceOp op, char* scratch);
 
 // Direct: non-roots send to / receive from the root, which moves all blocks concurrently.
 void gather_direct(Comm& c, const void* input, size_t nbytes, const std::vector<char*>& outputs,

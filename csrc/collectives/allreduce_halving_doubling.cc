@@ -2,22 +2,6 @@
 
 namespace pscore {
 
-namespace {
-
-// Blocks [first, first + blocks) of the p2 blocks the buffer is cut into, as bytes.
-struct Span {
-  size_t offset;
-  size_t nbytes;
-};
-
-Span span_of(size_t count, size_t esize, int p2, int first, int blocks) {
-  const Block a = block_of(count, p2, first);
-  const Block z = block_of(count, p2, first + blocks - 1);
-  return Span{a.offset * esize, (z.offset + z.length - a.offset) * esize};
-}
-
-}  // namespace
-
 // Protocol. After the extra ranks fold in (PowerOfTwoFold), the p2 virtual ranks cut the buffer
 // into p2 blocks. Reduce-scatter by recursive halving: for each bit `mask` of the virtual ranks, v
 // halves the range of blocks it holds, keeps the half on its side of the bit (the upper one when v

@@ -28,33 +28,38 @@ void broadcast_binomial(Comm& c, void* buf, size_t nbytes, int root) {
   x.run();
 }
 
-// Protocol. The root sends block b of the buffer to rank b (all at once); then a ring allgather
-// gives every rank every block. Each rank moves ~2x the buffer instead of log2(n) x.
-void broadcast_scatter_allgather(Comm& c, void* buf, size_t count, int root) {
+// Protocol. Ranks are renumbered so the root is 0 (v = r - root mod n). The root sends block v
+// of the buffer to virtual rank v (all at once); then an allgather gives every rank every block.
+// Each rank moves ~2x the buffer instead of log2(n) x.
+void broadcast_scatter_allgather(Comm& c, void* buf, size_t count, int root,
+                                 bool recursive_doubling) {
   const int n = c.size();
-  const int r = c.rank();
+  const VirtualRanks ranks{n, (c.rank() - root + n) % n, root, n};
   const size_t esize = dtype_size(c.ctx.dtype);
   char* base = static_cast<char*>(buf);
   {
     Exchange x = c.exchange();
-    if (r == root) {
-      for (int p = 0; p < n; ++p) {
-        if (p == root) continue;
-        Block b = block_of(count, n, p);
-        x.send(p, base + b.offset * esize, b.length * esize);
+    if (ranks.vrank == 0) {
+      for (int v = 1; v < n; ++v) {
+        const Span b = span_of(count, esize, n, v, 1);
+        x.send(ranks.real(v), base + b.offset, b.nbytes);
       }
     } else {
-      Block b = block_of(count, n, r);
-      x.recv(root, base + b.offset * esize, b.length * esize);
+      const Span b = span_of(count, esize, n, ranks.vrank, 1);
+      x.recv(root, base + b.offset, b.nbytes);
     }
     x.run();
   }
+  if (recursive_doubling) {
+    allgather_recursive_doubling(c, buf, count, ranks);
+    return;
+  }
   std::vector<void*> outputs(n);
   std::vector<size_t> bytes(n);
-  for (int p = 0; p < n; ++p) {
-    Block b = block_of(count, n, p);
-    outputs[p] = base + b.offset * esize;
-    bytes[p] = b.length * esize;
+  for (int r = 0; r < n; ++r) {
+    const Span b = span_of(count, esize, n, (r - root + n) % n, 1);
+    outputs[r] = base + b.offset;
+    bytes[r] = b.nbytes;
   }
   allgather_ring(c, nullptr, outputs, bytes);
 }

@@ -41,7 +41,8 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions op
   yield_us_ = options_.yield_us >= 0 ? options_.yield_us : (fits ? 0 : kDefaultYieldUs);
   help_moves_ = fits;
   const int n = size();
-  fewer_steps_pay_ = transport_->costly_steps() && n >= 4 && (n & (n - 1)) == 0;
+  power_of_two_ = n >= 4 && (n & (n - 1)) == 0;
+  fewer_steps_pay_ = transport_->costly_steps() && power_of_two_;
   send_lanes_.resize(size());
   recv_lanes_.resize(size());
   executor_ = std::make_unique<Executor>();
@@ -180,6 +181,28 @@ AllreduceAlgorithm ProcessGroup::allreduce_algorithm(size_t count, DType dtype) 
   return AllreduceAlgorithm::kRing;
 }
 
+// Auto takes the log2(n)-step allgather and reduce_scatter up to small_allreduce_bytes in all
+// (all ranks' blocks), and over costly steps up to kAutoHalvingDoublingMaxBytes.
+template <class Algorithm>
+Algorithm ProcessGroup::fewer_steps_or_ring(size_t total_bytes, Algorithm asked,
+                                            Algorithm fewer) const {
+  if (!power_of_two_) return Algorithm::kRing;
+  if (asked != Algorithm::kAuto) return asked;
+  if (total_bytes <= options_.small_allreduce_bytes) return fewer;
+  if (fewer_steps_pay_ && total_bytes <= kAutoHalvingDoublingMaxBytes) return fewer;
+  return Algorithm::kRing;
+}
+
+AllgatherAlgorithm ProcessGroup::allgather_algorithm(size_t count, DType dtype) const {
+  return fewer_steps_or_ring(count * dtype_size(dtype) * size(), options_.allgather_algorithm,
+                             AllgatherAlgorithm::kRecursiveDoubling);
+}
+
+ReduceScatterAlgorithm ProcessGroup::reduce_scatter_algorithm(size_t count, DType dtype) const {
+  return fewer_steps_or_ring(count * dtype_size(dtype) * size(), options_.reduce_scatter_algorithm,
+                             ReduceScatterAlgorithm::kRecursiveHalving);
+}
+
 ProcessGroup::WorkPtr ProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op,
                                               bool async) {
   check_reduce_op(op, dtype);
@@ -206,16 +229,18 @@ ProcessGroup::WorkPtr ProcessGroup::allreduce(void* buf, size_t count, DType dty
 ProcessGroup::WorkPtr ProcessGroup::broadcast(void* buf, size_t count, DType dtype, int root,
                                               bool async) {
   check_rank(root, "broadcast root");
-  return submit(OpKind::kBroadcast, dtype, count * dtype_size(dtype), async,
-                [=](const OpContext& ctx) {
-                  if (size() == 1) return;
-                  Comm c{*transport_, ctx};
-                  size_t nbytes = count * dtype_size(dtype);
-                  if (size() > 3 && nbytes >= options_.large_broadcast_bytes)
-                    broadcast_scatter_allgather(c, buf, count, root);
-                  else
-                    broadcast_binomial(c, buf, nbytes, root);
-                });
+  return submit(
+      OpKind::kBroadcast, dtype, count * dtype_size(dtype), async, [=](const OpContext& ctx) {
+        if (size() == 1) return;
+        Comm c{*transport_, ctx};
+        size_t nbytes = count * dtype_size(dtype);
+        if (size() > 3 && nbytes >= options_.large_broadcast_bytes)
+          broadcast_scatter_allgather(
+              c, buf, count, root,
+              allgather_algorithm(count / size(), dtype) == AllgatherAlgorithm::kRecursiveDoubling);
+        else
+          broadcast_binomial(c, buf, nbytes, root);
+      });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp op,
@@ -245,8 +270,27 @@ ProcessGroup::WorkPtr ProcessGroup::allgather(const void* input, size_t count, D
                     return;
                   }
                   Comm c{*transport_, ctx};
-                  allgather_ring(c, input, outs, bytes);
+                  if (allgather_algorithm(count, dtype) == AllgatherAlgorithm::kRecursiveDoubling)
+                    allgather_in_one_buffer(c, input, outs, count);
+                  else
+                    allgather_ring(c, input, outs, bytes);
                 });
+}
+
+// Recursive doubling on the outputs where they are one buffer in rank order, else on scratch.
+void ProcessGroup::allgather_in_one_buffer(Comm& c, const void* input,
+                                           const std::vector<void*>& outputs, size_t count) {
+  const size_t nbytes = count * dtype_size(c.ctx.dtype);
+  char* first = static_cast<char*>(outputs[0]);
+  bool in_order = true;
+  for (int r = 1; r < size(); ++r) in_order &= outputs[r] == first + r * nbytes;
+  char* buf = in_order ? first : scratch(nbytes * size());
+  char* own = buf + rank() * nbytes;
+  if (nbytes && own != input) std::memmove(own, input, nbytes);
+  allgather_recursive_doubling(c, buf, count * size(), VirtualRanks{size(), rank(), 0, size()});
+  if (in_order) return;
+  for (int r = 0; r < size(); ++r)
+    if (nbytes) std::memcpy(outputs[r], buf + r * nbytes, nbytes);
 }
 
 ProcessGroup::WorkPtr ProcessGroup::reduce_scatter(std::vector<const void*> inputs, void* output,
@@ -256,17 +300,21 @@ ProcessGroup::WorkPtr ProcessGroup::reduce_scatter(std::vector<const void*> inpu
   if (static_cast<int>(inputs.size()) != size())
     throw std::invalid_argument("reduce_scatter needs one input block per rank");
   const size_t nbytes = count * dtype_size(dtype);
-  return submit(OpKind::kReduceScatter, dtype, nbytes, async,
-                [=, ins = std::move(inputs),
-                 counts = std::vector<size_t>(size(), count)](const OpContext& ctx) {
-                  if (size() == 1) {
-                    if (nbytes && output != ins[0]) std::memmove(output, ins[0], nbytes);
-                  } else {
-                    Comm c{*transport_, ctx};
-                    reduce_scatter_ring(c, ins, counts, output, op, scratch(nbytes * size()));
-                  }
-                  if (op == ReduceOp::kAvg) divide_by(output, count, dtype, size());
-                });
+  return submit(
+      OpKind::kReduceScatter, dtype, nbytes, async,
+      [=, ins = std::move(inputs),
+       counts = std::vector<size_t>(size(), count)](const OpContext& ctx) {
+        if (size() == 1) {
+          if (nbytes && output != ins[0]) std::memmove(output, ins[0], nbytes);
+        } else {
+          Comm c{*transport_, ctx};
+          if (reduce_scatter_algorithm(count, dtype) == ReduceScatterAlgorithm::kRecursiveHalving)
+            reduce_scatter_recursive_halving(c, ins, count, output, op, scratch(nbytes * size()));
+          else
+            reduce_scatter_ring(c, ins, counts, output, op, scratch(nbytes * size()));
+        }
+        if (op == ReduceOp::kAvg) divide_by(output, count, dtype, size());
+      });
 }
 
 ProcessGroup::WorkPtr ProcessGroup::gather(const void* input, size_t count, DType dtype,

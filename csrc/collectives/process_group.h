@@ -19,6 +19,8 @@
 
 namespace pscore {
 
+struct Comm;
+
 // How an allreduce runs (algorithms.h). Buffers of fewer elements than ranks always take
 // recursive doubling.
 enum class AllreduceAlgorithm {
@@ -28,6 +30,22 @@ enum class AllreduceAlgorithm {
   kHalvingDoubling,    // 2 log2(n) steps on powers of two (plus a fold on other sizes)
 };
 
+// How an allgather runs, and the allgather half of a large broadcast. Recursive doubling needs
+// a power-of-two world of 4 or more ranks; other worlds take the ring whatever is asked.
+enum class AllgatherAlgorithm {
+  kAuto,               // by size and transport (ProcessGroup::allgather_algorithm)
+  kRing,               // n-1 steps to the neighbours
+  kRecursiveDoubling,  // log2(n) steps, the same bytes as the ring
+};
+
+// How a reduce_scatter runs. Recursive halving needs a power-of-two world of 4 or more ranks;
+// other worlds take the ring whatever is asked.
+enum class ReduceScatterAlgorithm {
+  kAuto,              // by size and transport (ProcessGroup::reduce_scatter_algorithm)
+  kRing,              // n-1 steps to the neighbours, the inputs read in place
+  kRecursiveHalving,  // log2(n) steps through a copy of the inputs
+};
+
 struct GroupOptions {
   int64_t timeout_ms = 30000;
   int spin_us = -1;   // -1: spin only when ranks fit on the cores (20 ms blocking, 50 us async)
@@ -35,6 +53,8 @@ struct GroupOptions {
   size_t small_allreduce_bytes = 64 << 10;  // auto: recursive doubling up to this size
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;  // else: at every size
   size_t large_broadcast_bytes = 512 << 10;  // above (and n > 3): scatter + allgather
+  AllgatherAlgorithm allgather_algorithm = AllgatherAlgorithm::kAuto;  // else: at every size
+  ReduceScatterAlgorithm reduce_scatter_algorithm = ReduceScatterAlgorithm::kAuto;  // likewise
 };
 
 class ProcessGroup {
@@ -50,6 +70,9 @@ class ProcessGroup {
   const GroupOptions& options() const { return options_; }
   // The algorithm an allreduce of `count` elements of `dtype` takes here (never kAuto).
   AllreduceAlgorithm allreduce_algorithm(size_t count, DType dtype) const;
+  // The algorithms an allgather or reduce_scatter of `count` elements per rank takes here.
+  AllgatherAlgorithm allgather_algorithm(size_t count, DType dtype) const;
+  ReduceScatterAlgorithm reduce_scatter_algorithm(size_t count, DType dtype) const;
 
   // All buffers are `count` elements of `dtype` unless said otherwise; every call blocks until
   // done unless async, in which case the Work reports completion and failure. A blocking
@@ -120,12 +143,18 @@ class ProcessGroup {
   void run_guarded(const OpContext& ctx, const Body& body);
   void check_rank(int r, const char* what) const;
   char* scratch(size_t nbytes);
+  // An auto choice between the ring and the power-of-two algorithm `fewer` (process_group.cc).
+  template <class Algorithm>
+  Algorithm fewer_steps_or_ring(size_t total_bytes, Algorithm asked, Algorithm fewer) const;
+  void allgather_in_one_buffer(Comm& c, const void* input, const std::vector<void*>& outputs,
+                               size_t count);
 
   std::shared_ptr<Transport> transport_;
   GroupOptions options_;
   int spin_us_;
-  bool help_moves_;  // ranks fit on the cores: a blocking call's sends help move (OpContext)
-  // The transport's steps are costly and the world a power of two >= 4: auto may halve and double.
+  bool help_moves_;    // ranks fit on the cores: a blocking call's sends help move (OpContext)
+  bool power_of_two_;  // the world is 4, 8, 16... ranks: the log2(n)-step algorithms apply
+  // The transport's steps are costly and power_of_two_: auto may halve and double.
   bool fewer_steps_pay_;
   int yield_us_;
   mutable YieldGauge yield_gauge_;  // whether yields cost a time slice: then sleep at once

@@ -8,6 +8,7 @@ import pscore.buffer
 import typing
 
 __all__: list[str] = [
+    "AllgatherAlgorithm",
     "AllreduceAlgorithm",
     "DType",
     "NcclCommunicator",
@@ -16,6 +17,7 @@ __all__: list[str] = [
     "OptimizerKind",
     "ProcessGroup",
     "ReduceOp",
+    "ReduceScatterAlgorithm",
     "ShmTransport",
     "TcpTransport",
     "Transport",
@@ -33,6 +35,48 @@ __all__: list[str] = [
     "set_staging_chunk_bytes",
     "staging_chunk_bytes",
 ]
+
+class AllgatherAlgorithm:
+    """
+    How allgathers run (csrc/collectives/process_group.h).
+
+    Members:
+
+      AUTO
+
+      RING
+
+      RECURSIVE_DOUBLING
+    """
+
+    AUTO: typing.ClassVar[AllgatherAlgorithm]  # value = <AllgatherAlgorithm.AUTO: 0>
+    RECURSIVE_DOUBLING: typing.ClassVar[
+        AllgatherAlgorithm
+    ]  # value = <AllgatherAlgorithm.RECURSIVE_DOUBLING: 2>
+    RING: typing.ClassVar[AllgatherAlgorithm]  # value = <AllgatherAlgorithm.RING: 1>
+    __members__: typing.ClassVar[
+        dict[str, AllgatherAlgorithm]
+    ]  # value = {'AUTO': <AllgatherAlgorithm.AUTO: 0>, 'RING': <AllgatherAlgorithm.RING: 1>, 'RECURSIVE_DOUBLING': <AllgatherAlgorithm.RECURSIVE_DOUBLING: 2>}
+    @typing.overload
+    def __eq__(self, other: AllgatherAlgorithm) -> bool: ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool: ...
+    def __getstate__(self) -> int: ...
+    def __hash__(self) -> int: ...
+    def __index__(self) -> int: ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def __int__(self) -> int: ...
+    @typing.overload
+    def __ne__(self, other: AllgatherAlgorithm) -> bool: ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool: ...
+    def __repr__(self) -> str: ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def __str__(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
 
 class AllreduceAlgorithm:
     """
@@ -294,6 +338,8 @@ class ProcessGroup:
         small_allreduce_bytes: typing.SupportsInt | typing.SupportsIndex = 65536,
         allreduce_algorithm: AllreduceAlgorithm = ...,
         large_broadcast_bytes: typing.SupportsInt | typing.SupportsIndex = 524288,
+        allgather_algorithm: AllgatherAlgorithm = ...,
+        reduce_scatter_algorithm: ReduceScatterAlgorithm = ...,
     ) -> None: ...
     def abort(self, arg0: str) -> None: ...
     def all_to_all(
@@ -319,6 +365,12 @@ class ProcessGroup:
         arg1: collections.abc.Sequence[pscore.buffer.BufferView],
         arg2: bool,
     ) -> Work: ...
+    def allgather_algorithm(
+        self, count: typing.SupportsInt | typing.SupportsIndex, dtype: DType
+    ) -> AllgatherAlgorithm:
+        """
+        The algorithm an allgather of count elements per rank takes in this group.
+        """
     def allgather_into(self, input: typing.Any, output: typing.Any, async_op: bool) -> Work:
         """
         all_gather into one output of size() blocks, rank r's input in block r.
@@ -370,6 +422,12 @@ class ProcessGroup:
         arg2: ReduceOp,
         arg3: bool,
     ) -> Work: ...
+    def reduce_scatter_algorithm(
+        self, count: typing.SupportsInt | typing.SupportsIndex, dtype: DType
+    ) -> ReduceScatterAlgorithm:
+        """
+        The algorithm a reduce_scatter of count elements per rank takes in this group.
+        """
     def reduce_scatter_from(
         self, input: typing.Any, output: typing.Any, op: ReduceOp, async_op: bool
     ) -> Work:
@@ -442,6 +500,48 @@ class ReduceOp:
     def __int__(self) -> int: ...
     @typing.overload
     def __ne__(self, other: ReduceOp) -> bool: ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool: ...
+    def __repr__(self) -> str: ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def __str__(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+
+class ReduceScatterAlgorithm:
+    """
+    How reduce_scatters run (csrc/collectives/process_group.h).
+
+    Members:
+
+      AUTO
+
+      RING
+
+      RECURSIVE_HALVING
+    """
+
+    AUTO: typing.ClassVar[ReduceScatterAlgorithm]  # value = <ReduceScatterAlgorithm.AUTO: 0>
+    RECURSIVE_HALVING: typing.ClassVar[
+        ReduceScatterAlgorithm
+    ]  # value = <ReduceScatterAlgorithm.RECURSIVE_HALVING: 2>
+    RING: typing.ClassVar[ReduceScatterAlgorithm]  # value = <ReduceScatterAlgorithm.RING: 1>
+    __members__: typing.ClassVar[
+        dict[str, ReduceScatterAlgorithm]
+    ]  # value = {'AUTO': <ReduceScatterAlgorithm.AUTO: 0>, 'RING': <ReduceScatterAlgorithm.RING: 1>, 'RECURSIVE_HALVING': <ReduceScatterAlgorithm.RECURSIVE_HALVING: 2>}
+    @typing.overload
+    def __eq__(self, other: ReduceScatterAlgorithm) -> bool: ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool: ...
+    def __getstate__(self) -> int: ...
+    def __hash__(self) -> int: ...
+    def __index__(self) -> int: ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def __int__(self) -> int: ...
+    @typing.overload
+    def __ne__(self, other: ReduceScatterAlgorithm) -> bool: ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool: ...
     def __repr__(self) -> str: ...

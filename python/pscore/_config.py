@@ -159,6 +159,24 @@ LARGE_BROADCAST_BYTES = Var(
     512 << 10,
     "broadcasts above this size (and > 3 ranks) use scatter + allgather",
 )
+ALLGATHER_ALGORITHM = Var(
+    "PSCORE_ALLGATHER_ALGORITHM",
+    "choice",
+    "auto",
+    "allgather algorithm (also of a large broadcast's allgather half) on 4, 8, 16... ranks, at"
+    " every size: ring, recursive_doubling, or auto: recursive_doubling up to"
+    " PSCORE_SMALL_ALLREDUCE_BYTES in all, and up to 1 MB over TCP, else ring; other worlds: ring",
+    choices=("auto", "ring", "recursive_doubling"),
+)
+REDUCE_SCATTER_ALGORITHM = Var(
+    "PSCORE_REDUCE_SCATTER_ALGORITHM",
+    "choice",
+    "auto",
+    "reduce_scatter algorithm on 4, 8, 16... ranks, at every size: ring, recursive_halving, or"
+    " auto: recursive_halving up to PSCORE_SMALL_ALLREDUCE_BYTES in all, and up to 1 MB over TCP,"
+    " else ring; other worlds: ring",
+    choices=("auto", "ring", "recursive_halving"),
+)
 SPIN_US = Var(
     "PSCORE_SPIN_US",
     "int",

@@ -9,6 +9,7 @@
 #include <memory>
 #include <numeric>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "collectives/process_group.h"
@@ -65,6 +66,9 @@ struct Param {
   bool shm;
   size_t small_bytes;                                        // where auto's recursive doubling ends
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;  // else: at every size
+  // Allgather (and a large broadcast's) by recursive doubling and reduce_scatter by recursive
+  // halving at every size (powers of two; others take the ring); false: auto.
+  bool fewer_steps = false;
 };
 
 class CollectivesTest : public ::testing::TestWithParam<Param> {
@@ -74,6 +78,10 @@ class CollectivesTest : public ::testing::TestWithParam<Param> {
     o.timeout_ms = 20000;
     o.small_allreduce_bytes = GetParam().small_bytes;
     o.allreduce_algorithm = GetParam().algorithm;
+    if (GetParam().fewer_steps) {
+      o.allgather_algorithm = AllgatherAlgorithm::kRecursiveDoubling;
+      o.reduce_scatter_algorithm = ReduceScatterAlgorithm::kRecursiveHalving;
+    }
     o.large_broadcast_bytes = 64;
     groups_ = make_groups(GetParam().world, GetParam().shm, o);
   }
@@ -168,6 +176,25 @@ TEST_P(CollectivesTest, GatherScatterFamilies) {
         for (auto v : outs[p]) ASSERT_EQ(v, r * 100 + p);
     }
     groups_[r]->barrier(false);
+  });
+}
+
+// all_gather_into_tensor's shape: the outputs are one buffer in rank order (recursive doubling
+// works in it), and the input may be the own block of it.
+TEST_P(CollectivesTest, AllgatherIntoOneBufferAndInPlace) {
+  in_threads(n(), [&](int r) {
+    for (size_t count : {size_t{1}, size_t{1001}}) {
+      std::vector<int32_t> whole(count * n(), -1);
+      std::vector<void*> ptrs;
+      for (int p = 0; p < n(); ++p) ptrs.push_back(whole.data() + p * count);
+      std::vector<int32_t> mine(count, r);
+      groups_[r]->allgather(mine.data(), count, DType::kInt32, ptrs, false);
+      for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(whole[i], static_cast<int>(i / count));
+      std::fill(whole.begin(), whole.end(), -1);
+      std::fill(whole.begin() + r * count, whole.begin() + (r + 1) * count, r);
+      groups_[r]->allgather(ptrs[r], count, DType::kInt32, ptrs, false);
+      for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(whole[i], static_cast<int>(i / count));
+    }
   });
 }
 
@@ -304,14 +331,16 @@ std::string algorithm_name(AllreduceAlgorithm a) {
 INSTANTIATE_TEST_SUITE_P(
     Worlds, CollectivesTest,
     ::testing::Values(Param{1, false, 64}, Param{2, false, 64, kRing}, Param{3, false, 0, kRing},
-                      Param{4, false, 0, kRecursiveDoubling}, Param{4, false, 0},
+                      Param{4, false, 0, kRecursiveDoubling, true}, Param{4, false, 0},
                       Param{7, false, 64, kRing}, Param{2, true, 0, kRing},
                       Param{3, true, 0, kRecursiveDoubling}, Param{4, true, 64, kRing},
                       Param{7, true, 64, kRing}, Param{3, true, 0, kHalvingDoubling},
-                      Param{6, false, 0, kHalvingDoubling}, Param{8, true, 64, kHalvingDoubling}),
+                      Param{6, false, 0, kHalvingDoubling, true},
+                      Param{8, true, 64, kHalvingDoubling, true}),
     [](const ::testing::TestParamInfo<Param>& p) {
       return std::string(p.param.shm ? "shm" : "tcp") + std::to_string(p.param.world) + "_" +
-             std::to_string(p.param.small_bytes) + "_" + algorithm_name(p.param.algorithm);
+             std::to_string(p.param.small_bytes) + "_" + algorithm_name(p.param.algorithm) +
+             (p.param.fewer_steps ? "_fewer" : "");
     });
 
 TEST(CollectivesAlgorithms, AutoHalvesAndDoublesMidSizesOverTcpOnPowersOfTwo) {
@@ -331,6 +360,33 @@ TEST(CollectivesAlgorithms, AutoHalvesAndDoublesMidSizesOverTcpOnPowersOfTwo) {
   EXPECT_EQ(taken(4, true, 64 << 20, kHalvingDoubling), kHalvingDoubling);
   EXPECT_EQ(taken(4, false, 16, kRing), kRing);
   EXPECT_EQ(taken(4, false, 12, kRing), kRecursiveDoubling);
+}
+
+TEST(CollectivesAlgorithms, AllgatherAndReduceScatterTakeFewerStepsWhereTheyPay) {
+  using Taken = std::pair<AllgatherAlgorithm, ReduceScatterAlgorithm>;
+  constexpr Taken kFewer{AllgatherAlgorithm::kRecursiveDoubling,
+                         ReduceScatterAlgorithm::kRecursiveHalving};
+  constexpr Taken kRings{AllgatherAlgorithm::kRing, ReduceScatterAlgorithm::kRing};
+  const auto taken = [](int n, bool shm, size_t total_bytes, bool ask_fewer = false) {
+    GroupOptions o;
+    if (ask_fewer) {
+      o.allgather_algorithm = AllgatherAlgorithm::kRecursiveDoubling;
+      o.reduce_scatter_algorithm = ReduceScatterAlgorithm::kRecursiveHalving;
+    }
+    auto g = make_groups(n, shm, o)[0];
+    const size_t count = total_bytes / 4 / n;  // per rank
+    return Taken{g->allgather_algorithm(count, DType::kFloat32),
+                 g->reduce_scatter_algorithm(count, DType::kFloat32)};
+  };
+  EXPECT_EQ(taken(4, true, 64 << 10), kFewer);  // small, on any transport
+  EXPECT_EQ(taken(4, true, 256 << 10), kRings);
+  EXPECT_EQ(taken(4, false, 1 << 20), kFewer);  // costly steps, up to 1 MB in all
+  EXPECT_EQ(taken(8, false, 1 << 20), kFewer);
+  EXPECT_EQ(taken(4, false, 4 << 20), kRings);
+  EXPECT_EQ(taken(2, false, 4 << 10), kRings);  // one step either way
+  EXPECT_EQ(taken(6, false, 4 << 10), kRings);  // powers of two only
+  EXPECT_EQ(taken(6, false, 4 << 10, true), kRings);
+  EXPECT_EQ(taken(4, true, 64 << 20, true), kFewer);  // asked for: at every size
 }
 
 TEST(CollectivesFailure, SilentPeerTimesOutWithNames) {

@@ -182,6 +182,53 @@ def test_large_numpy_allreduce(transport, world, asked, taken):
     assert set(results.values()) == {(f"pscore/{transport}", taken)}
 
 
+def gathers_and_scatters(rank, world):
+    # 16 K elements per rank: 256 KB in all on 4 ranks, where auto takes the log2(n)-step
+    # algorithms over TCP only; the same 1 MB broadcast's allgather half.
+    from pscore.collectives.group import default_group
+
+    n = 1 << 14
+    mine = np.arange(n, dtype=np.float32) + rank
+    whole = np.empty(n * world, dtype=np.float32)
+    pscore.all_gather_into_tensor(whole, mine)
+    want = np.concatenate([np.arange(n, dtype=np.float32) + r for r in range(world)])
+    parts = [np.empty(n, dtype=np.float32) for _ in range(world)]
+    pscore.all_gather(parts, mine)  # separate outputs
+    out = np.empty(n, dtype=np.float32)
+    pscore.reduce_scatter_tensor(out, want + rank)
+    summed = want[rank * n : (rank + 1) * n] * world + world * (world - 1) / 2
+    big = want.copy() if rank == 1 else np.zeros_like(want)
+    pscore.broadcast(big, src=1)
+    native, f32 = default_group().native, pscore._C.DType.FLOAT32
+    return (
+        bool(np.array_equal(whole, want))
+        and all(np.array_equal(p, want[r * n : (r + 1) * n]) for r, p in enumerate(parts))
+        and bool(np.array_equal(out, summed))
+        and bool(np.array_equal(big, want)),
+        native.allgather_algorithm(n, f32).name.lower(),
+        native.reduce_scatter_algorithm(n, f32).name.lower(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("transport", "world", "asked", "taken"),
+    [
+        ("tcp", 4, "auto", ("recursive_doubling", "recursive_halving")),
+        ("shm", 4, "auto", ("ring", "ring")),
+        ("shm", 4, "fewer", ("recursive_doubling", "recursive_halving")),
+        ("tcp", 4, "ring", ("ring", "ring")),
+        ("tcp", 3, "fewer", ("ring", "ring")),  # powers of two only
+    ],
+)
+def test_gathers_and_scatters_by_algorithm(transport, world, asked, taken):
+    fewer = {"allgather": "recursive_doubling", "reduce_scatter": "recursive_halving"}
+    env = {
+        f"PSCORE_{op.upper()}_ALGORITHM": fewer[op] if asked == "fewer" else asked for op in fewer
+    }
+    results = run_ranks(gathers_and_scatters, world, transport=transport, env=env)
+    assert set(results.values()) == {(True, *taken)}
+
+
 def matches_gloo(rank, world, gloo_file):
     """Integer results equal torch.distributed gloo's exactly, floats within rounding."""
     import torch.distributed as dist

@@ -147,6 +147,7 @@ def test_values_parse_and_blank_means_the_default(monkeypatch):
     monkeypatch.setenv("PSCORE_LARGE_BROADCAST_BYTES", "")
     monkeypatch.setenv("PSCORE_HOST", "10.1.2.3")
     monkeypatch.setenv("PSCORE_ALLREDUCE_ALGORITHM", "Halving_Doubling")
+    monkeypatch.setenv("PSCORE_REDUCE_SCATTER_ALGORITHM", "ring")
     monkeypatch.delenv("PSCORE_YIELD_US", raising=False)
     monkeypatch.delenv("PSCORE_SPIN_US", raising=False)
     assert group.timeout_seconds(None) == 2.5
@@ -154,6 +155,8 @@ def test_values_parse_and_blank_means_the_default(monkeypatch):
         "small_allreduce_bytes": 256,
         "allreduce_algorithm": _C.AllreduceAlgorithm.HALVING_DOUBLING,
         "large_broadcast_bytes": 512 << 10,
+        "allgather_algorithm": _C.AllgatherAlgorithm.AUTO,
+        "reduce_scatter_algorithm": _C.ReduceScatterAlgorithm.RING,
         "spin_us": -1,  # unset: the core decides (poll only when ranks fit on the cores)
         "yield_us": -1,  # unset: the core decides (yield only when ranks outnumber cores)
     }

@@ -174,13 +174,18 @@ def timeout_seconds(timeout) -> float:
 
 def tuning_from_env() -> dict:
     """Algorithm choices and waiting from PSCORE_SMALL_ALLREDUCE_BYTES,
-    PSCORE_ALLREDUCE_ALGORITHM, PSCORE_LARGE_BROADCAST_BYTES, PSCORE_SPIN_US and PSCORE_YIELD_US
-    (unset: the core's default, -1)."""
+    PSCORE_ALLREDUCE_ALGORITHM, PSCORE_LARGE_BROADCAST_BYTES, PSCORE_ALLGATHER_ALGORITHM,
+    PSCORE_REDUCE_SCATTER_ALGORITHM, PSCORE_SPIN_US and PSCORE_YIELD_US (unset: the core's
+    default, -1)."""
     spin_us, yield_us = _config.SPIN_US.get(), _config.YIELD_US.get()
     return {
         "small_allreduce_bytes": _config.SMALL_ALLREDUCE_BYTES.get(),
         "allreduce_algorithm": by_name(_C.AllreduceAlgorithm)[_config.ALLREDUCE_ALGORITHM.get()],
         "large_broadcast_bytes": _config.LARGE_BROADCAST_BYTES.get(),
+        "allgather_algorithm": by_name(_C.AllgatherAlgorithm)[_config.ALLGATHER_ALGORITHM.get()],
+        "reduce_scatter_algorithm": by_name(_C.ReduceScatterAlgorithm)[
+            _config.REDUCE_SCATTER_ALGORITHM.get()
+        ],
         "spin_us": -1 if spin_us is None else spin_us,
         "yield_us": -1 if yield_us is None else yield_us,
     }
