@@ -145,7 +145,8 @@ class ProcessGroup {
   char* scratch(size_t nbytes);
   // An auto choice between the ring and the power-of-two algorithm `fewer` (process_group.cc).
   template <class Algorithm>
-  Algorithm fewer_steps_or_ring(size_t total_bytes, Algorithm asked, Algorithm fewer) const;
+  Algorithm fewer_steps_or_ring(size_t total_bytes, size_t small_bytes, Algorithm asked,
+                                Algorithm fewer) const;
   void allgather_in_one_buffer(Comm& c, const void* input, const std::vector<void*>& outputs,
                                size_t count);
 

@@ -164,8 +164,8 @@ ALLGATHER_ALGORITHM = Var(
     "choice",
     "auto",
     "allgather algorithm (also of a large broadcast's allgather half) on 4, 8, 16... ranks, at"
-    " every size: ring, recursive_doubling, or auto: recursive_doubling up to"
-    " PSCORE_SMALL_ALLREDUCE_BYTES in all, and up to 1 MB over TCP, else ring; other worlds: ring",
+    " every size: ring, recursive_doubling, or auto: recursive_doubling up to 32 KB in all, and"
+    " up to 1 MB over TCP, else ring; other worlds: ring",
     choices=("auto", "ring", "recursive_doubling"),
 )
 REDUCE_SCATTER_ALGORITHM = Var(
@@ -173,8 +173,8 @@ REDUCE_SCATTER_ALGORITHM = Var(
     "choice",
     "auto",
     "reduce_scatter algorithm on 4, 8, 16... ranks, at every size: ring, recursive_halving, or"
-    " auto: recursive_halving up to PSCORE_SMALL_ALLREDUCE_BYTES in all, and up to 1 MB over TCP,"
-    " else ring; other worlds: ring",
+    " auto: recursive_halving up to 64 KB in all, and up to 1 MB over TCP, else ring; other"
+    " worlds: ring",
     choices=("auto", "ring", "recursive_halving"),
 )
 SPIN_US = Var(

@@ -378,7 +378,9 @@ TEST(CollectivesAlgorithms, AllgatherAndReduceScatterTakeFewerStepsWhereTheyPay)
     return Taken{g->allgather_algorithm(count, DType::kFloat32),
                  g->reduce_scatter_algorithm(count, DType::kFloat32)};
   };
-  EXPECT_EQ(taken(4, true, 64 << 10), kFewer);  // small, on any transport
+  EXPECT_EQ(taken(4, true, 32 << 10), kFewer);  // small, on any transport
+  EXPECT_EQ(taken(4, true, 64 << 10),
+            Taken(AllgatherAlgorithm::kRing, ReduceScatterAlgorithm::kRecursiveHalving));
   EXPECT_EQ(taken(4, true, 256 << 10), kRings);
   EXPECT_EQ(taken(4, false, 1 << 20), kFewer);  // costly steps, up to 1 MB in all
   EXPECT_EQ(taken(8, false, 1 << 20), kFewer);
