@@ -25,13 +25,6 @@ constexpr int kBackgroundSpinUs = 50;
 constexpr int kDefaultYieldUs = 100;
 constexpr int kAnySourceSliceMs = 50;              // a receive from any source sleeps this long
 constexpr int64_t kAnySourcePeerCheckUs = 100000;  // and looks for dead peers this often
-
-// Auto takes halving-doubling over costly steps up to this size. 4 ranks over TCP, time against
-// Open MPI's in the same runs: 256 KB 0.46-0.60 (the ring 0.62-0.68), 1 MB 0.64-0.77 (the ring
-// 0.78-1.06); from 1.5 MB on as often slower as faster (2 MB 0.90-1.37 against 0.71-0.97). A
-// pair's exchange then outgrows the socket buffers and progresses only while both ranks have a
-// core, where any two ranks on the cores have a link of the ring between them.
-constexpr size_t kAutoHalvingDoublingMaxBytes = 1 << 20;
 }  // namespace
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions options)
@@ -166,47 +159,6 @@ ProcessGroup::WorkPtr ProcessGroup::submit_p2p(bool is_send, int peer, DType dty
                             p2p_task(is_send, peer, dtype, tag, std::move(fn)), async);
   work->set_source(peer);
   return work;
-}
-
-AllreduceAlgorithm ProcessGroup::allreduce_algorithm(size_t count, DType dtype) const {
-  const size_t nbytes = count * dtype_size(dtype);
-  const AllreduceAlgorithm asked = options_.allreduce_algorithm;
-  if (count < static_cast<size_t>(size())) return AllreduceAlgorithm::kRecursiveDoubling;
-  if (asked != AllreduceAlgorithm::kAuto) return asked;
-  if (nbytes <= options_.small_allreduce_bytes) return AllreduceAlgorithm::kRecursiveDoubling;
-  // Over costly steps (sockets), fewer steps pay where the pairs' exchanges fit the socket
-  // buffers; the folds of other world sizes would move the whole buffer twice more.
-  if (fewer_steps_pay_ && nbytes <= kAutoHalvingDoublingMaxBytes)
-    return AllreduceAlgorithm::kHalvingDoubling;
-  return AllreduceAlgorithm::kRing;
-}
-
-// Auto takes the log2(n)-step allgather and reduce_scatter up to these sizes in all (all ranks'
-// blocks) on any transport, and over costly steps up to kAutoHalvingDoublingMaxBytes. 4 ranks on
-// shared memory, time against the ring's in the same runs: allgather 4-32 KB 0.75-0.94, 64 KB
-// 1.18-1.67; reduce_scatter 4 KB 0.63-0.74, 64 KB 0.73-0.92, 1 MB 1.0-1.29.
-constexpr size_t kAutoFewerStepsAllgatherBytes = 32 << 10;
-constexpr size_t kAutoFewerStepsReduceScatterBytes = 64 << 10;
-
-template <class Algorithm>
-Algorithm ProcessGroup::fewer_steps_or_ring(size_t total_bytes, size_t small_bytes, Algorithm asked,
-                                            Algorithm fewer) const {
-  if (!power_of_two_) return Algorithm::kRing;
-  if (asked != Algorithm::kAuto) return asked;
-  if (total_bytes <= small_bytes) return fewer;
-  if (fewer_steps_pay_ && total_bytes <= kAutoHalvingDoublingMaxBytes) return fewer;
-  return Algorithm::kRing;
-}
-
-AllgatherAlgorithm ProcessGroup::allgather_algorithm(size_t count, DType dtype) const {
-  return fewer_steps_or_ring(count * dtype_size(dtype) * size(), kAutoFewerStepsAllgatherBytes,
-                             options_.allgather_algorithm, AllgatherAlgorithm::kRecursiveDoubling);
-}
-
-ReduceScatterAlgorithm ProcessGroup::reduce_scatter_algorithm(size_t count, DType dtype) const {
-  return fewer_steps_or_ring(count * dtype_size(dtype) * size(), kAutoFewerStepsReduceScatterBytes,
-                             options_.reduce_scatter_algorithm,
-                             ReduceScatterAlgorithm::kRecursiveHalving);
 }
 
 ProcessGroup::WorkPtr ProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op,

@@ -143,7 +143,7 @@ class ProcessGroup {
   void run_guarded(const OpContext& ctx, const Body& body);
   void check_rank(int r, const char* what) const;
   char* scratch(size_t nbytes);
-  // An auto choice between the ring and the power-of-two algorithm `fewer` (process_group.cc).
+  // An auto choice between the ring and the power-of-two algorithm `fewer` (algorithm_choice.cc).
   template <class Algorithm>
   Algorithm fewer_steps_or_ring(size_t total_bytes, size_t small_bytes, Algorithm asked,
                                 Algorithm fewer) const;
