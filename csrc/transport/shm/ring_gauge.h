@@ -35,7 +35,10 @@ class RingGauge {
   bool slow() const { return slow_; }
 
  private:
-  static constexpr int64_t kSlowNsPerKB = 100;  // 10 GB/s: a copy out of cache runs at 20-45
+  // 5 GB/s: a copy out of cache runs at 20-45. In this VM's moderately slow spells writes ran at
+  // 60-110 ns/KB, and a 2-rank broadcast of 32 KB-1 MB was still faster through the ring (64 KB:
+  // 5 us, by address 8); in its slow spells, 400 and more, by address won at every size.
+  static constexpr int64_t kSlowNsPerKB = 200;
   static constexpr int64_t kMaxSampleNsPerKB = 4 * kSlowNsPerKB;
   static constexpr int64_t kWeight = 8;  // the average is over about this many writes
   static constexpr uint32_t kProbeEvery = 16;

@@ -29,10 +29,10 @@ def _blocking_one(tensors, opts):
     """The tensor of a blocking call (torch waits at once) on one contiguous dense tensor while
     no profiler runs: the latency path, which calls pscore directly on the caller's thread (no
     staging, closures or Work) and returns None, torch's "done already". None otherwise."""
-    if len(tensors) != 1 or getattr(opts, "asyncOp", True) or _profiling():
+    if getattr(opts, "asyncOp", True) or len(tensors) != 1 or _profiling():
         return None
     t = tensors[0]
-    return t if not t.is_sparse and t.is_contiguous() else None
+    return t if t.is_contiguous() else None  # False for a sparse (COO) tensor
 
 
 _profiling = torch.autograd._profiler_enabled
@@ -43,9 +43,7 @@ def _blocking_pair(output, input, opts) -> bool:
     take both as they are, on the caller's thread."""
     if getattr(opts, "asyncOp", True) or _profiling():
         return False
-    return not (output.is_sparse or input.is_sparse) and (
-        output.is_contiguous() and input.is_contiguous()
-    )
+    return output.is_contiguous() and input.is_contiguous()  # False for sparse (COO) ones
 
 
 class TorchOperations:
