@@ -16,6 +16,13 @@ struct Sink {
   std::function<void(const void* src, size_t nbytes)> consume;
 };
 
+// What the receiver does with a payload, and whether its sender waits on anything else meanwhile.
+enum class Payload : uint8_t {
+  kMoved,        // kept as it is, sent in an exchange that also receives (all_gather, all_to_all)
+  kMovedOneWay,  // kept as it is, sent in an exchange that only sends (a broadcast's, a scatter's)
+  kReduced,      // folded into the receiver's buffer
+};
+
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -33,10 +40,9 @@ class Channel {
   // the sender's memory): the sender publishes a payload's address in place of its bytes, the
   // receiver copies the bytes straight out of the sender's memory, then acknowledges, and only
   // then may the sender reuse the buffer. Acknowledgements come in publishing order.
-  // Sender: whether a payload of nbytes should travel as an address; `reduced`: the receiver
-  // folds it into its buffer rather than copying it. Called once per payload.
-  virtual bool single_copy(size_t nbytes, bool reduced) {
-    (void)nbytes, (void)reduced;
+  // Sender: whether a payload of nbytes should travel as an address. Called once per payload.
+  virtual bool single_copy(size_t nbytes, Payload payload) {
+    (void)nbytes, (void)payload;
     return false;
   }
   // Sender: records one more published address; returns the acknowledgement count that means

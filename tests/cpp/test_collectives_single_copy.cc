@@ -167,17 +167,21 @@ TEST(SingleCopy, MovedAndReducedThresholdsApplyApart) {
 
 // By default a reduced payload travels as an address only once it no longer fits the ring (the
 // sender then writes it all and goes on); a moved one once it fills the ring while the ranks fit
-// on the cores, from 32 KB while they take turns. Set sizes stay as they are.
+// on the cores, from 32 KB while they take turns, but for one sent one way, which keeps the ring
+// it fits. Set sizes stay as they are.
 TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   const SingleCopyBytes defaults;
   const SingleCopyBytes fit = defaults.resolved(4096, true);
   EXPECT_EQ(fit.moved, 4096u);
+  EXPECT_EQ(fit.one_way, 4096u);
   EXPECT_EQ(fit.reduced, 4097u);
-  const SingleCopyBytes turns = defaults.resolved(4096, false);
+  const SingleCopyBytes turns = defaults.resolved(1 << 20, false);
   EXPECT_EQ(turns.moved, uint64_t{32 << 10});
-  EXPECT_EQ(turns.reduced, 4097u);
-  const SingleCopyBytes set = SingleCopyBytes{100, 0}.resolved(4096, true);
+  EXPECT_EQ(turns.one_way, uint64_t{1 << 20});
+  EXPECT_EQ(turns.reduced, uint64_t{(1 << 20) + 1});
+  const SingleCopyBytes set = SingleCopyBytes{100, 0}.resolved(4096, false);
   EXPECT_EQ(set.moved, 100u);
+  EXPECT_EQ(set.one_way, 100u);
   EXPECT_EQ(set.reduced, 0u);
 }
 
@@ -187,11 +191,13 @@ TEST(SingleCopy, ByDefaultPayloadsThatFitTheRingTakeIt) {
     so.single_copy = SingleCopyBytes{};
     auto s = connected(world, so);
     Channel& ch = s[0]->channel(1, kCollectiveLane);
-    EXPECT_FALSE(ch.single_copy(4096, true));
-    EXPECT_TRUE(ch.single_copy(4097, true));
+    EXPECT_FALSE(ch.single_copy(4096, Payload::kReduced));
+    EXPECT_TRUE(ch.single_copy(4097, Payload::kReduced));
     const size_t moved = ranks_fit_cores(world) ? 4096 : 32 << 10;
-    EXPECT_FALSE(ch.single_copy(moved - 1, false)) << world;
-    EXPECT_TRUE(ch.single_copy(moved, false)) << world;
+    EXPECT_FALSE(ch.single_copy(moved - 1, Payload::kMoved)) << world;
+    EXPECT_TRUE(ch.single_copy(moved, Payload::kMoved)) << world;
+    EXPECT_FALSE(ch.single_copy(4095, Payload::kMovedOneWay)) << world;
+    EXPECT_TRUE(ch.single_copy(4096, Payload::kMovedOneWay)) << world;
     Groups g = groups_over(s, 0);
     in_threads(world, [&](int r) { run_every_collective(g, world, r); });
   }
@@ -209,20 +215,20 @@ TEST(SingleCopy, SlowRingWritesSendMovedPayloadsAsAddresses) {
   for (int r = 0; r < 2; ++r)
     channels.push_back(dynamic_cast<ShmChannel*>(&s[r]->channel(1 - r, kCollectiveLane)));
   ShmChannel& ch = *channels[0];
-  EXPECT_FALSE(ch.single_copy(64 << 10, false));
+  EXPECT_FALSE(ch.single_copy(64 << 10, Payload::kMoved));
   for (auto* c : channels)
     for (int i = 0; i < 20; ++i) c->ring_gauge().record(512 << 10, 150000);
   int addresses = 0;
-  for (int i = 0; i < 32; ++i) addresses += ch.single_copy(64 << 10, false);
+  for (int i = 0; i < 32; ++i) addresses += ch.single_copy(64 << 10, Payload::kMoved);
   EXPECT_EQ(addresses, 30);  // two probes take the ring
-  EXPECT_FALSE(ch.single_copy((32 << 10) - 1, false));
-  EXPECT_FALSE(ch.single_copy(64 << 10, true));
-  EXPECT_TRUE(ch.single_copy(1 << 20, false));
+  EXPECT_FALSE(ch.single_copy((32 << 10) - 1, Payload::kMoved));
+  EXPECT_FALSE(ch.single_copy(64 << 10, Payload::kReduced));
+  EXPECT_TRUE(ch.single_copy(1 << 20, Payload::kMoved));
   Groups g = groups_over(s, 0);
   in_threads(2, [&](int r) { run_every_collective(g, 2, r); });
   for (auto* c : channels)
     for (int i = 0; i < 100; ++i) c->ring_gauge().record(512 << 10, 12000);
-  EXPECT_FALSE(ch.single_copy(64 << 10, false));
+  EXPECT_FALSE(ch.single_copy(64 << 10, Payload::kMoved));
 }
 
 // A local copy larger than stream_copy_bytes() streams around the caches, exactly, beside a

@@ -115,8 +115,11 @@ size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
 
 // The peer's flag lives in the header of the ring we write to: it vouches for the reader.
 // A small payload is decided on its size alone: no shared line read, no probe counted.
-bool ShmChannel::single_copy(size_t nbytes, bool reduced) {
-  const uint64_t threshold = reduced ? single_copy_.reduced : single_copy_.moved;
+bool ShmChannel::single_copy(size_t nbytes, Payload payload) {
+  const bool reduced = payload == Payload::kReduced;
+  const uint64_t threshold = reduced                            ? single_copy_.reduced
+                             : payload == Payload::kMovedOneWay ? single_copy_.one_way
+                                                                : single_copy_.moved;
   const bool by_size = threshold != 0 && nbytes >= threshold;
   const bool gauged = threshold != 0 && !by_size && !reduced && single_copy_.moved_follows_ring &&
                       nbytes >= SingleCopyBytes::kSlowRingMovedBytes;

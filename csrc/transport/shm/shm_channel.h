@@ -25,11 +25,15 @@ struct RingView {
 //   two copies run at once on two cores, and its sender need not wait for the reader; but from
 //   32 KB while copies into the ring are slow (ring_gauge.h). Ranks that take turns on the
 //   cores gain more from the single copy's halved work: from 32 KB.
+// - moved one way (`one_way`, resolved from `moved`): a sender that only sends (a broadcast's, a
+//   scatter's) would wait for each receiver to get a core and read; through the ring it goes on.
+//   So payloads that fit the ring take it, also while ranks take turns on the cores.
 struct SingleCopyBytes {
   static constexpr uint64_t kDefault = UINT64_MAX;
   static constexpr uint64_t kSlowRingMovedBytes = 32 << 10;
   uint64_t moved = kDefault;
   uint64_t reduced = kDefault;
+  uint64_t one_way = kDefault;
   bool moved_follows_ring = false;  // resolved: moved payloads consult the RingGauge
   static_assert(kSlowRingMovedBytes >= RingGauge::kTimedBytes, "probes must be measured");
   bool any() const { return moved != 0 || reduced != 0; }
@@ -39,6 +43,7 @@ struct SingleCopyBytes {
       r.moved = ranks_fit_cores ? ring_capacity : kSlowRingMovedBytes;
       r.moved_follows_ring = ranks_fit_cores;
     }
+    r.one_way = moved == kDefault ? ring_capacity : moved;
     if (reduced == kDefault) r.reduced = ring_capacity + 1;
     return r;
   }
@@ -56,7 +61,7 @@ class ShmChannel : public Channel {
   size_t write_some(const void* a, size_t na, const void* b, size_t nb) override;
   size_t read_some(size_t max, size_t granule, const Sink& sink) override;
   size_t peek(void* dst, size_t n) override;
-  bool single_copy(size_t nbytes, bool reduced) override;
+  bool single_copy(size_t nbytes, Payload payload) override;
   uint64_t publish() override { return ++published_; }
   uint64_t acknowledged() const override;
   size_t read_peer(uint64_t address, void* dst, size_t n) override;

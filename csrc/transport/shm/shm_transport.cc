@@ -95,7 +95,7 @@ void ShmTransport::connect(const std::vector<std::string>& names,
       // Point-to-point sends stay buffered: one must complete before the peer posts its receive.
       SingleCopyBytes single_copy = lane == kCollectiveLane
                                         ? options_.single_copy.resolved(out.capacity, fit)
-                                        : SingleCopyBytes{0, 0};
+                                        : SingleCopyBytes{0, 0, 0};
       const bool helps = lane == kCollectiveLane && writes_peer_[p];
       channels_[p * kNumLanes + lane] =
           std::make_unique<ShmChannel>(out, in, peer_header(p), rank_name(p), single_copy, helps);
