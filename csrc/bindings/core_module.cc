@@ -209,7 +209,7 @@ void bind_process_group(py::module_& m) {
       .def(
           py::init([](std::shared_ptr<Transport> t, int64_t timeout_ms, int spin_us, int yield_us,
                       size_t small_allreduce_bytes, AllreduceAlgorithm allreduce_algorithm,
-                      size_t large_broadcast_bytes, AllgatherAlgorithm allgather_algorithm,
+                      int64_t large_broadcast_bytes, AllgatherAlgorithm allgather_algorithm,
                       ReduceScatterAlgorithm reduce_scatter_algorithm) {
             GroupOptions o;
             o.timeout_ms = timeout_ms;

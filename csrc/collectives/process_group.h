@@ -52,7 +52,9 @@ struct GroupOptions {
   int yield_us = -1;  // -1: when ranks outnumber the cores, poll with sched_yield before sleeping
   size_t small_allreduce_bytes = 64 << 10;  // auto: recursive doubling up to this size
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;  // else: at every size
-  size_t large_broadcast_bytes = 512 << 10;  // above (and n > 3): scatter + allgather
+  // From this size (and n > 3) broadcasts scatter then allgather; -1: from 512 KB while the ranks
+  // fit on the cores, never while they take turns (the binomial tree moves less in all).
+  int64_t large_broadcast_bytes = -1;
   AllgatherAlgorithm allgather_algorithm = AllgatherAlgorithm::kAuto;  // else: at every size
   ReduceScatterAlgorithm reduce_scatter_algorithm = ReduceScatterAlgorithm::kAuto;  // likewise
 };
@@ -72,6 +74,10 @@ class ProcessGroup {
   AllreduceAlgorithm allreduce_algorithm(size_t count, DType dtype) const;
   // The algorithms an allgather or reduce_scatter of `count` elements per rank takes here.
   AllgatherAlgorithm allgather_algorithm(size_t count, DType dtype) const;
+  // Whether a broadcast of nbytes scatters then allgathers (else: the binomial tree).
+  bool broadcast_scatters(size_t nbytes) const {
+    return size() > 3 && nbytes >= large_broadcast_bytes_;
+  }
   ReduceScatterAlgorithm reduce_scatter_algorithm(size_t count, DType dtype) const;
 
   // All buffers are `count` elements of `dtype` unless said otherwise; every call blocks until
@@ -153,6 +159,7 @@ class ProcessGroup {
   std::shared_ptr<Transport> transport_;
   GroupOptions options_;
   int spin_us_;
+  size_t large_broadcast_bytes_;  // options_.large_broadcast_bytes resolved
   bool help_moves_;    // ranks fit on the cores: a blocking call's sends help move (OpContext)
   bool power_of_two_;  // the world is 4, 8, 16... ranks: the log2(n)-step algorithms apply
   // The transport's steps are costly and power_of_two_: auto may halve and double.

@@ -337,7 +337,7 @@ class ProcessGroup:
         yield_us: typing.SupportsInt | typing.SupportsIndex = -1,
         small_allreduce_bytes: typing.SupportsInt | typing.SupportsIndex = 65536,
         allreduce_algorithm: AllreduceAlgorithm = ...,
-        large_broadcast_bytes: typing.SupportsInt | typing.SupportsIndex = 524288,
+        large_broadcast_bytes: typing.SupportsInt | typing.SupportsIndex = -1,
         allgather_algorithm: AllgatherAlgorithm = ...,
         reduce_scatter_algorithm: ReduceScatterAlgorithm = ...,
     ) -> None: ...

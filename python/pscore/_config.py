@@ -156,8 +156,9 @@ ALLREDUCE_ALGORITHM = Var(
 LARGE_BROADCAST_BYTES = Var(
     "PSCORE_LARGE_BROADCAST_BYTES",
     "bytes",
-    512 << 10,
-    "broadcasts above this size (and > 3 ranks) use scatter + allgather",
+    None,
+    "broadcasts of at least this size (and > 3 ranks) use scatter + allgather; unset: from 512 KB"
+    " while the ranks fit on the cores, never while they outnumber them (the tree moves less)",
 )
 ALLGATHER_ALGORITHM = Var(
     "PSCORE_ALLGATHER_ALGORITHM",

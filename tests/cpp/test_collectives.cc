@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/process_group.h"
+#include "common/cores.h"
 #include "common/error.h"
 #include "in_threads.h"
 #include "transport/shm/shm_transport.h"
@@ -389,6 +390,21 @@ TEST(CollectivesAlgorithms, AllgatherAndReduceScatterTakeFewerStepsWhereTheyPay)
   EXPECT_EQ(taken(6, false, 4 << 10), kRings);  // powers of two only
   EXPECT_EQ(taken(6, false, 4 << 10, true), kRings);
   EXPECT_EQ(taken(4, true, 64 << 20, true), kFewer);  // asked for: at every size
+}
+
+// Large broadcasts scatter then allgather while the ranks fit on the cores; while they take
+// turns the tree, which moves less in all. A set size holds either way.
+TEST(CollectivesAlgorithms, BroadcastsScatterWhereTheRanksFitTheCores) {
+  for (bool shm : {true, false}) {
+    auto g = make_groups(4, shm, GroupOptions{})[0];
+    EXPECT_FALSE(g->broadcast_scatters((512 << 10) - 1));
+    EXPECT_EQ(g->broadcast_scatters(512 << 10), ranks_fit_cores(4));
+    EXPECT_EQ(g->broadcast_scatters(size_t{1} << 30), ranks_fit_cores(4));
+  }
+  GroupOptions o;
+  o.large_broadcast_bytes = 1024;
+  EXPECT_TRUE(make_groups(4, true, o)[0]->broadcast_scatters(1024));
+  EXPECT_FALSE(make_groups(3, true, o)[0]->broadcast_scatters(1 << 20));  // 3 ranks: the tree
 }
 
 TEST(CollectivesFailure, SilentPeerTimesOutWithNames) {

@@ -154,7 +154,7 @@ def test_values_parse_and_blank_means_the_default(monkeypatch):
     assert group.tuning_from_env() == {
         "small_allreduce_bytes": 256,
         "allreduce_algorithm": _C.AllreduceAlgorithm.HALVING_DOUBLING,
-        "large_broadcast_bytes": 512 << 10,
+        "large_broadcast_bytes": -1,  # unset: the core decides (never while ranks take turns)
         "allgather_algorithm": _C.AllgatherAlgorithm.AUTO,
         "reduce_scatter_algorithm": _C.ReduceScatterAlgorithm.RING,
         "spin_us": -1,  # unset: the core decides (poll only when ranks fit on the cores)
@@ -162,6 +162,8 @@ def test_values_parse_and_blank_means_the_default(monkeypatch):
     }
     monkeypatch.setenv("PSCORE_YIELD_US", "0")
     monkeypatch.setenv("PSCORE_SPIN_US", "300")
+    monkeypatch.setenv("PSCORE_LARGE_BROADCAST_BYTES", "1M")
+    assert group.tuning_from_env()["large_broadcast_bytes"] == 1 << 20
     assert group.tuning_from_env()["yield_us"] == 0
     assert group.tuning_from_env()["spin_us"] == 300
     assert rendezvous.advertised_host("10.9.9.9") == "10.1.2.3"

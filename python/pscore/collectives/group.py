@@ -178,10 +178,11 @@ def tuning_from_env() -> dict:
     PSCORE_REDUCE_SCATTER_ALGORITHM, PSCORE_SPIN_US and PSCORE_YIELD_US (unset: the core's
     default, -1)."""
     spin_us, yield_us = _config.SPIN_US.get(), _config.YIELD_US.get()
+    large_broadcast = _config.LARGE_BROADCAST_BYTES.get()
     return {
         "small_allreduce_bytes": _config.SMALL_ALLREDUCE_BYTES.get(),
         "allreduce_algorithm": by_name(_C.AllreduceAlgorithm)[_config.ALLREDUCE_ALGORITHM.get()],
-        "large_broadcast_bytes": _config.LARGE_BROADCAST_BYTES.get(),
+        "large_broadcast_bytes": -1 if large_broadcast is None else large_broadcast,
         "allgather_algorithm": by_name(_C.AllgatherAlgorithm)[_config.ALLGATHER_ALGORITHM.get()],
         "reduce_scatter_algorithm": by_name(_C.ReduceScatterAlgorithm)[
             _config.REDUCE_SCATTER_ALGORITHM.get()
