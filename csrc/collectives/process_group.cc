@@ -39,7 +39,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions op
   const bool fits = ranks_fit_cores(size());
   spin_us_ = options_.spin_us >= 0 ? options_.spin_us : (fits ? kDefaultSpinUs : 0);
   yield_us_ = options_.yield_us >= 0 ? options_.yield_us : (fits ? 0 : kDefaultYieldUs);
-  help_moves_ = fits;
+  fits_cores_ = fits;
   large_broadcast_bytes_ = options_.large_broadcast_bytes >= 0
                                ? static_cast<size_t>(options_.large_broadcast_bytes)
                                : (fits ? kDefaultLargeBroadcastBytes : SIZE_MAX);
@@ -69,7 +69,7 @@ OpContext ProcessGroup::context(OpKind kind, DType dtype, bool async, int lane) 
   const bool adapt = options_.yield_us < 0 && yield_us_ > 0;
   ctx.yield_us = adapt && !yield_gauge_.should_yield() ? 0 : yield_us_;
   if (adapt) ctx.yield_gauge = &yield_gauge_;
-  ctx.help_moves = help_moves_ && !async;
+  ctx.help_moves = fits_cores_ && !async;
   return ctx;
 }
 

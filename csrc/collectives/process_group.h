@@ -160,7 +160,7 @@ class ProcessGroup {
   GroupOptions options_;
   int spin_us_;
   size_t large_broadcast_bytes_;  // options_.large_broadcast_bytes resolved
-  bool help_moves_;    // ranks fit on the cores: a blocking call's sends help move (OpContext)
+  bool fits_cores_;    // ranks fit on the cores: a blocking call's sends help move (OpContext)
   bool power_of_two_;  // the world is 4, 8, 16... ranks: the log2(n)-step algorithms apply
   // The transport's steps are costly and power_of_two_: auto may halve and double.
   bool fewer_steps_pay_;

@@ -383,9 +383,15 @@ TEST(CollectivesAlgorithms, AllgatherAndReduceScatterTakeFewerStepsWhereTheyPay)
   EXPECT_EQ(taken(4, true, 64 << 10),
             Taken(AllgatherAlgorithm::kRing, ReduceScatterAlgorithm::kRecursiveHalving));
   EXPECT_EQ(taken(4, true, 256 << 10), kRings);
+  // While the ranks take turns on the cores, all_gathers double from 4 MB in all.
+  const auto turns =
+      ranks_fit_cores(4) ? AllgatherAlgorithm::kRing : AllgatherAlgorithm::kRecursiveDoubling;
+  EXPECT_EQ(taken(4, true, 4 << 20), Taken(turns, ReduceScatterAlgorithm::kRing));
+  EXPECT_EQ(taken(4, false, 16 << 20), Taken(turns, ReduceScatterAlgorithm::kRing));
+  EXPECT_EQ(taken(6, true, 16 << 20), kRings);
   EXPECT_EQ(taken(4, false, 1 << 20), kFewer);  // costly steps, up to 1 MB in all
   EXPECT_EQ(taken(8, false, 1 << 20), kFewer);
-  EXPECT_EQ(taken(4, false, 4 << 20), kRings);
+  EXPECT_EQ(taken(4, false, 4 << 20), Taken(turns, ReduceScatterAlgorithm::kRing));
   EXPECT_EQ(taken(2, false, 4 << 10), kRings);  // one step either way
   EXPECT_EQ(taken(6, false, 4 << 10), kRings);  // powers of two only
   EXPECT_EQ(taken(6, false, 4 << 10, true), kRings);
