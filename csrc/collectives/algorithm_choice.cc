@@ -1,4 +1,6 @@
 // How ProcessGroup picks an algorithm for each collective, by size, transport and world.
+#include <cstdint>
+
 #include "collectives/process_group.h"
 
 namespace pscore {
@@ -32,34 +34,35 @@ AllreduceAlgorithm ProcessGroup::allreduce_algorithm(size_t count, DType dtype) 
 }
 
 // Auto takes the log2(n)-step allgather and reduce_scatter up to these sizes in all (all ranks'
-// blocks) on any transport, and over costly steps up to kAutoHalvingDoublingMaxBytes. 4 ranks on
+// blocks) on any transport, over costly steps up to kAutoHalvingDoublingMaxBytes, and while ranks
+// take turns on the cores from `turns_bytes` (kTakingTurnsAllgatherBytes; never for
+// reduce_scatter). 4 ranks on
 // shared memory, time against the ring's in the same runs: allgather 4-32 KB 0.75-0.94, 64 KB
 // 1.18-1.67; reduce_scatter 4 KB 0.63-0.74, 64 KB 0.73-0.92, 1 MB 1.0-1.29.
 constexpr size_t kAutoFewerStepsAllgatherBytes = 32 << 10;
 constexpr size_t kAutoFewerStepsReduceScatterBytes = 64 << 10;
 
 template <class Algorithm>
-Algorithm ProcessGroup::fewer_steps_or_ring(size_t total_bytes, size_t small_bytes, Algorithm asked,
+Algorithm ProcessGroup::fewer_steps_or_ring(size_t total_bytes, size_t small_bytes,
+                                            size_t turns_bytes, Algorithm asked,
                                             Algorithm fewer) const {
   if (!power_of_two_) return Algorithm::kRing;
   if (asked != Algorithm::kAuto) return asked;
   if (total_bytes <= small_bytes) return fewer;
   if (fewer_steps_pay_ && total_bytes <= kAutoHalvingDoublingMaxBytes) return fewer;
+  if (!fits_cores_ && total_bytes >= turns_bytes) return fewer;
   return Algorithm::kRing;
 }
 
 AllgatherAlgorithm ProcessGroup::allgather_algorithm(size_t count, DType dtype) const {
-  const size_t total = count * dtype_size(dtype) * size();
-  if (power_of_two_ && !fits_cores_ && options_.allgather_algorithm == AllgatherAlgorithm::kAuto &&
-      total >= kTakingTurnsAllgatherBytes)
-    return AllgatherAlgorithm::kRecursiveDoubling;
-  return fewer_steps_or_ring(total, kAutoFewerStepsAllgatherBytes, options_.allgather_algorithm,
+  return fewer_steps_or_ring(count * dtype_size(dtype) * size(), kAutoFewerStepsAllgatherBytes,
+                             kTakingTurnsAllgatherBytes, options_.allgather_algorithm,
                              AllgatherAlgorithm::kRecursiveDoubling);
 }
 
 ReduceScatterAlgorithm ProcessGroup::reduce_scatter_algorithm(size_t count, DType dtype) const {
   return fewer_steps_or_ring(count * dtype_size(dtype) * size(), kAutoFewerStepsReduceScatterBytes,
-                             options_.reduce_scatter_algorithm,
+                             SIZE_MAX, options_.reduce_scatter_algorithm,
                              ReduceScatterAlgorithm::kRecursiveHalving);
 }
 

@@ -36,13 +36,12 @@ constexpr int64_t kAnySourcePeerCheckUs = 100000;  // and looks for dead peers t
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions options)
     : transport_(std::move(transport)), options_(options) {
-  const bool fits = ranks_fit_cores(size());
-  spin_us_ = options_.spin_us >= 0 ? options_.spin_us : (fits ? kDefaultSpinUs : 0);
-  yield_us_ = options_.yield_us >= 0 ? options_.yield_us : (fits ? 0 : kDefaultYieldUs);
-  fits_cores_ = fits;
+  fits_cores_ = ranks_fit_cores(size());
+  spin_us_ = options_.spin_us >= 0 ? options_.spin_us : (fits_cores_ ? kDefaultSpinUs : 0);
+  yield_us_ = options_.yield_us >= 0 ? options_.yield_us : (fits_cores_ ? 0 : kDefaultYieldUs);
   large_broadcast_bytes_ = options_.large_broadcast_bytes >= 0
                                ? static_cast<size_t>(options_.large_broadcast_bytes)
-                               : (fits ? kDefaultLargeBroadcastBytes : SIZE_MAX);
+                               : (fits_cores_ ? kDefaultLargeBroadcastBytes : SIZE_MAX);
   const int n = size();
   power_of_two_ = n >= 4 && (n & (n - 1)) == 0;
   fewer_steps_pay_ = transport_->costly_steps() && power_of_two_;

@@ -74,11 +74,11 @@ class ProcessGroup {
   AllreduceAlgorithm allreduce_algorithm(size_t count, DType dtype) const;
   // The algorithms an allgather or reduce_scatter of `count` elements per rank takes here.
   AllgatherAlgorithm allgather_algorithm(size_t count, DType dtype) const;
+  ReduceScatterAlgorithm reduce_scatter_algorithm(size_t count, DType dtype) const;
   // Whether a broadcast of nbytes scatters then allgathers (else: the binomial tree).
   bool broadcast_scatters(size_t nbytes) const {
     return size() > 3 && nbytes >= large_broadcast_bytes_;
   }
-  ReduceScatterAlgorithm reduce_scatter_algorithm(size_t count, DType dtype) const;
 
   // All buffers are `count` elements of `dtype` unless said otherwise; every call blocks until
   // done unless async, in which case the Work reports completion and failure. A blocking
@@ -151,8 +151,8 @@ class ProcessGroup {
   char* scratch(size_t nbytes);
   // An auto choice between the ring and the power-of-two algorithm `fewer` (algorithm_choice.cc).
   template <class Algorithm>
-  Algorithm fewer_steps_or_ring(size_t total_bytes, size_t small_bytes, Algorithm asked,
-                                Algorithm fewer) const;
+  Algorithm fewer_steps_or_ring(size_t total_bytes, size_t small_bytes, size_t turns_bytes,
+                                Algorithm asked, Algorithm fewer) const;
   void allgather_in_one_buffer(Comm& c, const void* input, const std::vector<void*>& outputs,
                                size_t count);
 
@@ -160,7 +160,9 @@ class ProcessGroup {
   GroupOptions options_;
   int spin_us_;
   size_t large_broadcast_bytes_;  // options_.large_broadcast_bytes resolved
-  bool fits_cores_;    // ranks fit on the cores: a blocking call's sends help move (OpContext)
+  // Ranks fit on the cores: a blocking call's sends help move (OpContext); else auto prefers
+  // fewer steps for large all_gathers and the tree for large broadcasts.
+  bool fits_cores_;
   bool power_of_two_;  // the world is 4, 8, 16... ranks: the log2(n)-step algorithms apply
   // The transport's steps are costly and power_of_two_: auto may halve and double.
   bool fewer_steps_pay_;
