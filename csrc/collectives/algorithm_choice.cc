@@ -66,4 +66,15 @@ ReduceScatterAlgorithm ProcessGroup::reduce_scatter_algorithm(size_t count, DTyp
                              ReduceScatterAlgorithm::kRecursiveHalving);
 }
 
+// While ranks take turns on the cores, a broadcast whose payloads travel by address lets every
+// receiver copy out of the root's buffer at once: the n-1 copies then share the cores, where
+// the tree's second level waits for its first. 4 ranks on 2 cores, loops of broadcasts, time
+// against the tree's: 4 MB 0.87-1.17, 16 MB 0.74-0.83, 64 MB 0.77-0.85.
+BroadcastAlgorithm ProcessGroup::broadcast_algorithm(size_t nbytes) const {
+  if (size() > 3 && nbytes >= large_broadcast_bytes_) return BroadcastAlgorithm::kScatterAllgather;
+  if (!fits_cores_ && transport_->sends_by_address(nbytes, Payload::kMovedOneWay))
+    return BroadcastAlgorithm::kFromRoot;
+  return BroadcastAlgorithm::kBinomial;
+}
+
 }  // namespace pscore

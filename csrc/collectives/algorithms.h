@@ -76,6 +76,8 @@ void allreduce_ring(Comm& c, void* buf, size_t count, ReduceOp op);
 void allreduce_halving_doubling(Comm& c, void* buf, size_t count, ReduceOp op);
 
 void broadcast_binomial(Comm& c, void* buf, size_t nbytes, int root);
+// The root sends the buffer to every other rank in one exchange.
+void broadcast_from_root(Comm& c, void* buf, size_t nbytes, int root);
 // Scatter from the root then an allgather (ring, or recursive doubling on powers of two): for
 // large buffers on many ranks.
 void broadcast_scatter_allgather(Comm& c, void* buf, size_t count, int root,

@@ -28,6 +28,18 @@ void broadcast_binomial(Comm& c, void* buf, size_t nbytes, int root) {
   x.run();
 }
 
+// Protocol. The root sends the whole buffer to every other rank; each receives it from the root.
+void broadcast_from_root(Comm& c, void* buf, size_t nbytes, int root) {
+  Exchange x = c.exchange();
+  if (c.rank() == root) {
+    for (int r = 0; r < c.size(); ++r)
+      if (r != root) x.send(r, buf, nbytes);
+  } else {
+    x.recv(root, buf, nbytes);
+  }
+  x.run();
+}
+
 // Protocol. Ranks are renumbered so the root is 0 (v = r - root mod n). The root sends block v
 // of the buffer to virtual rank v (all at once); then an allgather gives every rank every block.
 // Each rank moves ~2x the buffer instead of log2(n) x.

@@ -196,18 +196,28 @@ ProcessGroup::WorkPtr ProcessGroup::allreduce(void* buf, size_t count, DType dty
 ProcessGroup::WorkPtr ProcessGroup::broadcast(void* buf, size_t count, DType dtype, int root,
                                               bool async) {
   check_rank(root, "broadcast root");
-  return submit(
-      OpKind::kBroadcast, dtype, count * dtype_size(dtype), async, [=](const OpContext& ctx) {
-        if (size() == 1) return;
-        Comm c{*transport_, ctx};
-        size_t nbytes = count * dtype_size(dtype);
-        if (broadcast_scatters(nbytes))
-          broadcast_scatter_allgather(
-              c, buf, count, root,
-              allgather_algorithm(count / size(), dtype) == AllgatherAlgorithm::kRecursiveDoubling);
-        else
-          broadcast_binomial(c, buf, nbytes, root);
-      });
+  return submit(OpKind::kBroadcast, dtype, count * dtype_size(dtype), async,
+                [=](const OpContext& ctx) {
+                  if (size() == 1) return;
+                  Comm c{*transport_, ctx};
+                  run_broadcast(c, buf, count, dtype, root);
+                });
+}
+
+void ProcessGroup::run_broadcast(Comm& c, void* buf, size_t count, DType dtype, int root) {
+  const size_t nbytes = count * dtype_size(dtype);
+  switch (broadcast_algorithm(nbytes)) {
+    case BroadcastAlgorithm::kScatterAllgather:
+      broadcast_scatter_allgather(
+          c, buf, count, root,
+          allgather_algorithm(count / size(), dtype) == AllgatherAlgorithm::kRecursiveDoubling);
+      return;
+    case BroadcastAlgorithm::kFromRoot:
+      broadcast_from_root(c, buf, nbytes, root);
+      return;
+    case BroadcastAlgorithm::kBinomial:
+      broadcast_binomial(c, buf, nbytes, root);
+  }
 }
 
 ProcessGroup::WorkPtr ProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp op,

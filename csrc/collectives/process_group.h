@@ -46,6 +46,13 @@ enum class ReduceScatterAlgorithm {
   kRecursiveHalving,  // log2(n) steps through a copy of the inputs
 };
 
+// How a broadcast runs (chosen by size, transport and cores: ProcessGroup::broadcast_algorithm).
+enum class BroadcastAlgorithm {
+  kBinomial,          // a tree ceil(log2 n) deep: (n-1)x the buffer in all
+  kScatterAllgather,  // the root scatters blocks, then an allgather: ~2x the buffer per rank
+  kFromRoot,          // every rank reads the root's buffer at once (payloads sent by address)
+};
+
 struct GroupOptions {
   int64_t timeout_ms = 30000;
   int spin_us = -1;   // -1: spin only when ranks fit on the cores (20 ms blocking, 50 us async)
@@ -53,7 +60,7 @@ struct GroupOptions {
   size_t small_allreduce_bytes = 64 << 10;  // auto: recursive doubling up to this size
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;  // else: at every size
   // From this size (and n > 3) broadcasts scatter then allgather; -1: from 512 KB while the ranks
-  // fit on the cores, never while they take turns (the binomial tree moves less in all).
+  // fit on the cores, never while they take turns (ProcessGroup::broadcast_algorithm).
   int64_t large_broadcast_bytes = -1;
   AllgatherAlgorithm allgather_algorithm = AllgatherAlgorithm::kAuto;  // else: at every size
   ReduceScatterAlgorithm reduce_scatter_algorithm = ReduceScatterAlgorithm::kAuto;  // likewise
@@ -75,10 +82,7 @@ class ProcessGroup {
   // The algorithms an allgather or reduce_scatter of `count` elements per rank takes here.
   AllgatherAlgorithm allgather_algorithm(size_t count, DType dtype) const;
   ReduceScatterAlgorithm reduce_scatter_algorithm(size_t count, DType dtype) const;
-  // Whether a broadcast of nbytes scatters then allgathers (else: the binomial tree).
-  bool broadcast_scatters(size_t nbytes) const {
-    return size() > 3 && nbytes >= large_broadcast_bytes_;
-  }
+  BroadcastAlgorithm broadcast_algorithm(size_t nbytes) const;
 
   // All buffers are `count` elements of `dtype` unless said otherwise; every call blocks until
   // done unless async, in which case the Work reports completion and failure. A blocking
@@ -153,6 +157,8 @@ class ProcessGroup {
   template <class Algorithm>
   Algorithm fewer_steps_or_ring(size_t total_bytes, size_t small_bytes, size_t turns_bytes,
                                 Algorithm asked, Algorithm fewer) const;
+  // The broadcast_algorithm's steps for a broadcast of count elements of dtype.
+  void run_broadcast(Comm& c, void* buf, size_t count, DType dtype, int root);
   void allgather_in_one_buffer(Comm& c, const void* input, const std::vector<void*>& outputs,
                                size_t count);
 

@@ -2,6 +2,7 @@
 // a way to sleep until one may progress, and liveness of peers. TCP and shared memory implement it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -30,6 +31,13 @@ class Transport {
   // Whether each step of an exchange costs system calls and the peer's wake-up (sockets), so
   // that algorithms with fewer steps pay at the same bytes.
   virtual bool costly_steps() const { return false; }
+  // Whether payloads of nbytes of this kind travel as addresses by their size alone
+  // (Channel::single_copy says so where the receiver may read this rank's memory); every rank
+  // with the same options answers alike.
+  virtual bool sends_by_address(size_t nbytes, Payload payload) const {
+    (void)nbytes, (void)payload;
+    return false;
+  }
 
   // Sleeping protocol: begin_wait() announces a sleeper and returns a token (then the caller
   // re-checks its channels); wait() blocks until a peer signals after the token was taken, or

@@ -158,7 +158,8 @@ LARGE_BROADCAST_BYTES = Var(
     "bytes",
     None,
     "broadcasts of at least this size (and > 3 ranks) use scatter + allgather; unset: from 512 KB"
-    " while the ranks fit on the cores, never while they outnumber them (the tree moves less)",
+    " while the ranks fit on the cores, never while they outnumber them (the tree moves less, and"
+    " payloads sent by address go from the root to every rank at once)",
 )
 ALLGATHER_ALGORITHM = Var(
     "PSCORE_ALLGATHER_ALGORITHM",

@@ -398,19 +398,26 @@ TEST(CollectivesAlgorithms, AllgatherAndReduceScatterTakeFewerStepsWhereTheyPay)
   EXPECT_EQ(taken(4, true, 64 << 20, true), kFewer);  // asked for: at every size
 }
 
-// Large broadcasts scatter then allgather while the ranks fit on the cores; while they take
-// turns the tree, which moves less in all. A set size holds either way.
+// Large broadcasts scatter then allgather while the ranks fit on the cores. While they take turns
+// the tree, which moves less in all, but for payloads sent by address (shared memory, from 32 KB
+// in make_groups), which every rank reads out of the root's buffer at once. A set size scatters.
 TEST(CollectivesAlgorithms, BroadcastsScatterWhereTheRanksFitTheCores) {
+  using B = BroadcastAlgorithm;
+  const bool fit = ranks_fit_cores(4);
   for (bool shm : {true, false}) {
     auto g = make_groups(4, shm, GroupOptions{})[0];
-    EXPECT_FALSE(g->broadcast_scatters((512 << 10) - 1));
-    EXPECT_EQ(g->broadcast_scatters(512 << 10), ranks_fit_cores(4));
-    EXPECT_EQ(g->broadcast_scatters(size_t{1} << 30), ranks_fit_cores(4));
+    EXPECT_EQ(g->broadcast_algorithm((32 << 10) - 1), B::kBinomial);
+    const B by_address = shm ? B::kFromRoot : B::kBinomial;
+    EXPECT_EQ(g->broadcast_algorithm(32 << 10), fit ? B::kBinomial : by_address);
+    EXPECT_EQ(g->broadcast_algorithm(512 << 10), fit ? B::kScatterAllgather : by_address);
+    EXPECT_EQ(g->broadcast_algorithm(size_t{1} << 30), fit ? B::kScatterAllgather : by_address);
   }
   GroupOptions o;
   o.large_broadcast_bytes = 1024;
-  EXPECT_TRUE(make_groups(4, true, o)[0]->broadcast_scatters(1024));
-  EXPECT_FALSE(make_groups(3, true, o)[0]->broadcast_scatters(1 << 20));  // 3 ranks: the tree
+  EXPECT_EQ(make_groups(4, true, o)[0]->broadcast_algorithm(1024), B::kScatterAllgather);
+  EXPECT_EQ(make_groups(4, false, o)[0]->broadcast_algorithm(1 << 20), B::kScatterAllgather);
+  // 3 ranks: the tree (the same as from the root) or, by address, from the root.
+  EXPECT_NE(make_groups(3, true, o)[0]->broadcast_algorithm(1 << 20), B::kScatterAllgather);
 }
 
 TEST(CollectivesFailure, SilentPeerTimesOutWithNames) {

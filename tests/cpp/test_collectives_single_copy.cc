@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/algorithms.h"
 #include "collectives/exchange.h"
 #include "collectives/message.h"
 #include "collectives/process_group.h"
@@ -198,6 +199,10 @@ TEST(SingleCopy, ByDefaultPayloadsThatFitTheRingTakeIt) {
     EXPECT_TRUE(ch.single_copy(moved, Payload::kMoved)) << world;
     EXPECT_FALSE(ch.single_copy(4095, Payload::kMovedOneWay)) << world;
     EXPECT_TRUE(ch.single_copy(4096, Payload::kMovedOneWay)) << world;
+    // The transport says the same by size, for the algorithms every rank chooses alike.
+    for (size_t nbytes : {size_t{4095}, size_t{4096}, size_t{4097}, moved - 1, moved})
+      for (Payload p : {Payload::kMoved, Payload::kMovedOneWay, Payload::kReduced})
+        EXPECT_EQ(s[0]->sends_by_address(nbytes, p), ch.single_copy(nbytes, p)) << nbytes;
     Groups g = groups_over(s, 0);
     in_threads(world, [&](int r) { run_every_collective(g, world, r); });
   }
@@ -233,6 +238,30 @@ TEST(SingleCopy, SlowRingWritesSendMovedPayloadsAsAddresses) {
 
 // A local copy larger than stream_copy_bytes() streams around the caches, exactly, beside a
 // transfer.
+// Every rank reads the root's buffer at once, by address or through lapping rings, from every root.
+TEST(SingleCopy, BroadcastFromTheRootIsExact) {
+  for (uint64_t single_copy : {uint64_t{64}, uint64_t{0}}) {
+    auto s = connected(4, small_rings(single_copy));
+    in_threads(4, [&](int r) {
+      LazyDeadline deadline(20000);
+      Comm c{*s[r], OpContext{}};
+      c.ctx.kind = OpKind::kBroadcast;
+      c.ctx.dtype = DType::kInt32;
+      c.ctx.deadline = &deadline;
+      for (int root = 0; root < 4; ++root)
+        for (size_t count : {size_t{1}, size_t{1000}, size_t{70001}}) {
+          std::vector<int32_t> x(count, -1);
+          if (r == root)
+            for (size_t i = 0; i < count; ++i) x[i] = static_cast<int32_t>(i) * 4 + root;
+          ++c.ctx.seq;
+          broadcast_from_root(c, x.data(), count * sizeof(int32_t), root);
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(x[i], static_cast<int32_t>(i) * 4 + root) << root << " " << count;
+        }
+    });
+  }
+}
+
 TEST(SingleCopy, LargeLocalCopiesAreExact) {
   auto s = connected(2, small_rings(64));
   const size_t n = stream_copy_bytes() + 36;  // neither end nor length a multiple of 64

@@ -117,11 +117,9 @@ size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
 // A small payload is decided on its size alone: no shared line read, no probe counted.
 bool ShmChannel::single_copy(size_t nbytes, Payload payload) {
   const bool reduced = payload == Payload::kReduced;
-  const uint64_t threshold = reduced                            ? single_copy_.reduced
-                             : payload == Payload::kMovedOneWay ? single_copy_.one_way
-                                                                : single_copy_.moved;
-  const bool by_size = threshold != 0 && nbytes >= threshold;
-  const bool gauged = threshold != 0 && !by_size && !reduced && single_copy_.moved_follows_ring &&
+  const bool by_size = single_copy_.by_size(nbytes, payload);
+  const bool gauged = single_copy_.threshold(payload) != 0 && !by_size && !reduced &&
+                      single_copy_.moved_follows_ring &&
                       nbytes >= SingleCopyBytes::kSlowRingMovedBytes;
   if (!by_size && !gauged) return false;
   if (out_.header->single_copy_ok.load(std::memory_order_acquire) != 1) return false;

@@ -37,6 +37,16 @@ struct SingleCopyBytes {
   bool moved_follows_ring = false;  // resolved: moved payloads consult the RingGauge
   static_assert(kSlowRingMovedBytes >= RingGauge::kTimedBytes, "probes must be measured");
   bool any() const { return moved != 0 || reduced != 0; }
+  // The smallest payload of this kind that travels as an address by its size alone (0: none).
+  uint64_t threshold(Payload payload) const {
+    return payload == Payload::kReduced       ? reduced
+           : payload == Payload::kMovedOneWay ? one_way
+                                              : moved;
+  }
+  bool by_size(size_t nbytes, Payload payload) const {
+    const uint64_t t = threshold(payload);
+    return t != 0 && nbytes >= t;
+  }
   SingleCopyBytes resolved(uint64_t ring_capacity, bool ranks_fit_cores) const {
     SingleCopyBytes r = *this;
     if (moved == kDefault) {

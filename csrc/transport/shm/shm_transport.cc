@@ -48,6 +48,7 @@ ShmTransport::ShmTransport(int rank, int size, ShmOptions options)
   uint64_t rings[kNumLanes] = {options_.ring_bytes, options_.p2p_ring_bytes};
   for (auto r : rings)
     if (r == 0 || r % 64 != 0) throw std::invalid_argument("ring sizes must be multiples of 64");
+  single_copy_ = options_.single_copy.resolved(options_.ring_bytes, ranks_fit_cores(size));
   std::string name = "/pscore-" + std::to_string(::getpid()) + "-" + std::to_string(random_u64());
   const size_t nbytes = segment_bytes(rings, size);
   own_ = ShmSegment::create(name, nbytes, prefault(nbytes));

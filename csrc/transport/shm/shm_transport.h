@@ -42,6 +42,9 @@ class ShmTransport : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Channel& channel(int peer, int lane) override;
+  bool sends_by_address(size_t nbytes, Payload payload) const override {
+    return single_copy_.by_size(nbytes, payload);
+  }
   uint32_t begin_wait() override;
   void wait(const std::vector<WaitItem>& items, int timeout_ms, uint32_t token) override;
   void end_wait() override;
@@ -57,6 +60,7 @@ class ShmTransport : public Transport {
   int rank_;
   int size_;
   ShmOptions options_;
+  SingleCopyBytes single_copy_;  // options_.single_copy resolved for this rank's rings
   ShmSegment own_;
   std::vector<ShmSegment> peers_;                      // [peer]; the own slot stays empty
   std::vector<int> pidfds_;                            // [peer]; -1 when unknown
