@@ -16,8 +16,11 @@ constexpr size_t kAutoHalvingDoublingMaxBytes = 1 << 20;
 // all_gathers, two groups alternating in one process, doubling time / the ring's: 4 ranks on 2
 // cores, shared memory, 1 MB 0.94-1.23, 2 MB 0.93-0.98, 4 MB 0.79-0.95, 16 MB 0.79-1.00; 8 ranks
 // 1 MB 0.83-0.84, 4 MB 0.74-0.81, 16 MB 0.88-1.05; TCP, 4 ranks, 4 MB 0.91-1.00, 16 MB 0.81-1.08.
-// reduce_scatter's halving first copies its inputs, and lost at 16 MB (1.10-1.60).
+// reduce_scatter's halving first copies its inputs, and lost at 16 MB (1.10-1.60). From 8 ranks
+// the ring's 7 step ends cost more already from 256 KB: 8 ranks, shared memory, 256 KB 0.70-0.72,
+// 512 KB 0.79-0.80, 1 MB 0.95-1.02, 2 MB 0.77-0.87; TCP 2 MB 0.77-0.88.
 constexpr size_t kTakingTurnsAllgatherBytes = 4 << 20;
+constexpr size_t kTakingTurnsAllgatherBytesFrom8Ranks = 256 << 10;
 }  // namespace
 
 AllreduceAlgorithm ProcessGroup::allreduce_algorithm(size_t count, DType dtype) const {
@@ -35,8 +38,8 @@ AllreduceAlgorithm ProcessGroup::allreduce_algorithm(size_t count, DType dtype) 
 
 // Auto takes the log2(n)-step allgather and reduce_scatter up to these sizes in all (all ranks'
 // blocks) on any transport, over costly steps up to kAutoHalvingDoublingMaxBytes, and while ranks
-// take turns on the cores from `turns_bytes` (kTakingTurnsAllgatherBytes; never for
-// reduce_scatter). 4 ranks on
+// take turns on the cores from `turns_bytes` (kTakingTurnsAllgatherBytes, less from 8 ranks; never
+// for reduce_scatter). 4 ranks on
 // shared memory, time against the ring's in the same runs: allgather 4-32 KB 0.75-0.94, 64 KB
 // 1.18-1.67; reduce_scatter 4 KB 0.63-0.74, 64 KB 0.73-0.92, 1 MB 1.0-1.29.
 constexpr size_t kAutoFewerStepsAllgatherBytes = 32 << 10;
@@ -55,8 +58,10 @@ Algorithm ProcessGroup::fewer_steps_or_ring(size_t total_bytes, size_t small_byt
 }
 
 AllgatherAlgorithm ProcessGroup::allgather_algorithm(size_t count, DType dtype) const {
+  const size_t turns_bytes =
+      size() >= 8 ? kTakingTurnsAllgatherBytesFrom8Ranks : kTakingTurnsAllgatherBytes;
   return fewer_steps_or_ring(count * dtype_size(dtype) * size(), kAutoFewerStepsAllgatherBytes,
-                             kTakingTurnsAllgatherBytes, options_.allgather_algorithm,
+                             turns_bytes, options_.allgather_algorithm,
                              AllgatherAlgorithm::kRecursiveDoubling);
 }
 

@@ -389,6 +389,11 @@ TEST(CollectivesAlgorithms, AllgatherAndReduceScatterTakeFewerStepsWhereTheyPay)
   EXPECT_EQ(taken(4, true, 4 << 20), Taken(turns, ReduceScatterAlgorithm::kRing));
   EXPECT_EQ(taken(4, false, 16 << 20), Taken(turns, ReduceScatterAlgorithm::kRing));
   EXPECT_EQ(taken(6, true, 16 << 20), kRings);
+  // From 8 ranks, from 256 KB.
+  const auto turns8 =
+      ranks_fit_cores(8) ? AllgatherAlgorithm::kRing : AllgatherAlgorithm::kRecursiveDoubling;
+  EXPECT_EQ(taken(8, true, (256 << 10) - 32), kRings);
+  EXPECT_EQ(taken(8, true, 256 << 10), Taken(turns8, ReduceScatterAlgorithm::kRing));
   EXPECT_EQ(taken(4, false, 1 << 20), kFewer);  // costly steps, up to 1 MB in all
   EXPECT_EQ(taken(8, false, 1 << 20), kFewer);
   EXPECT_EQ(taken(4, false, 4 << 20), Taken(turns, ReduceScatterAlgorithm::kRing));
