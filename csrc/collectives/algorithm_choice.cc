@@ -11,6 +11,10 @@ namespace {
 // pair's exchange then outgrows the socket buffers and progresses only while both ranks have a
 // core, where any two ranks on the cores have a link of the ring between them.
 constexpr size_t kAutoHalvingDoublingMaxBytes = 1 << 20;
+// 8 ranks on 2 cores, shared memory, two groups alternating, halving-doubling / the ring: 128 KB
+// 0.66-0.72, 256 KB 0.66-0.72, 512 KB 0.80-0.99, 1 MB 0.89-1.01; from 2 MB as often slower as
+// faster (2 MB 0.92 and 1.09, 8 MB 1.11, 16 MB 0.83-0.93; TCP 8-16 MB 1.01-1.03). 4 ranks lost
+// (128 KB-1 MB 0.93-1.20).
 // While ranks take turns on the cores, the end of a step can cost a rank a wait for its partner's
 // turn, and auto doubles all_gathers from this size in all (log2(n) steps against n-1). Loops of
 // all_gathers, two groups alternating in one process, doubling time / the ring's: 4 ranks on 2
@@ -30,8 +34,9 @@ AllreduceAlgorithm ProcessGroup::allreduce_algorithm(size_t count, DType dtype) 
   if (asked != AllreduceAlgorithm::kAuto) return asked;
   if (nbytes <= options_.small_allreduce_bytes) return AllreduceAlgorithm::kRecursiveDoubling;
   // Over costly steps (sockets), fewer steps pay where the pairs' exchanges fit the socket
-  // buffers; the folds of other world sizes would move the whole buffer twice more.
-  if (fewer_steps_pay_ && nbytes <= kAutoHalvingDoublingMaxBytes)
+  // buffers; the folds of other world sizes would move the whole buffer twice more. So do they
+  // from 8 ranks taking turns on the cores, up to the same size.
+  if ((fewer_steps_pay_ || many_ranks_take_turns()) && nbytes <= kAutoHalvingDoublingMaxBytes)
     return AllreduceAlgorithm::kHalvingDoubling;
   return AllreduceAlgorithm::kRing;
 }
@@ -59,7 +64,7 @@ Algorithm ProcessGroup::fewer_steps_or_ring(size_t total_bytes, size_t small_byt
 
 AllgatherAlgorithm ProcessGroup::allgather_algorithm(size_t count, DType dtype) const {
   const size_t turns_bytes =
-      size() >= 8 ? kTakingTurnsAllgatherBytesFrom8Ranks : kTakingTurnsAllgatherBytes;
+      many_ranks_take_turns() ? kTakingTurnsAllgatherBytesFrom8Ranks : kTakingTurnsAllgatherBytes;
   return fewer_steps_or_ring(count * dtype_size(dtype) * size(), kAutoFewerStepsAllgatherBytes,
                              turns_bytes, options_.allgather_algorithm,
                              AllgatherAlgorithm::kRecursiveDoubling);

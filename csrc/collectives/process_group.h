@@ -154,6 +154,8 @@ class ProcessGroup {
   void check_rank(int r, const char* what) const;
   char* scratch(size_t nbytes);
   // An auto choice between the ring and the power-of-two algorithm `fewer` (algorithm_choice.cc).
+  // 8, 16, 32... ranks that outnumber the cores: the ring's many step ends cost most.
+  bool many_ranks_take_turns() const { return !fits_cores_ && power_of_two_ && size() >= 8; }
   template <class Algorithm>
   Algorithm fewer_steps_or_ring(size_t total_bytes, size_t small_bytes, size_t turns_bytes,
                                 Algorithm asked, Algorithm fewer) const;

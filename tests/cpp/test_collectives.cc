@@ -357,6 +357,12 @@ TEST(CollectivesAlgorithms, AutoHalvesAndDoublesMidSizesOverTcpOnPowersOfTwo) {
   EXPECT_EQ(taken(2, false, 1 << 20), kRing);  // the same two steps either way
   EXPECT_EQ(taken(6, false, 1 << 20), kRing);  // the fold would move the buffer twice more
   EXPECT_EQ(taken(4, true, 1 << 20), kRing);   // shared-memory steps are cheap
+  // but for 8 ranks or more taking turns on the cores, up to 1 MB too
+  const auto turns8 = ranks_fit_cores(8) ? kRing : kHalvingDoubling;
+  EXPECT_EQ(taken(8, true, 128 << 10), turns8);
+  EXPECT_EQ(taken(8, true, 1 << 20), turns8);
+  EXPECT_EQ(taken(8, true, 2 << 20), kRing);
+  EXPECT_EQ(taken(6, true, 1 << 20), kRing);  // powers of two only
   // Asked for, an algorithm runs at every size; fewer elements than ranks take recursive doubling.
   EXPECT_EQ(taken(4, true, 64 << 20, kHalvingDoubling), kHalvingDoubling);
   EXPECT_EQ(taken(4, false, 16, kRing), kRing);
