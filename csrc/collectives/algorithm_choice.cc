@@ -78,11 +78,14 @@ ReduceScatterAlgorithm ProcessGroup::reduce_scatter_algorithm(size_t count, DTyp
 
 // While ranks take turns on the cores, a broadcast whose payloads travel by address lets every
 // receiver copy out of the root's buffer at once: the n-1 copies then share the cores, where
-// the tree's second level waits for its first. 4 ranks on 2 cores, loops of broadcasts, time
-// against the tree's: 4 MB 0.87-1.17, 16 MB 0.74-0.83, 64 MB 0.77-0.85.
+// the tree's second level waits for its first. Loops of broadcasts on 2 cores, two groups
+// alternating, time from the root / the tree's: 4 ranks 4 MB 0.81-0.82, 16 MB 0.82-0.85, 64 MB
+// 0.88. From 8 ranks that holds from the fanned-out payloads' 256 KB, against a tree through the
+// rings: 256 KB 0.73-0.86, 512 KB 0.64-0.66, 1 MB 0.64-0.65, 2 MB 0.50-0.85 (4 ranks: 1.05-1.9).
 BroadcastAlgorithm ProcessGroup::broadcast_algorithm(size_t nbytes) const {
   if (size() > 3 && nbytes >= large_broadcast_bytes_) return BroadcastAlgorithm::kScatterAllgather;
-  if (!fits_cores_ && transport_->sends_by_address(nbytes, Payload::kMovedOneWay))
+  const Payload from_root = size() >= 8 ? Payload::kMovedFanOut : Payload::kMovedOneWay;
+  if (!fits_cores_ && transport_->sends_by_address(nbytes, from_root))
     return BroadcastAlgorithm::kFromRoot;
   return BroadcastAlgorithm::kBinomial;
 }

@@ -19,9 +19,13 @@ struct Sink {
 // What the receiver does with a payload, and whether its sender waits on anything else meanwhile.
 enum class Payload : uint8_t {
   kMoved,        // kept as it is, sent in an exchange that also receives (all_gather, all_to_all)
-  kMovedOneWay,  // kept as it is, sent in an exchange that only sends (a broadcast's, a scatter's)
+  kMovedOneWay,  // kept as it is, sent in an exchange that only sends (a broadcast's, a gather's)
+  kMovedFanOut,  // the same, to kFanOutPeers peers or more (a scatter's root)
   kReduced,      // folded into the receiver's buffer
 };
+
+// An exchange that only sends, to this many peers or more, sends kMovedFanOut payloads.
+inline constexpr size_t kFanOutPeers = 3;
 
 class Channel {
  public:

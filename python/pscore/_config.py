@@ -219,8 +219,10 @@ SHM_SINGLE_COPY_BYTES = Var(
     "collective payloads of at least this size that the receiver keeps as they are (broadcast,"
     " all_gather, all_to_all, gather, scatter) are read straight from the sender's memory"
     " (process_vm_readv) when a probe at connect allows it; unset: those that fill the ring"
-    " (PSCORE_SHM_RING_BYTES) while the ranks fit on the cores, else from 32 KB (but those sent"
-    " one way, a broadcast's or a scatter's, which take the ring they fit); 0 turns that off",
+    " (PSCORE_SHM_RING_BYTES) while the ranks fit on the cores, else from 32 KB, but those sent"
+    " one way (a broadcast tree's, a gather's), which take the ring they fit, and those sent one"
+    " way to 3 peers or more (a scatter's root, a broadcast's from 8 ranks), from 256 KB; 0 turns"
+    " that off",
 )
 SHM_SINGLE_COPY_REDUCE_BYTES = Var(
     "PSCORE_SHM_SINGLE_COPY_REDUCE_BYTES",

@@ -169,20 +169,24 @@ TEST(SingleCopy, MovedAndReducedThresholdsApplyApart) {
 // By default a reduced payload travels as an address only once it no longer fits the ring (the
 // sender then writes it all and goes on); a moved one once it fills the ring while the ranks fit
 // on the cores, from 32 KB while they take turns, but for one sent one way, which keeps the ring
-// it fits. Set sizes stay as they are.
+// it fits, and one fanned out, from 256 KB while they take turns. Set sizes stay as they are.
 TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   const SingleCopyBytes defaults;
   const SingleCopyBytes fit = defaults.resolved(4096, true);
   EXPECT_EQ(fit.moved, 4096u);
   EXPECT_EQ(fit.one_way, 4096u);
+  EXPECT_EQ(fit.fan_out, 4096u);
   EXPECT_EQ(fit.reduced, 4097u);
   const SingleCopyBytes turns = defaults.resolved(1 << 20, false);
   EXPECT_EQ(turns.moved, uint64_t{32 << 10});
   EXPECT_EQ(turns.one_way, uint64_t{1 << 20});
+  EXPECT_EQ(turns.fan_out, uint64_t{256 << 10});
   EXPECT_EQ(turns.reduced, uint64_t{(1 << 20) + 1});
+  EXPECT_EQ(defaults.resolved(4096, false).fan_out, 4096u);  // never beyond the ring
   const SingleCopyBytes set = SingleCopyBytes{100, 0}.resolved(4096, false);
   EXPECT_EQ(set.moved, 100u);
   EXPECT_EQ(set.one_way, 100u);
+  EXPECT_EQ(set.fan_out, 100u);
   EXPECT_EQ(set.reduced, 0u);
 }
 
@@ -199,9 +203,12 @@ TEST(SingleCopy, ByDefaultPayloadsThatFitTheRingTakeIt) {
     EXPECT_TRUE(ch.single_copy(moved, Payload::kMoved)) << world;
     EXPECT_FALSE(ch.single_copy(4095, Payload::kMovedOneWay)) << world;
     EXPECT_TRUE(ch.single_copy(4096, Payload::kMovedOneWay)) << world;
+    EXPECT_FALSE(ch.single_copy(4095, Payload::kMovedFanOut)) << world;  // the ring is smaller
+    EXPECT_TRUE(ch.single_copy(4096, Payload::kMovedFanOut)) << world;
     // The transport says the same by size, for the algorithms every rank chooses alike.
     for (size_t nbytes : {size_t{4095}, size_t{4096}, size_t{4097}, moved - 1, moved})
-      for (Payload p : {Payload::kMoved, Payload::kMovedOneWay, Payload::kReduced})
+      for (Payload p :
+           {Payload::kMoved, Payload::kMovedOneWay, Payload::kMovedFanOut, Payload::kReduced})
         EXPECT_EQ(s[0]->sends_by_address(nbytes, p), ch.single_copy(nbytes, p)) << nbytes;
     Groups g = groups_over(s, 0);
     in_threads(world, [&](int r) { run_every_collective(g, world, r); });
@@ -259,6 +266,51 @@ TEST(SingleCopy, BroadcastFromTheRootIsExact) {
             ASSERT_EQ(x[i], static_cast<int32_t>(i) * 4 + root) << root << " " << count;
         }
     });
+  }
+}
+
+// A scatter's root sends to 3 peers or more: by default its payloads go by address from 256 KB
+// while the ranks take turns on the cores (the receivers share the copies); with 2 peers they keep
+// the ring they fit, as while the ranks fit on the cores.
+TEST(SingleCopy, ScatterRootsFanOutByAddressWhileRanksTakeTurns) {
+  for (int world : {3, 4}) {
+    ShmOptions so;
+    so.ring_bytes = 1 << 20;
+    so.p2p_ring_bytes = 4096;
+    auto s = connected(world, so);
+    Groups g = groups_over(s, 0);
+    const size_t count = (256 << 10) / sizeof(int32_t);
+    in_threads(world, [&](int r) {
+      std::vector<std::vector<int32_t>> blocks(world);
+      std::vector<const void*> inputs;
+      for (int k = 0; k < world; ++k) {
+        blocks[k].assign(count, k);
+        inputs.push_back(blocks[k].data());
+      }
+      std::vector<int32_t> out(count, -1);
+      g[r]->scatter(inputs, out.data(), count, DType::kInt32, 0, false);
+      for (auto v : out) ASSERT_EQ(v, r);
+    });
+    const uint64_t by_address = world >= 4 && !ranks_fit_cores(world) ? 1 : 0;
+    for (int p = 1; p < world; ++p)
+      EXPECT_EQ(s[0]->channel(p, kCollectiveLane).acknowledged(), by_address) << world;
+  }
+}
+
+// While they take turns, broadcasts go from the root from the size sent one way by address (the
+// ring's), and from 8 ranks from the fanned-out payloads' 256 KB.
+TEST(SingleCopy, BroadcastsGoFromTheRootByAddressWhileRanksTakeTurns) {
+  using B = BroadcastAlgorithm;
+  ShmOptions so;
+  so.ring_bytes = 512 << 10;
+  so.p2p_ring_bytes = 4096;
+  for (int world : {4, 8}) {
+    auto s = connected(world, so);
+    const ProcessGroup g(s[0], GroupOptions{});
+    const bool turns = !ranks_fit_cores(world);
+    EXPECT_EQ(g.broadcast_algorithm((256 << 10) - 4), B::kBinomial);
+    EXPECT_EQ(g.broadcast_algorithm(256 << 10), turns && world >= 8 ? B::kFromRoot : B::kBinomial);
+    EXPECT_EQ(g.broadcast_algorithm(512 << 10), turns ? B::kFromRoot : B::kScatterAllgather);
   }
 }
 

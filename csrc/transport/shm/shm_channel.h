@@ -1,6 +1,7 @@
 // A Channel over two shared-memory rings: outbound lives in the peer's segment, inbound in ours.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -28,20 +29,33 @@ struct RingView {
 // - moved one way (`one_way`, resolved from `moved`): a sender that only sends (a broadcast's, a
 //   scatter's) would wait for each receiver to get a core and read; through the ring it goes on.
 //   So payloads that fit the ring take it, also while ranks take turns on the cores.
+// - fanned out (`fan_out`, resolved from `moved`): a sender that only sends, to several peers (a
+//   scatter's root). Through the ring it writes them all itself, one after the other; by address
+//   the receivers share the copies. While ranks take turns that pays from 256 KB.
 struct SingleCopyBytes {
   static constexpr uint64_t kDefault = UINT64_MAX;
   static constexpr uint64_t kSlowRingMovedBytes = 32 << 10;
+  static constexpr uint64_t kSlowRingFanOutBytes = 256 << 10;
   uint64_t moved = kDefault;
   uint64_t reduced = kDefault;
   uint64_t one_way = kDefault;
+  uint64_t fan_out = kDefault;
   bool moved_follows_ring = false;  // resolved: moved payloads consult the RingGauge
   static_assert(kSlowRingMovedBytes >= RingGauge::kTimedBytes, "probes must be measured");
   bool any() const { return moved != 0 || reduced != 0; }
   // The smallest payload of this kind that travels as an address by its size alone (0: none).
   uint64_t threshold(Payload payload) const {
-    return payload == Payload::kReduced       ? reduced
-           : payload == Payload::kMovedOneWay ? one_way
-                                              : moved;
+    switch (payload) {
+      case Payload::kReduced:
+        return reduced;
+      case Payload::kMovedOneWay:
+        return one_way;
+      case Payload::kMovedFanOut:
+        return fan_out;
+      case Payload::kMoved:
+        break;
+    }
+    return moved;
   }
   bool by_size(size_t nbytes, Payload payload) const {
     const uint64_t t = threshold(payload);
@@ -54,6 +68,9 @@ struct SingleCopyBytes {
       r.moved_follows_ring = ranks_fit_cores;
     }
     r.one_way = moved == kDefault ? ring_capacity : moved;
+    r.fan_out = moved != kDefault ? moved
+                : ranks_fit_cores ? ring_capacity
+                                  : std::min<uint64_t>(kSlowRingFanOutBytes, ring_capacity);
     if (reduced == kDefault) r.reduced = ring_capacity + 1;
     return r;
   }
