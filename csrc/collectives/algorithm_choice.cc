@@ -36,7 +36,8 @@ AllreduceAlgorithm ProcessGroup::allreduce_algorithm(size_t count, DType dtype) 
   // Over costly steps (sockets), fewer steps pay where the pairs' exchanges fit the socket
   // buffers; the folds of other world sizes would move the whole buffer twice more. So do they
   // from 8 ranks taking turns on the cores, up to the same size.
-  if ((fewer_steps_pay_ || many_ranks_take_turns()) && nbytes <= kAutoHalvingDoublingMaxBytes)
+  if ((fewer_steps_pay_ || many_power_of_two_ranks_take_turns()) &&
+      nbytes <= kAutoHalvingDoublingMaxBytes)
     return AllreduceAlgorithm::kHalvingDoubling;
   return AllreduceAlgorithm::kRing;
 }
@@ -63,8 +64,9 @@ Algorithm ProcessGroup::fewer_steps_or_ring(size_t total_bytes, size_t small_byt
 }
 
 AllgatherAlgorithm ProcessGroup::allgather_algorithm(size_t count, DType dtype) const {
-  const size_t turns_bytes =
-      many_ranks_take_turns() ? kTakingTurnsAllgatherBytesFrom8Ranks : kTakingTurnsAllgatherBytes;
+  const size_t turns_bytes = many_power_of_two_ranks_take_turns()
+                                 ? kTakingTurnsAllgatherBytesFrom8Ranks
+                                 : kTakingTurnsAllgatherBytes;
   return fewer_steps_or_ring(count * dtype_size(dtype) * size(), kAutoFewerStepsAllgatherBytes,
                              turns_bytes, options_.allgather_algorithm,
                              AllgatherAlgorithm::kRecursiveDoubling);

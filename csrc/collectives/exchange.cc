@@ -110,10 +110,11 @@ void Exchange::run_copies(bool before_sends) {
 // the bytes as they were when the send was posted.
 void Exchange::choose_single_copy() {
   const size_t sends = pending_ - pending_receives_;
-  const Payload payload = reduces(ctx_.kind)      ? Payload::kReduced
-                          : pending_receives_ > 0 ? Payload::kMoved
-                          : sends >= kFanOutPeers ? Payload::kMovedFanOut
-                                                  : Payload::kMovedOneWay;
+  const Payload payload = ctx_.kind == OpKind::kAllreduce ? Payload::kAllReduced
+                          : reduces(ctx_.kind)            ? Payload::kReduced
+                          : pending_receives_ > 0         ? Payload::kMoved
+                          : sends >= kFanOutPeers         ? Payload::kMovedFanOut
+                                                          : Payload::kMovedOneWay;
   for (auto& s : items_) {
     if (!s.is_send || s.signal ||
         !transport_.channel(s.peer, ctx_.lane).single_copy(s.nbytes, payload))

@@ -13,6 +13,7 @@
 #include "collectives/executor.h"
 #include "collectives/op_progress.h"
 #include "collectives/yield_gauge.h"
+#include "common/cores.h"
 #include "common/dtype.h"
 #include "gpu/pinned_pool.h"
 #include "transport/transport.h"
@@ -153,9 +154,11 @@ class ProcessGroup {
   void run_guarded(const OpContext& ctx, const Body& body);
   void check_rank(int r, const char* what) const;
   char* scratch(size_t nbytes);
-  // An auto choice between the ring and the power-of-two algorithm `fewer` (algorithm_choice.cc).
   // 8, 16, 32... ranks that outnumber the cores: the ring's many step ends cost most.
-  bool many_ranks_take_turns() const { return !fits_cores_ && power_of_two_ && size() >= 8; }
+  bool many_power_of_two_ranks_take_turns() const {
+    return power_of_two_ && pscore::many_ranks_take_turns(size());
+  }
+  // An auto choice between the ring and the power-of-two algorithm `fewer` (algorithm_choice.cc).
   template <class Algorithm>
   Algorithm fewer_steps_or_ring(size_t total_bytes, size_t small_bytes, size_t turns_bytes,
                                 Algorithm asked, Algorithm fewer) const;

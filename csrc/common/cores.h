@@ -10,4 +10,8 @@ inline bool ranks_fit_cores(int ranks) {
   return ranks <= static_cast<int>(std::thread::hardware_concurrency());
 }
 
+// 8 ranks or more that take turns on the cores: there the ring algorithms' many step ends and
+// the total copying cost most.
+inline bool many_ranks_take_turns(int ranks) { return ranks >= 8 && !ranks_fit_cores(ranks); }
+
 }  // namespace pscore

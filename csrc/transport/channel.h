@@ -22,6 +22,7 @@ enum class Payload : uint8_t {
   kMovedOneWay,  // kept as it is, sent in an exchange that only sends (a broadcast's, a gather's)
   kMovedFanOut,  // the same, to kFanOutPeers peers or more (a scatter's root)
   kReduced,      // folded into the receiver's buffer
+  kAllReduced,   // the same, in an all_reduce
 };
 
 // An exchange that only sends, to this many peers or more, sends kMovedFanOut payloads.

@@ -230,7 +230,8 @@ SHM_SINGLE_COPY_REDUCE_BYTES = Var(
     None,
     "the same for payloads the receiver folds into its buffer (all_reduce, reduce,"
     " reduce_scatter); unset: those larger than the ring (PSCORE_SHM_RING_BYTES), which serves"
-    " the smaller ones faster; 0 turns that off",
+    " the smaller ones faster, but an all_reduce's from 256 KB where 8 ranks or more outnumber"
+    " the cores; 0 turns that off",
 )
 # -- parameter server
 STORE = Var("PSCORE_STORE", "str", None, "store URL where pserver shards publish addresses")

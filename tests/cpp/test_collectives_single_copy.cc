@@ -183,6 +183,14 @@ TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   EXPECT_EQ(turns.fan_out, uint64_t{256 << 10});
   EXPECT_EQ(turns.reduced, uint64_t{(1 << 20) + 1});
   EXPECT_EQ(defaults.resolved(4096, false).fan_out, 4096u);  // never beyond the ring
+  // From 8 ranks taking turns, all-reduced payloads from 256 KB (or beyond the ring).
+  const SingleCopyBytes many = defaults.resolved(1 << 20, false, true);
+  EXPECT_EQ(many.all_reduced, uint64_t{256 << 10});
+  EXPECT_EQ(many.reduced, uint64_t{(1 << 20) + 1});
+  EXPECT_EQ(defaults.resolved(4096, false, true).all_reduced, 4097u);
+  EXPECT_EQ(turns.all_reduced, turns.reduced);
+  const SingleCopyBytes set_many = SingleCopyBytes{100, 0}.resolved(1 << 20, false, true);
+  EXPECT_EQ(set_many.all_reduced, 0u);
   const SingleCopyBytes set = SingleCopyBytes{100, 0}.resolved(4096, false);
   EXPECT_EQ(set.moved, 100u);
   EXPECT_EQ(set.one_way, 100u);

@@ -22,6 +22,10 @@ struct RingView {
 // - reduced: payloads larger than the ring. A reduction reads an address through a cache-sized
 //   scratch, and a payload that fits the ring lets its sender write it all and go on to its own
 //   receives while the peer reduces from the ring in place.
+// - all-reduced (`all_reduced`, resolved from `reduced`): those of an all_reduce (both halves:
+//   its allgather's too); but from 256 KB where 8 ranks or more take turns on the cores. 8 ranks on
+//   2 cores, loops of all_reduces, two groups alternating, time / through the ring: 1-16 MB
+//   0.66-0.76. reduce and reduce_scatter lost (0.91-1.32), so they keep the ring.
 // - moved: payloads that fill the ring, when the ranks fit on the cores: below that the ring's
 //   two copies run at once on two cores, and its sender need not wait for the reader; but from
 //   32 KB while copies into the ring are slow (ring_gauge.h). Ranks that take turns on the
@@ -36,18 +40,23 @@ struct SingleCopyBytes {
   static constexpr uint64_t kDefault = UINT64_MAX;
   static constexpr uint64_t kSlowRingMovedBytes = 32 << 10;
   static constexpr uint64_t kSlowRingFanOutBytes = 256 << 10;
+  static constexpr uint64_t kManyRanksAllReducedBytes = 256 << 10;
   uint64_t moved = kDefault;
   uint64_t reduced = kDefault;
+  uint64_t all_reduced = kDefault;
   uint64_t one_way = kDefault;
   uint64_t fan_out = kDefault;
   bool moved_follows_ring = false;  // resolved: moved payloads consult the RingGauge
   static_assert(kSlowRingMovedBytes >= RingGauge::kTimedBytes, "probes must be measured");
   bool any() const { return moved != 0 || reduced != 0; }
+  static SingleCopyBytes off() { return {0, 0, 0, 0, 0}; }
   // The smallest payload of this kind that travels as an address by its size alone (0: none).
   uint64_t threshold(Payload payload) const {
     switch (payload) {
       case Payload::kReduced:
         return reduced;
+      case Payload::kAllReduced:
+        return all_reduced;
       case Payload::kMovedOneWay:
         return one_way;
       case Payload::kMovedFanOut:
@@ -61,7 +70,9 @@ struct SingleCopyBytes {
     const uint64_t t = threshold(payload);
     return t != 0 && nbytes >= t;
   }
-  SingleCopyBytes resolved(uint64_t ring_capacity, bool ranks_fit_cores) const {
+  // `many_take_turns`: 8 ranks or more outnumber the cores (cores.h).
+  SingleCopyBytes resolved(uint64_t ring_capacity, bool ranks_fit_cores,
+                           bool many_take_turns = false) const {
     SingleCopyBytes r = *this;
     if (moved == kDefault) {
       r.moved = ranks_fit_cores ? ring_capacity : kSlowRingMovedBytes;
@@ -72,6 +83,9 @@ struct SingleCopyBytes {
                 : ranks_fit_cores ? ring_capacity
                                   : std::min<uint64_t>(kSlowRingFanOutBytes, ring_capacity);
     if (reduced == kDefault) r.reduced = ring_capacity + 1;
+    r.all_reduced = reduced == kDefault && many_take_turns
+                        ? std::min(kManyRanksAllReducedBytes, r.reduced)
+                        : r.reduced;
     return r;
   }
 };
