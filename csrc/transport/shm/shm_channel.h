@@ -24,14 +24,15 @@ struct RingView {
 //   receives while the peer reduces from the ring in place.
 // - all-reduced (`all_reduced`, resolved from `reduced`): those of an all_reduce (both halves:
 //   its allgather's too); but from 256 KB where 8 ranks or more take turns on the cores. 8 ranks on
-//   2 cores, loops of all_reduces, two groups alternating, time / through the ring: 1-16 MB
-//   0.66-0.76. reduce and reduce_scatter lost (0.91-1.32), so they keep the ring.
+//   2 cores, loops of all_reduces, two groups alternating, time / through the ring: 512 KB-16 MB
+//   0.66-0.91. reduce and reduce_scatter lost (0.93-1.32), so they keep the ring.
 // - moved: payloads that fill the ring, when the ranks fit on the cores: below that the ring's
 //   two copies run at once on two cores, and its sender need not wait for the reader; but from
 //   32 KB while copies into the ring are slow (ring_gauge.h). Ranks that take turns on the
 //   cores gain more from the single copy's halved work: from 32 KB.
-// - moved one way (`one_way`, resolved from `moved`): a sender that only sends (a broadcast's, a
-//   scatter's) would wait for each receiver to get a core and read; through the ring it goes on.
+// - moved one way (`one_way`, resolved from `moved`): a sender that only sends (a broadcast
+//   tree's, a gather's) would wait for each receiver to get a core and read; through the ring it
+//   goes on.
 //   So payloads that fit the ring take it, also while ranks take turns on the cores.
 // - fanned out (`fan_out`, resolved from `moved`): a sender that only sends, to several peers (a
 //   scatter's root). Through the ring it writes them all itself, one after the other; by address
