@@ -20,6 +20,7 @@
 #include "bindings/work.h"
 #include "collectives/process_group.h"
 #include "common/auth.h"
+#include "common/cores.h"
 #include "common/signal_pipe.h"
 #include "gpu/staging.h"
 #include "transport/shm/shm_transport.h"
@@ -182,6 +183,8 @@ void bind_progress(py::module_& m) {
       .def_readonly("nbytes", &OpSnapshot::nbytes)
       .def_readonly("elapsed_us", &OpSnapshot::elapsed_us)
       .def_readonly("waiting_on", &OpSnapshot::waiting_on);
+  m.def("ranks_fit_cores", &ranks_fit_cores, py::arg("ranks"),
+        "Whether this many ranks fit on this host's cores (each may poll on a core of its own).");
   m.def("install_signal_pipe", &install_signal_pipe, py::arg("signum"),
         "Handles signum (when it has no handler yet) by writing a byte to a pipe; returns the "
         "pipe's read end, or -1 when the signal already had a handler.");
@@ -210,7 +213,7 @@ void bind_process_group(py::module_& m) {
           py::init([](std::shared_ptr<Transport> t, int64_t timeout_ms, int spin_us, int yield_us,
                       size_t small_allreduce_bytes, AllreduceAlgorithm allreduce_algorithm,
                       int64_t large_broadcast_bytes, AllgatherAlgorithm allgather_algorithm,
-                      ReduceScatterAlgorithm reduce_scatter_algorithm) {
+                      ReduceScatterAlgorithm reduce_scatter_algorithm, int ranks_fit_cores) {
             GroupOptions o;
             o.timeout_ms = timeout_ms;
             o.spin_us = spin_us;
@@ -220,6 +223,7 @@ void bind_process_group(py::module_& m) {
             o.large_broadcast_bytes = large_broadcast_bytes;
             o.allgather_algorithm = allgather_algorithm;
             o.reduce_scatter_algorithm = reduce_scatter_algorithm;
+            o.ranks_fit_cores = ranks_fit_cores;
             return std::make_shared<PG>(std::move(t), o);
           }),
           py::arg("transport"), py::arg("timeout_ms") = defaults.timeout_ms,
@@ -229,10 +233,14 @@ void bind_process_group(py::module_& m) {
           py::arg("large_broadcast_bytes") = defaults.large_broadcast_bytes,
           py::arg_v("allgather_algorithm", defaults.allgather_algorithm, "AllgatherAlgorithm.AUTO"),
           py::arg_v("reduce_scatter_algorithm", defaults.reduce_scatter_algorithm,
-                    "ReduceScatterAlgorithm.AUTO"))
+                    "ReduceScatterAlgorithm.AUTO"),
+          py::arg("ranks_fit_cores") = defaults.ranks_fit_cores)
       .def_property_readonly("rank", &PG::rank)
       .def_property_readonly("size", &PG::size)
       .def_property_readonly("transport", &PG::transport_name)
+      .def_property_readonly("ranks_fit_cores", &PG::ranks_fit_cores,
+                             "Whether auto's algorithm choices take the ranks to fit on the cores "
+                             "(as every rank agreed at connect).")
       .def("allreduce_algorithm", &PG::allreduce_algorithm, py::arg("count"), py::arg("dtype"),
            "The algorithm an allreduce of count elements of dtype takes in this group.")
       .def("allgather_algorithm", &PG::allgather_algorithm, py::arg("count"), py::arg("dtype"),

@@ -36,7 +36,8 @@ constexpr int64_t kAnySourcePeerCheckUs = 100000;  // and looks for dead peers t
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, GroupOptions options)
     : transport_(std::move(transport)), options_(options) {
-  fits_cores_ = ranks_fit_cores(size());
+  fits_cores_ = options_.ranks_fit_cores >= 0 ? options_.ranks_fit_cores == 1
+                                              : pscore::ranks_fit_cores(size());
   spin_us_ = options_.spin_us >= 0 ? options_.spin_us : (fits_cores_ ? kDefaultSpinUs : 0);
   yield_us_ = options_.yield_us >= 0 ? options_.yield_us : (fits_cores_ ? 0 : kDefaultYieldUs);
   large_broadcast_bytes_ = options_.large_broadcast_bytes >= 0

@@ -13,7 +13,6 @@
 #include "collectives/executor.h"
 #include "collectives/op_progress.h"
 #include "collectives/yield_gauge.h"
-#include "common/cores.h"
 #include "common/dtype.h"
 #include "gpu/pinned_pool.h"
 #include "transport/transport.h"
@@ -65,6 +64,10 @@ struct GroupOptions {
   int64_t large_broadcast_bytes = -1;
   AllgatherAlgorithm allgather_algorithm = AllgatherAlgorithm::kAuto;  // else: at every size
   ReduceScatterAlgorithm reduce_scatter_algorithm = ReduceScatterAlgorithm::kAuto;  // likewise
+  // Whether the ranks fit on the cores, as the group agreed (1 or 0): auto's algorithms follow
+  // it, and every rank must choose alike, also on hosts with other core counts. -1: this host's
+  // answer for the group's size (common/cores.h), right where every rank shares the host.
+  int ranks_fit_cores = -1;
 };
 
 class ProcessGroup {
@@ -78,6 +81,8 @@ class ProcessGroup {
   int size() const { return transport_->size(); }
   const char* transport_name() const { return transport_->name(); }
   const GroupOptions& options() const { return options_; }
+  // Whether auto's choices take the ranks to fit on the cores (GroupOptions::ranks_fit_cores).
+  bool ranks_fit_cores() const { return fits_cores_; }
   // The algorithm an allreduce of `count` elements of `dtype` takes here (never kAuto).
   AllreduceAlgorithm allreduce_algorithm(size_t count, DType dtype) const;
   // The algorithms an allgather or reduce_scatter of `count` elements per rank takes here.
@@ -156,7 +161,7 @@ class ProcessGroup {
   char* scratch(size_t nbytes);
   // 8, 16, 32... ranks that outnumber the cores: the ring's many step ends cost most.
   bool many_power_of_two_ranks_take_turns() const {
-    return power_of_two_ && pscore::many_ranks_take_turns(size());
+    return power_of_two_ && size() >= 8 && !fits_cores_;
   }
   // An auto choice between the ring and the power-of-two algorithm `fewer` (algorithm_choice.cc).
   template <class Algorithm>

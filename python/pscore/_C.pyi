@@ -30,6 +30,7 @@ __all__: list[str] = [
     "nccl_path",
     "nccl_unique_id",
     "nccl_version",
+    "ranks_fit_cores",
     "set_cuda_runtime_candidates",
     "set_nccl_candidates",
     "set_staging_chunk_bytes",
@@ -340,6 +341,7 @@ class ProcessGroup:
         large_broadcast_bytes: typing.SupportsInt | typing.SupportsIndex = -1,
         allgather_algorithm: AllgatherAlgorithm = ...,
         reduce_scatter_algorithm: ReduceScatterAlgorithm = ...,
+        ranks_fit_cores: typing.SupportsInt | typing.SupportsIndex = -1,
     ) -> None: ...
     def abort(self, arg0: str) -> None: ...
     def all_to_all(
@@ -450,6 +452,11 @@ class ProcessGroup:
     ) -> Work: ...
     @property
     def rank(self) -> int: ...
+    @property
+    def ranks_fit_cores(self) -> bool:
+        """
+        Whether auto's algorithm choices take the ranks to fit on the cores (as every rank agreed at connect).
+        """
     @property
     def size(self) -> int: ...
     @property
@@ -655,6 +662,11 @@ def nccl_unique_id() -> bytes:
 def nccl_version() -> str:
     """
     The loaded NCCL's version, as "2.21.5" (loads it first).
+    """
+
+def ranks_fit_cores(ranks: typing.SupportsInt | typing.SupportsIndex) -> bool:
+    """
+    Whether this many ranks fit on this host's cores (each may poll on a core of its own).
     """
 
 def set_cuda_runtime_candidates(candidates: collections.abc.Sequence[str]) -> None:

@@ -429,6 +429,16 @@ TEST(CollectivesAlgorithms, BroadcastsScatterWhereTheRanksFitTheCores) {
   EXPECT_EQ(make_groups(4, false, o)[0]->broadcast_algorithm(1 << 20), B::kScatterAllgather);
   // 3 ranks: the tree (the same as from the root) or, by address, from the root.
   EXPECT_NE(make_groups(3, true, o)[0]->broadcast_algorithm(1 << 20), B::kScatterAllgather);
+  // What the group agreed on holds, whatever this host's cores.
+  for (int fit : {0, 1}) {
+    GroupOptions agreed;
+    agreed.ranks_fit_cores = fit;
+    auto g = make_groups(4, true, agreed)[0];
+    EXPECT_EQ(g->ranks_fit_cores(), fit == 1);
+    EXPECT_EQ(g->broadcast_algorithm(512 << 10), fit ? B::kScatterAllgather : B::kFromRoot);
+    EXPECT_EQ(g->allgather_algorithm((4 << 20) / 16, DType::kFloat32),
+              fit ? AllgatherAlgorithm::kRing : AllgatherAlgorithm::kRecursiveDoubling);
+  }
 }
 
 TEST(CollectivesFailure, SilentPeerTimesOutWithNames) {

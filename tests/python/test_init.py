@@ -154,6 +154,41 @@ def test_shm_sizes_take_suffixes():
     assert sorted(out) == expect(2), out
 
 
+def _fit_main(url, rank, fits_here, queue):
+    try:
+        import pscore
+        from pscore.collectives.group import resolve
+
+        if fits_here is not None:  # as a host with other cores would say
+            pscore._C.ranks_fit_cores = lambda _n: fits_here
+        pscore.init_process_group(init_method=url, rank=rank, world_size=2, timeout=20)
+        queue.put((rank, resolve(None).native.ranks_fit_cores))
+        pscore.destroy_process_group()
+    except BaseException as e:  # noqa: BLE001
+        queue.put(("error", repr(e)))
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 ranks to fit on this host")
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_ranks_agree_whether_they_fit_on_the_cores(monkeypatch, transport):
+    """Auto's algorithms follow whether the ranks fit on the cores, and every rank must choose
+    alike: one host's "no" (as on a host with fewer cores) holds for all."""
+    monkeypatch.setenv("PSCORE_TRANSPORT", transport)
+    for fits in (None, False):
+        queue = _ctx.Queue()
+        url = f"tcp://127.0.0.1:{free_port()}"
+        procs = [
+            _ctx.Process(target=_fit_main, args=(url, r, fits if r == 1 else None, queue))
+            for r in range(2)
+        ]
+        for p in procs:
+            p.start()
+        out = sorted(queue.get(timeout=60) for _ in procs)
+        for p in procs:
+            p.join(10)
+        assert out == [(0, fits is None), (1, fits is None)], out
+
+
 def test_bad_arguments():
     import pscore
 

@@ -209,10 +209,15 @@ def build_group(
     prefixed = PrefixStore(f"pscore/{name}", store)
     job = _config.JOB_ID.get()
     hosts_store = ranks[rank] == 0  # global rank 0 serves pscore's own stores
-    transport = rendezvous.connect(
+    transport, fit = rendezvous.connect(
         prefixed, rank, world, timeout_s, job, master_addr, hosts_store=hosts_store
     )
-    native = _C.ProcessGroup(transport, timeout_ms=int(timeout_s * 1000), **tuning_from_env())
+    native = _C.ProcessGroup(
+        transport,
+        timeout_ms=int(timeout_s * 1000),
+        ranks_fit_cores=int(fit),
+        **tuning_from_env(),
+    )
     group = ProcessGroup(native, ranks, name, timeout_s, prefixed, store_host)
     if nccl:
         group.nccl = nccl_link.NcclLink(group)

@@ -1,8 +1,10 @@
 """Connects the ranks of a group through a store: picks shared memory when every rank is on this
-host (and can map the others' segments), TCP otherwise, and returns the connected transport.
+host (and can map the others' segments), TCP otherwise, and returns the connected transport with
+whether the group's ranks fit on the cores of every rank's host (the core's algorithm choices
+follow it, and every rank must choose alike, whatever its host's cores).
 
-Keys live under the group's prefix: host/<rank>, shm/<rank>, shm_ok/<rank>, tcp/<rank> and
-done/<rank>.
+Keys live under the group's prefix: host/<rank>, shm/<rank>, shm_ok/<rank>, tcp/<rank>, fit/<rank>
+and done/<rank>.
 
 Global rank 0 usually hosts the store (pscore-run, tcp://, env:// outside torchrun), and its
 process may leave as soon as it has connected (a hello-world that destroys the group and exits).
@@ -18,11 +20,17 @@ import contextlib
 import socket
 import time
 import warnings
+from typing import NamedTuple
 
 from .. import _C, _config, stall
 from ..errors import TimeoutError as PscoreTimeoutError
 
-__all__ = ["advertised_host", "connect", "host_identity", "wait_until_done"]
+__all__ = ["Connected", "advertised_host", "connect", "host_identity", "wait_until_done"]
+
+
+class Connected(NamedTuple):
+    transport: object
+    ranks_fit_cores: bool  # as every rank found on its host (_C.ranks_fit_cores of the world)
 
 
 def host_identity() -> str:
@@ -162,8 +170,8 @@ def connect(
     master_addr=None,
     hosts_store: bool | None = None,
 ):
-    """Builds the transport of one group; `store` should already be prefixed for the group.
-    `hosts_store`: whether this rank's process serves the store (default: rank 0)."""
+    """Builds the transport of one group (a Connected); `store` should already be prefixed for the
+    group. `hosts_store`: whether this rank's process serves the store (default: rank 0)."""
     choice = _config.TRANSPORT.get()
     # Read before the store is touched: a malformed size is the user's error to see on every
     # rank, not a reason to fall back to TCP.
@@ -194,5 +202,6 @@ def connect(
             )
     if t is None:
         t = _tcp(store, rank, world, job_id, left(), master_addr)
+    fits = _gather(store, "fit", rank, world, str(int(_C.ranks_fit_cores(world))), left())
     _finish(store, rank, world, left(), rank == 0 if hosts_store is None else hosts_store)
-    return t
+    return Connected(t, all(f == "1" for f in fits))
