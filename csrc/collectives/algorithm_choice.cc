@@ -86,7 +86,7 @@ ReduceScatterAlgorithm ProcessGroup::reduce_scatter_algorithm(size_t count, DTyp
 // rings: 256 KB 0.73-0.86, 512 KB 0.64-0.66, 1 MB 0.64-0.65, 2 MB 0.50-0.85 (4 ranks: 1.05-1.9).
 BroadcastAlgorithm ProcessGroup::broadcast_algorithm(size_t nbytes) const {
   if (size() > 3 && nbytes >= large_broadcast_bytes_) return BroadcastAlgorithm::kScatterAllgather;
-  const Payload from_root = size() >= 8 ? Payload::kMovedFanOut : Payload::kMovedOneWay;
+  const Payload from_root = size() >= 8 ? Payload::kMoved : Payload::kMovedOneWay;
   if (!fits_cores_ && transport_->sends_by_address(nbytes, from_root))
     return BroadcastAlgorithm::kFromRoot;
   return BroadcastAlgorithm::kBinomial;

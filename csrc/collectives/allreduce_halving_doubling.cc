@@ -33,7 +33,7 @@ void allreduce_halving_doubling(Comm& c, void* buf, size_t count, ReduceOp op) {
     const Span out = span_of(count, esize, p2, give, half);
     const Span in = span_of(count, esize, p2, keep, half);
     Exchange x = c.exchange();
-    x.send(partner, base + out.offset, out.nbytes);
+    x.send_to_fold(partner, base + out.offset, out.nbytes);
     x.recv_reduce(partner, base + in.offset, in.nbytes, op);
     x.run();
     first = keep;

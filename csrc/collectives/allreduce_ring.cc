@@ -21,7 +21,7 @@ void allreduce_ring(Comm& c, void* buf, size_t count, ReduceOp op) {
     Block out = block_of(count, n, mod(r - s));
     Block in = block_of(count, n, mod(r - s - 1));
     Exchange x = c.exchange();
-    x.send(right, base + out.offset * esize, out.length * esize);
+    x.send_to_fold(right, base + out.offset * esize, out.length * esize);
     x.recv_reduce(left, base + in.offset * esize, in.length * esize, op);
     x.run();
   }

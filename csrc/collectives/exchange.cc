@@ -51,6 +51,11 @@ void Exchange::send(int peer, const void* data, size_t nbytes) {
   ++pending_;
 }
 
+void Exchange::send_to_fold(int peer, const void* data, size_t nbytes) {
+  send(peer, data, nbytes);
+  items_.back().reduce = true;
+}
+
 void Exchange::recv(int peer, void* dst, size_t nbytes) {
   items_.push_back(
       Item{peer, false, static_cast<char*>(dst), nbytes, ReduceOp::kSum, false, MessageHeader{}});
@@ -109,15 +114,9 @@ void Exchange::run_copies(bool before_sends) {
 // A send whose buffer this exchange also receives into keeps the ring: the receiver must read
 // the bytes as they were when the send was posted.
 void Exchange::choose_single_copy() {
-  const size_t sends = pending_ - pending_receives_;
-  const Payload payload = ctx_.kind == OpKind::kAllreduce ? Payload::kAllReduced
-                          : reduces(ctx_.kind)            ? Payload::kReduced
-                          : pending_receives_ > 0         ? Payload::kMoved
-                          : sends >= kFanOutPeers         ? Payload::kMovedFanOut
-                                                          : Payload::kMovedOneWay;
   for (auto& s : items_) {
     if (!s.is_send || s.signal ||
-        !transport_.channel(s.peer, ctx_.lane).single_copy(s.nbytes, payload))
+        !transport_.channel(s.peer, ctx_.lane).single_copy(s.nbytes, payload_of(s)))
       continue;
     bool aliased = false;
     for (const auto& r : items_)
@@ -126,6 +125,14 @@ void Exchange::choose_single_copy() {
     s.single_copy = true;
     s.header.flags = kSingleCopyFlag;
   }
+}
+
+Payload Exchange::payload_of(const Item& send) const {
+  const bool all_reduce = ctx_.kind == OpKind::kAllreduce;
+  if (send.reduce) return all_reduce ? Payload::kReducedInAllReduce : Payload::kReduced;
+  const size_t sends = pending_ - pending_receives_;
+  if (pending_receives_ == 0 && sends < kFanOutPeers) return Payload::kMovedOneWay;
+  return all_reduce ? Payload::kMovedInAllReduce : Payload::kMoved;
 }
 
 // A single-copy send writes [header | address], then holds the buffer until acknowledged.

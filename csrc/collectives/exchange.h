@@ -51,6 +51,8 @@ class Exchange {
   Exchange& operator=(const Exchange&) = delete;
 
   void send(int peer, const void* data, size_t nbytes);
+  // Sends a payload the peer folds into its buffer (its recv_reduce).
+  void send_to_fold(int peer, const void* data, size_t nbytes);
   // Receives nbytes from peer into dst.
   void recv(int peer, void* dst, size_t nbytes);
   // Receives nbytes of ctx.dtype from peer and folds them into dst: dst = dst op incoming.
@@ -74,7 +76,7 @@ class Exchange {
     char* data;
     size_t nbytes;
     ReduceOp op;
-    bool reduce;
+    bool reduce;               // the receiver folds the payload into its buffer
     MessageHeader header;      // outgoing, or the one received
     size_t done = 0;           // bytes of header + payload + padding (or address) moved so far
     bool single_copy = false;  // the payload travels as its address (kSingleCopyFlag)
@@ -105,6 +107,8 @@ class Exchange {
   bool step_signal(Item& it, Channel& ch);
   // Marks the sends whose payload the receiver will read from this rank's memory.
   void choose_single_copy();
+  // What the receiver of a send does with its payload, and whether this rank waits meanwhile.
+  Payload payload_of(const Item& send) const;
   void check_header(const Item& it) const;
   // How much longer than ctx.spin_us / yield_us to poll before sleeping: the largest item's
   // expected transfer time.

@@ -16,7 +16,7 @@ bool PowerOfTwoFold::fold_in(Comm& c, void* buf, size_t nbytes, ReduceOp op) con
     x.run();
     return true;
   }
-  x.send(rank_ + 1, buf, nbytes);
+  x.send_to_fold(rank_ + 1, buf, nbytes);
   x.run();
   Exchange back = c.exchange();
   back.recv(rank_ + 1, buf, nbytes);

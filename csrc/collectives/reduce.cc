@@ -21,7 +21,7 @@ void reduce_binomial(Comm& c, void* buf, size_t count, ReduceOp op, int root, vo
   for (int mask = 1; mask < n; mask <<= 1) {
     Exchange x = c.exchange();
     if (v & mask) {
-      x.send(real(v - mask), acc, nbytes);
+      x.send_to_fold(real(v - mask), acc, nbytes);
       x.run();
       return;
     }

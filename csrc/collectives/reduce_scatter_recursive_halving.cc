@@ -23,7 +23,7 @@ void reduce_scatter_recursive_halving(Comm& c, const std::vector<const void*>& i
     const int keep = upper ? first + half : first;
     const int give = upper ? first : first + half;
     Exchange x = c.exchange();
-    x.send(r ^ mask, scratch + give * nbytes, half * nbytes);
+    x.send_to_fold(r ^ mask, scratch + give * nbytes, half * nbytes);
     x.recv_reduce(r ^ mask, scratch + keep * nbytes, half * nbytes, op);
     x.run();
     first = keep;

@@ -59,7 +59,7 @@ void reduce_scatter_ring(Comm& c, const std::vector<const void*>& inputs,
     int out = mod(r - s - 1);
     int in = mod(r - s - 2);
     Exchange x = c.exchange();
-    x.send(right, blocks[out], bytes[out]);
+    x.send_to_fold(right, blocks[out], bytes[out]);
     x.recv_reduce(left, blocks[in], bytes[in], op);
     x.run();
   }

@@ -17,15 +17,20 @@ struct Sink {
 };
 
 // What the receiver does with a payload, and whether its sender waits on anything else meanwhile.
+// kMoved: kept as it is, while its sender has other transfers: receives (all_gather, all_to_all)
+// or sends to kFanOutPeers peers or more (a scatter's root). kMovedInAllReduce: the same, in an
+// all_reduce (its second half). kMovedOneWay: kept as it is, sent in an exchange that only sends,
+// to fewer peers (a broadcast tree's, a gather's). kReduced: folded into the receiver's buffer
+// (Exchange::send_to_fold); kReducedInAllReduce: the same, in an all_reduce.
 enum class Payload : uint8_t {
-  kMoved,        // kept as it is, sent in an exchange that also receives (all_gather, all_to_all)
-  kMovedOneWay,  // kept as it is, sent in an exchange that only sends (a broadcast's, a gather's)
-  kMovedFanOut,  // the same, to kFanOutPeers peers or more (a scatter's root)
-  kReduced,      // folded into the receiver's buffer
-  kAllReduced,   // the same, in an all_reduce
+  kMoved,
+  kMovedInAllReduce,
+  kMovedOneWay,
+  kReduced,
+  kReducedInAllReduce
 };
 
-// An exchange that only sends, to this many peers or more, sends kMovedFanOut payloads.
+// An exchange that only sends, to this many peers or more, sends kMoved payloads.
 inline constexpr size_t kFanOutPeers = 3;
 
 class Channel {

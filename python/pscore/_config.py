@@ -217,21 +217,21 @@ SHM_SINGLE_COPY_BYTES = Var(
     "bytes",
     None,
     "collective payloads of at least this size that the receiver keeps as they are (broadcast,"
-    " all_gather, all_to_all, gather, scatter) are read straight from the sender's memory"
-    " (process_vm_readv) when a probe at connect allows it; unset: those that fill the ring"
-    " (PSCORE_SHM_RING_BYTES) while the ranks fit on the cores, else from 32 KB, but those sent"
-    " one way (a broadcast tree's, a gather's), which take the ring they fit, and those sent one"
-    " way to 3 peers or more (a scatter's root, a broadcast's from 8 ranks), from 256 KB; 0 turns"
+    " all_gather, all_to_all, gather, scatter, an all_reduce's second half) are read straight from"
+    " the sender's memory (process_vm_readv) when a probe at connect allows it; unset: those that"
+    " fill the ring (PSCORE_SHM_RING_BYTES) while the ranks fit on the cores, else from 256 KB (an"
+    " all_reduce's from 512 KB while fewer than 8 ranks take turns), but those sent one way to"
+    " fewer than 3 peers (a broadcast tree's, a gather's), which take the ring they fit; 0 turns"
     " that off",
 )
 SHM_SINGLE_COPY_REDUCE_BYTES = Var(
     "PSCORE_SHM_SINGLE_COPY_REDUCE_BYTES",
     "bytes",
     None,
-    "the same for payloads the receiver folds into its buffer (all_reduce, reduce,"
-    " reduce_scatter); unset: those larger than the ring (PSCORE_SHM_RING_BYTES), which serves"
-    " the smaller ones faster, but an all_reduce's from 256 KB where 8 ranks or more outnumber"
-    " the cores; 0 turns that off",
+    "the same for payloads the receiver folds into its buffer (an all_reduce's first half,"
+    " reduce, reduce_scatter); unset: those larger than the ring (PSCORE_SHM_RING_BYTES), which"
+    " serves the smaller ones faster, but an all_reduce's from 256 KB where 8 ranks or more"
+    " outnumber the cores; 0 turns that off",
 )
 # -- parameter server
 STORE = Var("PSCORE_STORE", "str", None, "store URL where pserver shards publish addresses")

@@ -166,35 +166,79 @@ TEST(SingleCopy, MovedAndReducedThresholdsApplyApart) {
   }
 }
 
+// What the receiver does decides, per payload: an all_reduce's first half is folded in and keeps
+// the ring here, its second half is copied as it is and goes by address, as an all_gather's does.
+TEST(SingleCopy, FoldedPayloadsAndMovedOnesChooseApart) {
+  ShmOptions so;
+  so.ring_bytes = 1 << 20;
+  so.p2p_ring_bytes = 4096;
+  so.single_copy = {64, 0};  // moved payloads by address, folded ones through the ring
+  const int n = 4;
+  auto s = connected(n, so);
+  GroupOptions o = group_options();
+  o.allreduce_algorithm = AllreduceAlgorithm::kRing;
+  o.allgather_algorithm = AllgatherAlgorithm::kRing;
+  o.reduce_scatter_algorithm = ReduceScatterAlgorithm::kRing;
+  Groups g;
+  for (auto& t : s) g.push_back(std::make_shared<ProcessGroup>(t, o));
+  const size_t count = 1000;
+  auto acks_to_the_right = [&](int r) {
+    return s[r]->channel((r + 1) % n, kCollectiveLane).acknowledged();
+  };
+  in_threads(n, [&](int r) {
+    std::vector<int32_t> x(count * n, r);
+    g[r]->allreduce(x.data(), x.size(), DType::kInt32, ReduceOp::kSum, false);
+    for (auto v : x) ASSERT_EQ(v, n * (n - 1) / 2);
+    EXPECT_EQ(acks_to_the_right(r), uint64_t(n - 1)) << "only the second half by address";
+    std::vector<std::vector<int32_t>> blocks(n, std::vector<int32_t>(count, r));
+    std::vector<const void*> in_ptrs;
+    for (auto& b : blocks) in_ptrs.push_back(b.data());
+    std::vector<int32_t> red(count);
+    g[r]->reduce_scatter(in_ptrs, red.data(), count, DType::kInt32, ReduceOp::kSum, false);
+    for (auto v : red) ASSERT_EQ(v, n * (n - 1) / 2);
+    EXPECT_EQ(acks_to_the_right(r), uint64_t(n - 1)) << "reduce_scatter folds every payload";
+    std::vector<std::vector<int32_t>> outs(n, std::vector<int32_t>(count, -1));
+    std::vector<void*> ptrs;
+    for (auto& out : outs) ptrs.push_back(out.data());
+    g[r]->allgather(red.data(), count, DType::kInt32, ptrs, false);
+    EXPECT_EQ(acks_to_the_right(r), uint64_t(2 * (n - 1))) << "all_gather moves every payload";
+  });
+}
+
 // By default a reduced payload travels as an address only once it no longer fits the ring (the
 // sender then writes it all and goes on); a moved one once it fills the ring while the ranks fit
-// on the cores, from 32 KB while they take turns, but for one sent one way, which keeps the ring
-// it fits, and one fanned out, from 256 KB while they take turns. Set sizes stay as they are.
+// on the cores, from 256 KB while they take turns (an all_reduce's from 512 KB while fewer than 8
+// do), but for one sent one way, which keeps the ring it fits. Set sizes stay as they are.
 TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   const SingleCopyBytes defaults;
   const SingleCopyBytes fit = defaults.resolved(4096, true);
   EXPECT_EQ(fit.moved, 4096u);
+  EXPECT_EQ(fit.moved_in_all_reduce, 4096u);
   EXPECT_EQ(fit.one_way, 4096u);
-  EXPECT_EQ(fit.fan_out, 4096u);
   EXPECT_EQ(fit.reduced, 4097u);
+  EXPECT_EQ(fit.reduced_in_all_reduce, 4097u);
   const SingleCopyBytes turns = defaults.resolved(1 << 20, false);
-  EXPECT_EQ(turns.moved, uint64_t{32 << 10});
+  EXPECT_EQ(turns.moved, uint64_t{256 << 10});
+  EXPECT_EQ(turns.moved_in_all_reduce, uint64_t{512 << 10});
   EXPECT_EQ(turns.one_way, uint64_t{1 << 20});
-  EXPECT_EQ(turns.fan_out, uint64_t{256 << 10});
   EXPECT_EQ(turns.reduced, uint64_t{(1 << 20) + 1});
-  EXPECT_EQ(defaults.resolved(4096, false).fan_out, 4096u);  // never beyond the ring
-  // From 8 ranks taking turns, all-reduced payloads from 256 KB (or beyond the ring).
+  EXPECT_EQ(turns.reduced_in_all_reduce, turns.reduced);
+  const SingleCopyBytes small_ring = defaults.resolved(4096, false);  // never beyond the ring
+  EXPECT_EQ(small_ring.moved, 4096u);
+  EXPECT_EQ(small_ring.moved_in_all_reduce, 4096u);
+  // From 8 ranks taking turns, an all_reduce's payloads go from 256 KB (or beyond the ring).
   const SingleCopyBytes many = defaults.resolved(1 << 20, false, true);
-  EXPECT_EQ(many.all_reduced, uint64_t{256 << 10});
+  EXPECT_EQ(many.moved_in_all_reduce, uint64_t{256 << 10});
+  EXPECT_EQ(many.reduced_in_all_reduce, uint64_t{256 << 10});
   EXPECT_EQ(many.reduced, uint64_t{(1 << 20) + 1});
-  EXPECT_EQ(defaults.resolved(4096, false, true).all_reduced, 4097u);
-  EXPECT_EQ(turns.all_reduced, turns.reduced);
+  EXPECT_EQ(defaults.resolved(4096, false, true).reduced_in_all_reduce, 4097u);
   const SingleCopyBytes set_many = SingleCopyBytes{100, 0}.resolved(1 << 20, false, true);
-  EXPECT_EQ(set_many.all_reduced, 0u);
+  EXPECT_EQ(set_many.reduced_in_all_reduce, 0u);
+  EXPECT_EQ(set_many.moved_in_all_reduce, 100u);
   const SingleCopyBytes set = SingleCopyBytes{100, 0}.resolved(4096, false);
   EXPECT_EQ(set.moved, 100u);
+  EXPECT_EQ(set.moved_in_all_reduce, 100u);
   EXPECT_EQ(set.one_way, 100u);
-  EXPECT_EQ(set.fan_out, 100u);
   EXPECT_EQ(set.reduced, 0u);
 }
 
@@ -206,17 +250,14 @@ TEST(SingleCopy, ByDefaultPayloadsThatFitTheRingTakeIt) {
     Channel& ch = s[0]->channel(1, kCollectiveLane);
     EXPECT_FALSE(ch.single_copy(4096, Payload::kReduced));
     EXPECT_TRUE(ch.single_copy(4097, Payload::kReduced));
-    const size_t moved = ranks_fit_cores(world) ? 4096 : 32 << 10;
-    EXPECT_FALSE(ch.single_copy(moved - 1, Payload::kMoved)) << world;
-    EXPECT_TRUE(ch.single_copy(moved, Payload::kMoved)) << world;
-    EXPECT_FALSE(ch.single_copy(4095, Payload::kMovedOneWay)) << world;
-    EXPECT_TRUE(ch.single_copy(4096, Payload::kMovedOneWay)) << world;
-    EXPECT_FALSE(ch.single_copy(4095, Payload::kMovedFanOut)) << world;  // the ring is smaller
-    EXPECT_TRUE(ch.single_copy(4096, Payload::kMovedFanOut)) << world;
+    for (Payload p : {Payload::kMoved, Payload::kMovedInAllReduce, Payload::kMovedOneWay}) {
+      EXPECT_FALSE(ch.single_copy(4095, p)) << world;  // the ring is smaller than 256 KB
+      EXPECT_TRUE(ch.single_copy(4096, p)) << world;
+    }
     // The transport says the same by size, for the algorithms every rank chooses alike.
-    for (size_t nbytes : {size_t{4095}, size_t{4096}, size_t{4097}, moved - 1, moved})
-      for (Payload p :
-           {Payload::kMoved, Payload::kMovedOneWay, Payload::kMovedFanOut, Payload::kReduced})
+    for (size_t nbytes : {size_t{4095}, size_t{4096}, size_t{4097}})
+      for (Payload p : {Payload::kMoved, Payload::kMovedInAllReduce, Payload::kMovedOneWay,
+                        Payload::kReduced, Payload::kReducedInAllReduce})
         EXPECT_EQ(s[0]->sends_by_address(nbytes, p), ch.single_copy(nbytes, p)) << nbytes;
     Groups g = groups_over(s, 0);
     in_threads(world, [&](int r) { run_every_collective(g, world, r); });

@@ -116,7 +116,7 @@ size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
 // The peer's flag lives in the header of the ring we write to: it vouches for the reader.
 // A small payload is decided on its size alone: no shared line read, no probe counted.
 bool ShmChannel::single_copy(size_t nbytes, Payload payload) {
-  const bool reduced = payload == Payload::kReduced || payload == Payload::kAllReduced;
+  const bool reduced = payload == Payload::kReduced || payload == Payload::kReducedInAllReduce;
   const bool by_size = single_copy_.by_size(nbytes, payload);
   const bool gauged = single_copy_.threshold(payload) != 0 && !by_size && !reduced &&
                       single_copy_.moved_follows_ring &&

@@ -22,31 +22,34 @@ struct RingView {
 // - reduced: payloads larger than the ring. A reduction reads an address through a cache-sized
 //   scratch, and a payload that fits the ring lets its sender write it all and go on to its own
 //   receives while the peer reduces from the ring in place.
-// - all-reduced (`all_reduced`, resolved from `reduced`): those of an all_reduce (both halves:
-//   its allgather's too); but from 256 KB where 8 ranks or more take turns on the cores. 8 ranks on
-//   2 cores, loops of all_reduces, two groups alternating, time / through the ring: 512 KB-16 MB
-//   0.66-0.91. reduce and reduce_scatter lost (0.93-1.32), so they keep the ring.
+// - reduced in an all_reduce (resolved from `reduced`): the same, but from 256 KB where 8 ranks
+//   or more take turns on the cores. 8 ranks on 2 cores, loops of all_reduces, two groups
+//   alternating, time / through the ring: 512 KB-16 MB 0.66-0.91. reduce and reduce_scatter lost
+//   (0.93-1.32), so they keep the ring.
 // - moved: payloads that fill the ring, when the ranks fit on the cores: below that the ring's
 //   two copies run at once on two cores, and its sender need not wait for the reader; but from
-//   32 KB while copies into the ring are slow (ring_gauge.h). Ranks that take turns on the
-//   cores gain more from the single copy's halved work: from 32 KB.
-// - moved one way (`one_way`, resolved from `moved`): a sender that only sends (a broadcast
-//   tree's, a gather's) would wait for each receiver to get a core and read; through the ring it
-//   goes on.
-//   So payloads that fit the ring take it, also while ranks take turns on the cores.
-// - fanned out (`fan_out`, resolved from `moved`): a sender that only sends, to several peers (a
-//   scatter's root). Through the ring it writes them all itself, one after the other; by address
-//   the receivers share the copies. While ranks take turns that pays from 256 KB.
+//   32 KB while copies into the ring are slow (ring_gauge.h). While ranks take turns on the cores,
+//   the single copy's halved work pays from 256 KB: smaller payloads lost, as a sender then waits
+//   for its receiver's turn to read where the ring lets it go on.
+// - moved in an all_reduce (resolved from `moved`): the same, but from 512 KB where fewer than 8
+//   ranks take turns. There the reductions keep the ring, and the all_reduce's second half, if it
+//   goes by address, first waits out the ranks' drift: 4 ranks, 256 KB blocks 1.14-1.54 slower,
+//   512 KB and more 0.82-0.94 faster than through the ring.
+// - moved one way (resolved from `moved`): a sender that only sends, to fewer than kFanOutPeers
+//   peers (a broadcast tree's, a gather's), would wait for each receiver to get a core and read;
+//   through the ring it goes on. So payloads that fit the ring take it, also while ranks take
+//   turns on the cores.
 struct SingleCopyBytes {
   static constexpr uint64_t kDefault = UINT64_MAX;
   static constexpr uint64_t kSlowRingMovedBytes = 32 << 10;
-  static constexpr uint64_t kSlowRingFanOutBytes = 256 << 10;
-  static constexpr uint64_t kManyRanksAllReducedBytes = 256 << 10;
+  static constexpr uint64_t kTakingTurnsMovedBytes = 256 << 10;
+  static constexpr uint64_t kFewTakingTurnsAllReduceMovedBytes = 512 << 10;
+  static constexpr uint64_t kManyRanksAllReduceReducedBytes = 256 << 10;
   uint64_t moved = kDefault;
   uint64_t reduced = kDefault;
-  uint64_t all_reduced = kDefault;
+  uint64_t moved_in_all_reduce = kDefault;
+  uint64_t reduced_in_all_reduce = kDefault;
   uint64_t one_way = kDefault;
-  uint64_t fan_out = kDefault;
   bool moved_follows_ring = false;  // resolved: moved payloads consult the RingGauge
   static_assert(kSlowRingMovedBytes >= RingGauge::kTimedBytes, "probes must be measured");
   bool any() const { return moved != 0 || reduced != 0; }
@@ -56,12 +59,12 @@ struct SingleCopyBytes {
     switch (payload) {
       case Payload::kReduced:
         return reduced;
-      case Payload::kAllReduced:
-        return all_reduced;
+      case Payload::kReducedInAllReduce:
+        return reduced_in_all_reduce;
+      case Payload::kMovedInAllReduce:
+        return moved_in_all_reduce;
       case Payload::kMovedOneWay:
         return one_way;
-      case Payload::kMovedFanOut:
-        return fan_out;
       case Payload::kMoved:
         break;
     }
@@ -76,17 +79,19 @@ struct SingleCopyBytes {
                            bool many_take_turns = false) const {
     SingleCopyBytes r = *this;
     if (moved == kDefault) {
-      r.moved = ranks_fit_cores ? ring_capacity : kSlowRingMovedBytes;
+      r.moved = ranks_fit_cores ? ring_capacity
+                                : std::min<uint64_t>(kTakingTurnsMovedBytes, ring_capacity);
       r.moved_follows_ring = ranks_fit_cores;
     }
+    r.moved_in_all_reduce =
+        moved != kDefault || ranks_fit_cores || many_take_turns
+            ? r.moved
+            : std::min<uint64_t>(kFewTakingTurnsAllReduceMovedBytes, ring_capacity);
     r.one_way = moved == kDefault ? ring_capacity : moved;
-    r.fan_out = moved != kDefault ? moved
-                : ranks_fit_cores ? ring_capacity
-                                  : std::min<uint64_t>(kSlowRingFanOutBytes, ring_capacity);
     if (reduced == kDefault) r.reduced = ring_capacity + 1;
-    r.all_reduced = reduced == kDefault && many_take_turns
-                        ? std::min(kManyRanksAllReducedBytes, r.reduced)
-                        : r.reduced;
+    r.reduced_in_all_reduce = reduced == kDefault && many_take_turns
+                                  ? std::min(kManyRanksAllReduceReducedBytes, r.reduced)
+                                  : r.reduced;
     return r;
   }
 };
