@@ -56,6 +56,11 @@ void Exchange::send_to_fold(int peer, const void* data, size_t nbytes) {
   items_.back().reduce = true;
 }
 
+void Exchange::send_fan_in(int peer, const void* data, size_t nbytes) {
+  send(peer, data, nbytes);
+  items_.back().fan_in = true;
+}
+
 void Exchange::recv(int peer, void* dst, size_t nbytes) {
   items_.push_back(
       Item{peer, false, static_cast<char*>(dst), nbytes, ReduceOp::kSum, false, MessageHeader{}});
@@ -130,6 +135,7 @@ void Exchange::choose_single_copy() {
 Payload Exchange::payload_of(const Item& send) const {
   const bool all_reduce = ctx_.kind == OpKind::kAllreduce;
   if (send.reduce) return all_reduce ? Payload::kReducedInAllReduce : Payload::kReduced;
+  if (send.fan_in) return Payload::kMovedFanIn;
   const size_t sends = pending_ - pending_receives_;
   if (pending_receives_ == 0 && sends < kFanOutPeers) return Payload::kMovedOneWay;
   return all_reduce ? Payload::kMovedInAllReduce : Payload::kMoved;

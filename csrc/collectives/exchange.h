@@ -53,6 +53,8 @@ class Exchange {
   void send(int peer, const void* data, size_t nbytes);
   // Sends a payload the peer folds into its buffer (its recv_reduce).
   void send_to_fold(int peer, const void* data, size_t nbytes);
+  // Sends a payload the peer receives at once with other peers' (a gather's root).
+  void send_fan_in(int peer, const void* data, size_t nbytes);
   // Receives nbytes from peer into dst.
   void recv(int peer, void* dst, size_t nbytes);
   // Receives nbytes of ctx.dtype from peer and folds them into dst: dst = dst op incoming.
@@ -78,6 +80,7 @@ class Exchange {
     ReduceOp op;
     bool reduce;               // the receiver folds the payload into its buffer
     MessageHeader header;      // outgoing, or the one received
+    bool fan_in = false;       // send: the receiver takes other peers' payloads at once
     size_t done = 0;           // bytes of header + payload + padding (or address) moved so far
     bool single_copy = false;  // the payload travels as its address (kSingleCopyFlag)
     uint64_t address = 0;      // receiver: where the payload lies in the sender's memory

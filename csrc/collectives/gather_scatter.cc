@@ -7,7 +7,7 @@ void gather_direct(Comm& c, const void* input, size_t nbytes, const std::vector<
                    int root) {
   Exchange x = c.exchange();
   if (c.rank() != root) {
-    x.send(root, input, nbytes);
+    x.send_fan_in(root, input, nbytes);
   } else {
     for (int p = 0; p < c.size(); ++p) {
       if (p == root) continue;

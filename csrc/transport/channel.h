@@ -20,12 +20,14 @@ struct Sink {
 // kMoved: kept as it is, while its sender has other transfers: receives (all_gather, all_to_all)
 // or sends to kFanOutPeers peers or more (a scatter's root). kMovedInAllReduce: the same, in an
 // all_reduce (its second half). kMovedOneWay: kept as it is, sent in an exchange that only sends,
-// to fewer peers (a broadcast tree's, a gather's). kReduced: folded into the receiver's buffer
-// (Exchange::send_to_fold); kReducedInAllReduce: the same, in an all_reduce.
+// to fewer peers (a broadcast tree's). kMovedFanIn: kept as it is by a receiver that takes other
+// peers' payloads at once (a gather's root; Exchange::send_fan_in). kReduced: folded into the
+// receiver's buffer (Exchange::send_to_fold); kReducedInAllReduce: the same, in an all_reduce.
 enum class Payload : uint8_t {
   kMoved,
   kMovedInAllReduce,
   kMovedOneWay,
+  kMovedFanIn,
   kReduced,
   kReducedInAllReduce
 };

@@ -221,8 +221,8 @@ SHM_SINGLE_COPY_BYTES = Var(
     " the sender's memory (process_vm_readv) when a probe at connect allows it; unset: those that"
     " fill the ring (PSCORE_SHM_RING_BYTES) while the ranks fit on the cores, else from 256 KB (an"
     " all_reduce's from 512 KB while fewer than 8 ranks take turns), but those sent one way to"
-    " fewer than 3 peers (a broadcast tree's, a gather's), which take the ring they fit; 0 turns"
-    " that off",
+    " fewer than 3 peers (a broadcast tree's), which take the ring they fit, and a gather's, which"
+    " take it at every size while fewer than 8 ranks take turns; 0 turns that off",
 )
 SHM_SINGLE_COPY_REDUCE_BYTES = Var(
     "PSCORE_SHM_SINGLE_COPY_REDUCE_BYTES",

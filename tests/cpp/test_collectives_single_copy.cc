@@ -215,12 +215,14 @@ TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   EXPECT_EQ(fit.moved, 4096u);
   EXPECT_EQ(fit.moved_in_all_reduce, 4096u);
   EXPECT_EQ(fit.one_way, 4096u);
+  EXPECT_EQ(fit.fan_in, 4096u);
   EXPECT_EQ(fit.reduced, 4097u);
   EXPECT_EQ(fit.reduced_in_all_reduce, 4097u);
   const SingleCopyBytes turns = defaults.resolved(1 << 20, false);
   EXPECT_EQ(turns.moved, uint64_t{256 << 10});
   EXPECT_EQ(turns.moved_in_all_reduce, uint64_t{512 << 10});
   EXPECT_EQ(turns.one_way, uint64_t{1 << 20});
+  EXPECT_EQ(turns.fan_in, 0u);  // a gather's senders keep the ring
   EXPECT_EQ(turns.reduced, uint64_t{(1 << 20) + 1});
   EXPECT_EQ(turns.reduced_in_all_reduce, turns.reduced);
   const SingleCopyBytes small_ring = defaults.resolved(4096, false);  // never beyond the ring
@@ -229,6 +231,7 @@ TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   // From 8 ranks taking turns, an all_reduce's payloads go from 256 KB (or beyond the ring).
   const SingleCopyBytes many = defaults.resolved(1 << 20, false, true);
   EXPECT_EQ(many.moved_in_all_reduce, uint64_t{256 << 10});
+  EXPECT_EQ(many.fan_in, uint64_t{1 << 20});
   EXPECT_EQ(many.reduced_in_all_reduce, uint64_t{256 << 10});
   EXPECT_EQ(many.reduced, uint64_t{(1 << 20) + 1});
   EXPECT_EQ(defaults.resolved(4096, false, true).reduced_in_all_reduce, 4097u);
@@ -239,6 +242,7 @@ TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   EXPECT_EQ(set.moved, 100u);
   EXPECT_EQ(set.moved_in_all_reduce, 100u);
   EXPECT_EQ(set.one_way, 100u);
+  EXPECT_EQ(set.fan_in, 100u);
   EXPECT_EQ(set.reduced, 0u);
 }
 
@@ -257,7 +261,7 @@ TEST(SingleCopy, ByDefaultPayloadsThatFitTheRingTakeIt) {
     // The transport says the same by size, for the algorithms every rank chooses alike.
     for (size_t nbytes : {size_t{4095}, size_t{4096}, size_t{4097}})
       for (Payload p : {Payload::kMoved, Payload::kMovedInAllReduce, Payload::kMovedOneWay,
-                        Payload::kReduced, Payload::kReducedInAllReduce})
+                        Payload::kMovedFanIn, Payload::kReduced, Payload::kReducedInAllReduce})
         EXPECT_EQ(s[0]->sends_by_address(nbytes, p), ch.single_copy(nbytes, p)) << nbytes;
     Groups g = groups_over(s, 0);
     in_threads(world, [&](int r) { run_every_collective(g, world, r); });
@@ -343,6 +347,31 @@ TEST(SingleCopy, ScatterRootsFanOutByAddressWhileRanksTakeTurns) {
     const uint64_t by_address = world >= 4 && !ranks_fit_cores(world) ? 1 : 0;
     for (int p = 1; p < world; ++p)
       EXPECT_EQ(s[0]->channel(p, kCollectiveLane).acknowledged(), by_address) << world;
+  }
+}
+
+// A gather's senders keep the ring while fewer than 8 ranks take turns on the cores (the root's
+// copies alone would serve them all); otherwise payloads beyond the ring go by address.
+TEST(SingleCopy, GatherSendersKeepTheRingWhileFewRanksTakeTurns) {
+  for (int world : {4, 8}) {
+    ShmOptions so;
+    so.ring_bytes = 1 << 20;
+    so.p2p_ring_bytes = 4096;
+    auto s = connected(world, so);
+    Groups g = groups_over(s, 0);
+    const size_t count = (2 << 20) / sizeof(int32_t);
+    in_threads(world, [&](int r) {
+      std::vector<int32_t> mine(count, r);
+      std::vector<std::vector<int32_t>> outs(r == 0 ? world : 0, std::vector<int32_t>(count, -1));
+      std::vector<void*> ptrs;
+      for (auto& o : outs) ptrs.push_back(o.data());
+      g[r]->gather(mine.data(), count, DType::kInt32, ptrs, 0, false);
+      for (int p = 0; p < static_cast<int>(outs.size()); ++p)
+        for (auto v : outs[p]) ASSERT_EQ(v, p);
+    });
+    const bool ring = !ranks_fit_cores(world) && !many_ranks_take_turns(world);
+    for (int p = 1; p < world; ++p)
+      EXPECT_EQ(s[p]->channel(0, kCollectiveLane).acknowledged(), ring ? 0u : 1u) << world;
   }
 }
 

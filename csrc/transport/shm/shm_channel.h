@@ -36,9 +36,14 @@ struct RingView {
 //   goes by address, first waits out the ranks' drift: 4 ranks, 256 KB blocks 1.14-1.54 slower,
 //   512 KB and more 0.82-0.94 faster than through the ring.
 // - moved one way (resolved from `moved`): a sender that only sends, to fewer than kFanOutPeers
-//   peers (a broadcast tree's, a gather's), would wait for each receiver to get a core and read;
-//   through the ring it goes on. So payloads that fit the ring take it, also while ranks take
-//   turns on the cores.
+//   peers (a broadcast tree's), would wait for each receiver to get a core and read; through the
+//   ring it goes on. So payloads that fit the ring take it, also while ranks take turns on the
+//   cores.
+// - fanned in (resolved from `moved`): as one way, but none while fewer than 8 ranks take turns
+//   on the cores. By address the receiver alone copies every sender's payload, through the ring
+//   the senders' copies run beside its own: a gather, 4 ranks on 2 cores, through the ring / by
+//   address, 4 MB blocks 0.68-0.71, 8 MB 0.93-0.96, 16 MB 0.85-0.93. 8 ranks differ (1 MB blocks
+//   0.86-0.97, 4 MB 0.94-1.01, 8 MB 1.19-1.20): there, as one way.
 struct SingleCopyBytes {
   static constexpr uint64_t kDefault = UINT64_MAX;
   static constexpr uint64_t kSlowRingMovedBytes = 32 << 10;
@@ -50,10 +55,11 @@ struct SingleCopyBytes {
   uint64_t moved_in_all_reduce = kDefault;
   uint64_t reduced_in_all_reduce = kDefault;
   uint64_t one_way = kDefault;
+  uint64_t fan_in = kDefault;
   bool moved_follows_ring = false;  // resolved: moved payloads consult the RingGauge
   static_assert(kSlowRingMovedBytes >= RingGauge::kTimedBytes, "probes must be measured");
   bool any() const { return moved != 0 || reduced != 0; }
-  static SingleCopyBytes off() { return {0, 0, 0, 0, 0}; }
+  static SingleCopyBytes off() { return {0, 0, 0, 0, 0, 0}; }
   // The smallest payload of this kind that travels as an address by its size alone (0: none).
   uint64_t threshold(Payload payload) const {
     switch (payload) {
@@ -65,6 +71,8 @@ struct SingleCopyBytes {
         return moved_in_all_reduce;
       case Payload::kMovedOneWay:
         return one_way;
+      case Payload::kMovedFanIn:
+        return fan_in;
       case Payload::kMoved:
         break;
     }
@@ -88,6 +96,7 @@ struct SingleCopyBytes {
             ? r.moved
             : std::min<uint64_t>(kFewTakingTurnsAllReduceMovedBytes, ring_capacity);
     r.one_way = moved == kDefault ? ring_capacity : moved;
+    r.fan_in = moved != kDefault || ranks_fit_cores || many_take_turns ? r.one_way : 0;
     if (reduced == kDefault) r.reduced = ring_capacity + 1;
     r.reduced_in_all_reduce = reduced == kDefault && many_take_turns
                                   ? std::min(kManyRanksAllReduceReducedBytes, r.reduced)
