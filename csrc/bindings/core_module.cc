@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "bindings/buffer_lists.h"
 #include "bindings/buffer_view_caster.h"
 #include "bindings/enums.h"
 #include "bindings/errors.h"
@@ -36,6 +37,13 @@ using Views = std::vector<BufferView>;
 using Tensor = bindings::UserBuffer<bindings::kTensorArg>;
 using Input = bindings::UserBuffer<bindings::kInputArg>;
 using Output = bindings::UserBuffer<bindings::kOutputArg>;
+using ReadTensor = bindings::UserBuffer<bindings::kReadTensorArg>;
+using TensorList = bindings::UserBuffers<bindings::kTensorListArg>;
+using InputList = bindings::UserBuffers<bindings::kInputListArg>;
+using GatherList = bindings::UserBuffers<bindings::kGatherListArg>;
+using ScatterList = bindings::UserBuffers<bindings::kScatterListArg>;
+using OutputTensorList = bindings::UserBuffers<bindings::kOutputTensorListArg>;
+using InputTensorList = bindings::UserBuffers<bindings::kInputTensorListArg>;
 using Gil = bindings::ReleaseGil;
 using PG = ProcessGroup;
 using gpu::Copy;
@@ -279,43 +287,74 @@ void bind_process_group(py::module_& m) {
           Gil())
       .def(
           "allgather",
-          [](PG& g, const BufferView& in, const Views& outs, bool async) {
+          [](PG& g, const ReadTensor& tensor, const TensorList& tensor_list, bool async) {
+            const BufferView& in = tensor.view;
+            const Views& outs = tensor_list.views;
+            bindings::check_entries(outs, "tensor_list", g.size(), "all_gather");
+            bindings::check_like(outs, "tensor_list", in);
             return staged(g, {&in}, Copy::kIn, outs, Copy::kOut, "all_gather", [&](const auto& h) {
               return g.allgather(h[0], in.numel, in.dtype, slice(h, 1, outs.size()), async);
             });
           },
-          Gil())
+          py::arg("tensor"), py::arg("tensor_list"), py::arg("async_op"), Gil(),
+          "all_gather into one output per rank (a list), rank r's tensor into entry r.")
       .def(
           "reduce_scatter",
-          [](PG& g, const Views& ins, const BufferView& out, ReduceOp op, bool async) {
+          [](PG& g, const Output& output, const InputList& input_list, ReduceOp op, bool async) {
+            const BufferView& out = output.view;
+            const Views& ins = input_list.views;
+            bindings::check_entries(ins, "input_list", g.size(), "reduce_scatter");
+            bindings::check_like(ins, "input_list", out);
             return staged(g, {&out}, Copy::kOut, ins, Copy::kIn, "reduce_scatter",
                           [&](const auto& h) {
                             return g.reduce_scatter(const_slice(h, 1, ins.size()), h[0], out.numel,
                                                     out.dtype, op, async);
                           });
           },
-          Gil())
+          py::arg("output"), py::arg("input_list"), py::arg("op"), py::arg("async_op"), Gil(),
+          "reduce_scatter of one input per rank (a list): entry r reduced into rank r's output.")
       .def(
           "gather",
-          [](PG& g, const BufferView& in, const Views& outs, int root, bool async) {
+          [](PG& g, const ReadTensor& tensor, const GatherList& gather_list, int root, bool async) {
+            const BufferView& in = tensor.view;
+            const Views& outs = gather_list.views;
+            bindings::check_root_list(outs, gather_list.given, g.rank() == root, "gather_list", in,
+                                      g.size(), "gather", "destination");
             return staged(g, {&in}, Copy::kIn, outs, Copy::kOut, "gather", [&](const auto& h) {
               return g.gather(h[0], in.numel, in.dtype, slice(h, 1, outs.size()), root, async);
             });
           },
-          Gil())
+          py::arg("tensor"), py::arg("gather_list"), py::arg("root"), py::arg("async_op"), Gil(),
+          "gather into the root's gather_list (None elsewhere), rank r's tensor into entry r.")
       .def(
           "scatter",
-          [](PG& g, const Views& ins, const BufferView& out, int root, bool async) {
+          [](PG& g, const Tensor& tensor, const ScatterList& scatter_list, int root, bool async) {
+            const BufferView& out = tensor.view;
+            const Views& ins = scatter_list.views;
+            bindings::check_root_list(ins, scatter_list.given, g.rank() == root, "scatter_list",
+                                      out, g.size(), "scatter", "source");
             return staged(g, {&out}, Copy::kOut, ins, Copy::kIn, "scatter", [&](const auto& h) {
               return g.scatter(const_slice(h, 1, ins.size()), h[0], out.numel, out.dtype, root,
                                async);
             });
           },
-          Gil())
+          py::arg("tensor"), py::arg("scatter_list"), py::arg("root"), py::arg("async_op"), Gil(),
+          "scatter of the root's scatter_list (None elsewhere), entry r into rank r's tensor.")
       .def(
           "all_to_all",
-          [](PG& g, const Views& ins, const Views& outs, bool async) {
-            const DType d = ins.empty() ? DType::kUInt8 : ins.front().dtype;
+          [](PG& g, const OutputTensorList& output_list, const InputTensorList& input_list,
+             bool async) {
+            const Views &ins = input_list.views, &outs = output_list.views;
+            const auto n = static_cast<size_t>(g.size());
+            if (ins.size() != n || outs.size() != n)
+              throw std::invalid_argument("all_to_all: need " + std::to_string(n) + " input and " +
+                                          std::to_string(n) + " output tensors");
+            const DType d = ins.front().dtype;
+            for (const Views* list : {&ins, &outs})
+              for (const auto& v : *list)
+                if (v.dtype != d)
+                  throw DTypeError(std::string("all_to_all: mixed dtypes ") + dtype_name(v.dtype) +
+                                   " and " + dtype_name(d));
             std::vector<const BufferView*> buffers;
             std::vector<Copy> copies;
             for (const auto& v : ins) buffers.push_back(&v), copies.push_back(Copy::kIn);
@@ -325,7 +364,8 @@ void bind_process_group(py::module_& m) {
                                   slice(h, ins.size(), outs.size()), counts(outs), d, async);
             });
           },
-          Gil())
+          py::arg("output_tensor_list"), py::arg("input_tensor_list"), py::arg("async_op"), Gil(),
+          "all_to_all of lists: input entry r to rank r, rank r's into output entry r.")
       .def(
           "allgather_into",
           [](PG& g, const Input& input, const Output& output, bool async) {

@@ -345,11 +345,11 @@ class ProcessGroup:
     ) -> None: ...
     def abort(self, arg0: str) -> None: ...
     def all_to_all(
-        self,
-        arg0: collections.abc.Sequence[pscore.buffer.BufferView],
-        arg1: collections.abc.Sequence[pscore.buffer.BufferView],
-        arg2: bool,
-    ) -> Work: ...
+        self, output_tensor_list: list | None, input_tensor_list: list | None, async_op: bool
+    ) -> Work:
+        """
+        all_to_all of lists: input entry r to rank r, rank r's into output entry r.
+        """
     def all_to_all_single(
         self,
         input: typing.Any,
@@ -361,12 +361,10 @@ class ProcessGroup:
         """
         all_to_all on one input and one output, split into input_counts / output_counts elements per rank (None or empty: size() equal blocks).
         """
-    def allgather(
-        self,
-        arg0: pscore.buffer.BufferView,
-        arg1: collections.abc.Sequence[pscore.buffer.BufferView],
-        arg2: bool,
-    ) -> Work: ...
+    def allgather(self, tensor: typing.Any, tensor_list: list | None, async_op: bool) -> Work:
+        """
+        all_gather into one output per rank (a list), rank r's tensor into entry r.
+        """
     def allgather_algorithm(
         self, count: typing.SupportsInt | typing.SupportsIndex, dtype: DType
     ) -> AllgatherAlgorithm:
@@ -391,11 +389,14 @@ class ProcessGroup:
     def broken_reason(self) -> str: ...
     def gather(
         self,
-        arg0: pscore.buffer.BufferView,
-        arg1: collections.abc.Sequence[pscore.buffer.BufferView],
-        arg2: typing.SupportsInt | typing.SupportsIndex,
-        arg3: bool,
-    ) -> Work: ...
+        tensor: typing.Any,
+        gather_list: list | None,
+        root: typing.SupportsInt | typing.SupportsIndex,
+        async_op: bool,
+    ) -> Work:
+        """
+        gather into the root's gather_list (None elsewhere), rank r's tensor into entry r.
+        """
     def progress(self) -> OpSnapshot: ...
     def recv(
         self,
@@ -418,12 +419,11 @@ class ProcessGroup:
         arg3: bool,
     ) -> Work: ...
     def reduce_scatter(
-        self,
-        arg0: collections.abc.Sequence[pscore.buffer.BufferView],
-        arg1: pscore.buffer.BufferView,
-        arg2: ReduceOp,
-        arg3: bool,
-    ) -> Work: ...
+        self, output: typing.Any, input_list: list | None, op: ReduceOp, async_op: bool
+    ) -> Work:
+        """
+        reduce_scatter of one input per rank (a list): entry r reduced into rank r's output.
+        """
     def reduce_scatter_algorithm(
         self, count: typing.SupportsInt | typing.SupportsIndex, dtype: DType
     ) -> ReduceScatterAlgorithm:
@@ -438,11 +438,14 @@ class ProcessGroup:
         """
     def scatter(
         self,
-        arg0: collections.abc.Sequence[pscore.buffer.BufferView],
-        arg1: pscore.buffer.BufferView,
-        arg2: typing.SupportsInt | typing.SupportsIndex,
-        arg3: bool,
-    ) -> Work: ...
+        tensor: typing.Any,
+        scatter_list: list | None,
+        root: typing.SupportsInt | typing.SupportsIndex,
+        async_op: bool,
+    ) -> Work:
+        """
+        scatter of the root's scatter_list (None elsewhere), entry r into rank r's tensor.
+        """
     def send(
         self,
         arg0: pscore.buffer.BufferView,

@@ -265,6 +265,95 @@ def test_bad_input_is_a_clear_error():
     run_ranks(bad_input, 2)
 
 
+def bad_lists(rank, world):
+    x = np.ones(3)
+    root_list = [np.ones(3) for _ in range(world)]
+    cases = [
+        (
+            ValueError,
+            "input_list has 1 entries, the group has 2 ranks",
+            lambda: pscore.reduce_scatter(x, [x]),
+        ),
+        (
+            ValueError,
+            r"input_list\[1\] has 4 elements, expected 3",
+            lambda: pscore.reduce_scatter(x, [x, np.ones(4)]),
+        ),
+        (
+            TypeError,
+            r"tensor_list: expected a list of tensors, got int",
+            lambda: pscore.all_gather(7, x),
+        ),
+        (
+            TypeError,
+            r"tensor_list\[1\]: expected a numpy array or a torch tensor",
+            lambda: pscore.all_gather([x, "not a tensor"], x),
+        ),
+        (
+            ValueError,
+            r"output_tensor_list\[0\] is read-only",
+            lambda: pscore.all_to_all([np.broadcast_to(x, 3)] * world, root_list),
+        ),
+        (
+            ValueError,
+            "all_to_all: need 2 input and 2 output tensors",
+            lambda: pscore.all_to_all([x], root_list),
+        ),
+        (
+            TypeError,
+            "all_to_all: mixed dtypes float32 and float64",
+            lambda: pscore.all_to_all([np.ones(3, np.float32), x], root_list),
+        ),
+    ]
+    if rank == 0:
+        cases += [
+            (
+                ValueError,
+                "gather: the destination needs a gather_list of 2 tensors",
+                lambda: pscore.gather(x, None, 0),
+            ),
+            (
+                ValueError,
+                "scatter: the source needs a scatter_list of 2 tensors",
+                lambda: pscore.scatter(x, root_list[:1], 0),
+            ),
+            (
+                TypeError,
+                r"scatter_list\[0\] is float32, expected float64",
+                lambda: pscore.scatter(x, [np.ones(3, np.float32), x], 0),
+            ),
+        ]
+    else:
+        cases += [
+            (
+                ValueError,
+                "gather: only the destination rank passes a gather_list",
+                lambda: pscore.gather(x, root_list, 0),
+            ),
+            (
+                ValueError,
+                "scatter: only the source rank passes a scatter_list",
+                lambda: pscore.scatter(x, root_list, 0),
+            ),
+        ]
+    for error, message, call in cases:
+        with pytest.raises(error, match=message):
+            call()
+    # Nothing was sent: the group still works, tuples and empty lists off the root included.
+    blocks = tuple(np.full(3, 10.0 * p) for p in range(world))
+    out = np.zeros(3)
+    pscore.scatter(out, blocks if rank == 0 else [], 0)
+    assert (out == 10.0 * rank).all()
+    got = [np.zeros(3) for _ in range(world)]
+    pscore.all_gather(got, np.full(3, float(rank)))
+    assert [g[0] for g in got] == [float(p) for p in range(world)]
+    return True
+
+
+def test_bad_lists_are_clear_errors_on_the_latency_path():
+    assert all(run_ranks(bad_lists, 2).values())
+
+
 def test_uninitialised_use_is_a_clear_error():
     with pytest.raises(RuntimeError, match=re.escape("call pscore.init_process_group")):
         pscore.all_reduce(np.ones(3))

@@ -85,6 +85,20 @@ def test_alltoall_against_gloo_and_open_mpi(tmp_path):
     assert "time / gloo" in result.stdout and "time / mpi" in result.stdout
 
 
+@needs_mpi
+@pytest.mark.parametrize("name", ["scatter", "gather"])
+def test_rooted_collectives_against_gloo_and_open_mpi(name, tmp_path):
+    out = tmp_path / "out.json"
+    result = run_bench(
+        name, "--compare", "gloo,mpi", "--api", "pscore,torch", *SMALL, "--json", str(out)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    check_rows(report, ["gloo", "mpi", "pscore_torch"])
+    assert report["collective"] == name
+    assert f"{name} world=2" in result.stdout and "time / mpi" in result.stdout
+
+
 def test_no_mpirun_on_path_names_what_to_install():
     result = run_bench("allreduce", "--compare", "mpi", path="/nonexistent")
     assert result.returncode == 2
@@ -186,6 +200,8 @@ def test_compare_takes_a_list_of_peers():
         ("allgather", {"part": 500, "out": 1000}),
         ("reduce_scatter", {"out": 500, "inp": 1000}),
         ("alltoall", {"inp": 1000, "out": 1000}),
+        ("scatter", {"part": 500, "whole": 1000}),
+        ("gather", {"part": 500, "whole": 1000}),
     ],
 )
 def test_every_library_gets_the_same_operands(kind, name, fields):

@@ -17,6 +17,8 @@ BENCHMARKS = {
     "allgather": ("collectives", f"all_gather_into_tensor {_COLLECTIVE}"),
     "reduce_scatter": ("collectives", f"reduce_scatter_tensor {_COLLECTIVE}"),
     "alltoall": ("collectives", f"all_to_all_single {_COLLECTIVE}"),
+    "scatter": ("collectives", f"scatter from rank 0 {_COLLECTIVE}"),
+    "gather": ("collectives", f"gather to rank 0 {_COLLECTIVE}"),
     "barrier": ("collectives", "barrier p50 latency vs torch gloo and Open MPI, same run"),
     "loopback": ("loopback", "this machine's loopback TCP bandwidth, the TCP transport's ceiling"),
     "store": ("store", "TCPStore op latency and add throughput against torch's TCPStore"),

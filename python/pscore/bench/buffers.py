@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-__all__ = ["BUFFER_KINDS", "allocator", "operands"]
+__all__ = ["BUFFER_KINDS", "allocator", "blocks", "operands"]
 
 BUFFER_KINDS = ("torch", "numpy")
 
@@ -35,11 +35,18 @@ def allocator(kind: str, device="cpu"):
 
 def operands(name: str, nbytes: int, world: int, ones, empty) -> SimpleNamespace:
     """The buffers of one call of collective `name` on an nbytes message: `x` for the in-place
-    ones, `part`/`out` for all_gather, `out`/`inp` for reduce_scatter and all_to_all."""
+    ones, `part`/`out` for all_gather, `out`/`inp` for reduce_scatter and all_to_all, `part`/
+    `whole` for scatter (the root's `whole` cut into blocks) and gather (into the root's)."""
     n = max(1, nbytes // 4)
     if name == "allgather":
         part = ones(max(1, n // world))
         return SimpleNamespace(part=part, out=empty(len(part) * world))
+    if name == "scatter":
+        part = empty(max(1, n // world))
+        return SimpleNamespace(part=part, whole=ones(len(part) * world))
+    if name == "gather":
+        part = ones(max(1, n // world))
+        return SimpleNamespace(part=part, whole=empty(len(part) * world))
     if name == "reduce_scatter":
         out = empty(max(1, n // world))
         return SimpleNamespace(out=out, inp=ones(len(out) * world))
@@ -47,3 +54,9 @@ def operands(name: str, nbytes: int, world: int, ones, empty) -> SimpleNamespace
         m = max(world, n - n % world)
         return SimpleNamespace(inp=ones(m), out=empty(m))
     return SimpleNamespace(x=ones(n))
+
+
+def blocks(whole, world: int) -> list:
+    """`whole` as `world` equal consecutive views: a scatter's or gather's list of tensors."""
+    m = len(whole) // world
+    return [whole[i * m : (i + 1) * m] for i in range(world)]

@@ -19,7 +19,7 @@ import time
 from .._config import parse_bytes
 from ..launch.affinity import bind_self
 from . import mpi_compare
-from .buffers import BUFFER_KINDS, allocator, operands
+from .buffers import BUFFER_KINDS, allocator, blocks, operands
 from .gather import gather_results
 from .report import human_bytes, p50, print_table, write_json
 from .torch_api import TORCH_ROW, init_groups, parse_apis, row_key, torch_calls
@@ -34,6 +34,8 @@ BUS_FACTOR = {
     "alltoall": lambda n: (n - 1) / n,
     "broadcast": lambda _n: 1.0,
     "reduce": lambda _n: 1.0,
+    "scatter": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
     "barrier": lambda _n: 0.0,
 }
 
@@ -94,6 +96,11 @@ def _ops(name, pscore, world, ones, empty):
             return lambda: pscore.reduce_scatter_tensor(b.out, b.inp)
         if name == "alltoall":
             return lambda: pscore.all_to_all_single(b.out, b.inp)
+        if name in ("scatter", "gather"):
+            root_list = blocks(b.whole, world) if pscore.get_rank() == 0 else None
+            if name == "scatter":
+                return lambda: pscore.scatter(b.part, root_list, 0)
+            return lambda: pscore.gather(b.part, root_list, 0)
         if name == "barrier":
             return pscore.barrier
         raise ValueError(name)

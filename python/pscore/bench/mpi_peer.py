@@ -48,6 +48,11 @@ def _call(name: str, nbytes: int, comm, mpi, buffers: str):  # noqa: PLR0911 - o
         return lambda: comm.Reduce_scatter_block(b.inp, b.out, op=mpi.SUM)
     if name == "alltoall":
         return lambda: comm.Alltoall(b.inp, b.out)
+    root = comm.Get_rank() == 0
+    if name == "scatter":
+        return lambda: comm.Scatter(b.whole if root else None, b.part, root=0)
+    if name == "gather":
+        return lambda: comm.Gather(b.part, b.whole if root else None, root=0)
     raise ValueError(f"mpi_peer: no collective named {name!r}")
 
 

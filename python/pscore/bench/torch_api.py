@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from .buffers import operands
+from .buffers import blocks, operands
 
 __all__ = ["API_NAMES", "TORCH_ROW", "init_groups", "parse_apis", "row_key", "torch_calls"]
 
@@ -72,6 +72,11 @@ def torch_calls(name: str, dist, group, world: int, ones, empty):
             return lambda: scatter(b.out, b.inp, group=group)
         if name == "alltoall":
             return lambda: dist.all_to_all_single(b.out, b.inp, group=group)
+        if name in ("scatter", "gather"):
+            root_list = blocks(b.whole, world) if dist.get_rank(group) == 0 else None
+            if name == "scatter":
+                return lambda: dist.scatter(b.part, root_list, 0, group=group)
+            return lambda: dist.gather(b.part, root_list, 0, group=group)
         if name == "barrier":
             return lambda: dist.barrier(group=group)
         raise ValueError(name)

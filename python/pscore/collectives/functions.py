@@ -91,7 +91,9 @@ _FAILURES = (NetworkError, PscoreTimeoutError)
 # view), so all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor,
 # all_to_all_single and barrier call it inline, and every call reads the default group straight
 # from `_world`: the frames of `resolve` and `_finish` cost 0.2 us of a 0.6 us call
-# (all_reduce of 4 KB on a group of one, docs/collectives.md).
+# (all_reduce of 4 KB on a group of one, docs/collectives.md). The list collectives (all_gather,
+# reduce_scatter, gather, scatter, all_to_all) pass their lists to the core as they are, which
+# views and checks every entry (bindings/buffer_lists.h); a view per entry made here cost 3 us.
 
 
 def _not_a_member(group, async_op: bool):
@@ -190,6 +192,9 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
     g = _world["group"] if group is None else resolve(group)
     if g is None:
         return _not_a_member(group, async_op)
+    if g.nccl is None:  # the latency path: the core views and checks the list
+        keep = (tensor, tuple(tensor_list)) if async_op else None
+        return _finish(g, keep, async_op, g.core.allgather, tensor, tensor_list, async_op)
     b = view(tensor, writable=False)
     if len(tensor_list) != g.size:
         raise ValueError(
@@ -232,6 +237,10 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
     g = _world["group"] if group is None else resolve(group)
     if g is None:
         return _not_a_member(group, async_op)
+    code = op_code(op)
+    if g.nccl is None:  # the latency path: the core views and checks the list
+        keep = (output, tuple(input_list)) if async_op else None
+        return _finish(g, keep, async_op, g.core.reduce_scatter, output, input_list, code, async_op)
     out = view(output, what="output")
     if len(input_list) != g.size:
         raise ValueError(
@@ -240,10 +249,9 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
         )
     ins = [view(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
     _same_kind(ins, out, "input_list")
-    code = op_code(op)
     if _cuda(g, out, *ins):
         return _nccl_reduce_scatter(g, ins, out, (out, ins), code, async_op)
-    return _finish(g, (out, ins), async_op, g.native.reduce_scatter, ins, out, code, async_op)
+    return _finish(g, (out, ins), async_op, g.native.reduce_scatter, out, ins, code, async_op)
 
 
 def _nccl_reduce_scatter(g, ins: list[BufferView], out: BufferView, keep, code, async_op: bool):
@@ -283,8 +291,11 @@ def gather(
     g = _world["group"] if group is None else resolve(group)
     if g is None:
         return _not_a_member(group, async_op)
-    b = view(tensor, writable=False)
     root = g.group_rank(dst, "dst")
+    if g.nccl is None:  # the latency path: the core views and checks the list
+        keep = (tensor, tuple(gather_list or ())) if async_op else None
+        return _finish(g, keep, async_op, g.core.gather, tensor, gather_list, root, async_op)
+    b = view(tensor, writable=False)
     outs: list[BufferView] = []
     if g.rank == root:
         if gather_list is None or len(gather_list) != g.size:
@@ -307,8 +318,11 @@ def scatter(
     g = _world["group"] if group is None else resolve(group)
     if g is None:
         return _not_a_member(group, async_op)
-    out = view(tensor)
     root = g.group_rank(src, "src")
+    if g.nccl is None:  # the latency path: the core views and checks the list
+        keep = (tensor, tuple(scatter_list or ())) if async_op else None
+        return _finish(g, keep, async_op, g.core.scatter, tensor, scatter_list, root, async_op)
+    out = view(tensor)
     ins: list[BufferView] = []
     if g.rank == root:
         if scatter_list is None or len(scatter_list) != g.size:
@@ -323,7 +337,7 @@ def scatter(
         sig = (out.dtype, out.numel, root)
         call = lambda c: c.scatter(ins, out, root)  # noqa: E731
         return g.nccl.run("scatter", sig, out, (out, ins), async_op, call)
-    return _finish(g, (out, ins), async_op, g.native.scatter, ins, out, root, async_op)
+    return _finish(g, (out, ins), async_op, g.native.scatter, out, ins, root, async_op)
 
 
 def all_to_all(
@@ -333,6 +347,10 @@ def all_to_all(
     g = _world["group"] if group is None else resolve(group)
     if g is None:
         return _not_a_member(group, async_op)
+    if g.nccl is None:  # the latency path: the core views and checks the lists
+        keep = (tuple(output_tensor_list), tuple(input_tensor_list)) if async_op else None
+        call = g.core.all_to_all
+        return _finish(g, keep, async_op, call, output_tensor_list, input_tensor_list, async_op)
     if len(output_tensor_list) != g.size or len(input_tensor_list) != g.size:
         raise ValueError(f"all_to_all: need {g.size} input and {g.size} output tensors")
     ins = [
@@ -346,7 +364,7 @@ def all_to_all(
             raise TypeError(f"all_to_all: mixed dtypes {b.dtype} and {dtype}")
     if _cuda(g, *ins, *outs):
         return _nccl_all_to_all(g, ins, outs, (ins, outs), async_op)
-    return _finish(g, (ins, outs), async_op, g.native.all_to_all, ins, outs, async_op)
+    return _finish(g, (ins, outs), async_op, g.native.all_to_all, outs, ins, async_op)
 
 
 def _nccl_all_to_all(g, ins: list[BufferView], outs: list[BufferView], keep, async_op: bool):

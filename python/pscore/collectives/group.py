@@ -38,12 +38,17 @@ class CoreCalls:
     on a pybind11 object and binding it cost ~40 ns a call, a sixth of a 2-rank barrier."""
 
     __slots__ = (
+        "all_to_all",
         "all_to_all_single",
+        "allgather",
         "allgather_into",
         "allreduce",
         "barrier",
         "broadcast",
+        "gather",
+        "reduce_scatter",
         "reduce_scatter_from",
+        "scatter",
     )
 
     def __init__(self, native):
