@@ -108,9 +108,9 @@ void reduce_scatter_recursive_halving(Comm& c, const std::vector<const void*>& i
                                       void* output, ReduceOp op, char* scratch);
 
 // Direct: non-roots send to / receive from the root, which moves all blocks concurrently.
-void gather_direct(Comm& c, const void* input, size_t nbytes, const std::vector<char*>& outputs,
+void gather_direct(Comm& c, const void* input, size_t nbytes, const std::vector<void*>& outputs,
                    int root);
-void scatter_direct(Comm& c, const std::vector<const char*>& inputs, void* output, size_t nbytes,
+void scatter_direct(Comm& c, const std::vector<const void*>& inputs, void* output, size_t nbytes,
                     int root);
 
 // Every pair exchanges its blocks concurrently; send_bytes/recv_bytes are per peer.

@@ -3,7 +3,7 @@
 namespace pscore {
 
 // Protocol: every non-root sends its block to the root, which receives all of them at once.
-void gather_direct(Comm& c, const void* input, size_t nbytes, const std::vector<char*>& outputs,
+void gather_direct(Comm& c, const void* input, size_t nbytes, const std::vector<void*>& outputs,
                    int root) {
   Exchange x = c.exchange();
   if (c.rank() != root) {
@@ -19,7 +19,7 @@ void gather_direct(Comm& c, const void* input, size_t nbytes, const std::vector<
 }
 
 // Protocol: the root sends block p to rank p, all at once; the others receive theirs.
-void scatter_direct(Comm& c, const std::vector<const char*>& inputs, void* output, size_t nbytes,
+void scatter_direct(Comm& c, const std::vector<const void*>& inputs, void* output, size_t nbytes,
                     int root) {
   Exchange x = c.exchange();
   if (c.rank() != root) {

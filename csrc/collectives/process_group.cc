@@ -301,9 +301,7 @@ ProcessGroup::WorkPtr ProcessGroup::gather(const void* input, size_t count, DTyp
   if (rank() == root && static_cast<int>(outputs.size()) != size())
     throw std::invalid_argument("gather needs one output per rank on the root");
   return submit(OpKind::kGather, dtype, count * dtype_size(dtype), async,
-                [=](const OpContext& ctx) {
-                  std::vector<char*> outs(outputs.size());
-                  for (size_t i = 0; i < outs.size(); ++i) outs[i] = static_cast<char*>(outputs[i]);
+                [=, outs = std::move(outputs)](const OpContext& ctx) {
                   Comm c{*transport_, ctx};
                   gather_direct(c, input, count * dtype_size(dtype), outs, root);
                 });
@@ -315,10 +313,7 @@ ProcessGroup::WorkPtr ProcessGroup::scatter(std::vector<const void*> inputs, voi
   if (rank() == root && static_cast<int>(inputs.size()) != size())
     throw std::invalid_argument("scatter needs one input per rank on the root");
   return submit(OpKind::kScatter, dtype, count * dtype_size(dtype), async,
-                [=](const OpContext& ctx) {
-                  std::vector<const char*> ins(inputs.size());
-                  for (size_t i = 0; i < ins.size(); ++i)
-                    ins[i] = static_cast<const char*>(inputs[i]);
+                [=, ins = std::move(inputs)](const OpContext& ctx) {
                   Comm c{*transport_, ctx};
                   scatter_direct(c, ins, output, count * dtype_size(dtype), root);
                 });

@@ -193,8 +193,11 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
     if g is None:
         return _not_a_member(group, async_op)
     if g.nccl is None:  # the latency path: the core views and checks the list
-        keep = (tensor, tuple(tensor_list)) if async_op else None
-        return _finish(g, keep, async_op, g.core.allgather, tensor, tensor_list, async_op)
+        try:
+            h = g.core.allgather(tensor, tensor_list, async_op)
+        except _FAILURES as e:
+            raise g.explain(e) from None
+        return CollectiveWork(h, (tensor, tuple(tensor_list)), g) if async_op else None
     b = view(tensor, writable=False)
     if len(tensor_list) != g.size:
         raise ValueError(
@@ -239,8 +242,11 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
         return _not_a_member(group, async_op)
     code = op_code(op)
     if g.nccl is None:  # the latency path: the core views and checks the list
-        keep = (output, tuple(input_list)) if async_op else None
-        return _finish(g, keep, async_op, g.core.reduce_scatter, output, input_list, code, async_op)
+        try:
+            h = g.core.reduce_scatter(output, input_list, code, async_op)
+        except _FAILURES as e:
+            raise g.explain(e) from None
+        return CollectiveWork(h, (output, tuple(input_list)), g) if async_op else None
     out = view(output, what="output")
     if len(input_list) != g.size:
         raise ValueError(
@@ -293,8 +299,11 @@ def gather(
         return _not_a_member(group, async_op)
     root = g.group_rank(dst, "dst")
     if g.nccl is None:  # the latency path: the core views and checks the list
-        keep = (tensor, tuple(gather_list or ())) if async_op else None
-        return _finish(g, keep, async_op, g.core.gather, tensor, gather_list, root, async_op)
+        try:
+            h = g.core.gather(tensor, gather_list, root, async_op)
+        except _FAILURES as e:
+            raise g.explain(e) from None
+        return CollectiveWork(h, (tensor, tuple(gather_list or ())), g) if async_op else None
     b = view(tensor, writable=False)
     outs: list[BufferView] = []
     if g.rank == root:
@@ -320,8 +329,11 @@ def scatter(
         return _not_a_member(group, async_op)
     root = g.group_rank(src, "src")
     if g.nccl is None:  # the latency path: the core views and checks the list
-        keep = (tensor, tuple(scatter_list or ())) if async_op else None
-        return _finish(g, keep, async_op, g.core.scatter, tensor, scatter_list, root, async_op)
+        try:
+            h = g.core.scatter(tensor, scatter_list, root, async_op)
+        except _FAILURES as e:
+            raise g.explain(e) from None
+        return CollectiveWork(h, (tensor, tuple(scatter_list or ())), g) if async_op else None
     out = view(tensor)
     ins: list[BufferView] = []
     if g.rank == root:
@@ -348,9 +360,12 @@ def all_to_all(
     if g is None:
         return _not_a_member(group, async_op)
     if g.nccl is None:  # the latency path: the core views and checks the lists
-        keep = (tuple(output_tensor_list), tuple(input_tensor_list)) if async_op else None
-        call = g.core.all_to_all
-        return _finish(g, keep, async_op, call, output_tensor_list, input_tensor_list, async_op)
+        try:
+            h = g.core.all_to_all(output_tensor_list, input_tensor_list, async_op)
+        except _FAILURES as e:
+            raise g.explain(e) from None
+        keep = (tuple(output_tensor_list), tuple(input_tensor_list))
+        return CollectiveWork(h, keep, g) if async_op else None
     if len(output_tensor_list) != g.size or len(input_tensor_list) != g.size:
         raise ValueError(f"all_to_all: need {g.size} input and {g.size} output tensors")
     ins = [
