@@ -46,6 +46,13 @@ def _blocking_pair(output, input, opts) -> bool:
     return output.is_contiguous() and input.is_contiguous()  # False for sparse (COO) ones
 
 
+def _blocking_list(outputs, input, opts) -> bool:
+    """As _blocking_pair for a call on one list of outputs and one input."""
+    if getattr(opts, "asyncOp", True) or _profiling() or not input.is_contiguous():
+        return False
+    return all(o.is_contiguous() for o in outputs)
+
+
 class TorchOperations:
     """torch.distributed's ProcessGroup operations on `self._group` (a pscore group)."""
 
@@ -141,6 +148,12 @@ class TorchOperations:
         )
 
     def allgather(self, output_lists, inputs, opts=None):
+        if len(inputs) == 1 and _blocking_list(output_lists[0], inputs[0], opts):
+            outs, t, g = output_lists[0], inputs[0], self._group
+            check_list_length(outs, g.size, "all_gather's output list")
+            check_same_shape(outs, t, "all_gather's output list")
+            c.all_gather([carried(o) for o in outs], carried(t), group=g)
+            return None
         g, st = self._group, Staging()
         for outs, t in zip(output_lists, inputs):
             check_list_length(outs, g.size, "all_gather's output list")
