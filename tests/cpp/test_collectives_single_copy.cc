@@ -50,6 +50,14 @@ ShmOptions small_rings(uint64_t single_copy_bytes) {
   return so;
 }
 
+// Rings of 1 MB with the default single-copy sizes.
+ShmOptions megabyte_rings() {
+  ShmOptions so;
+  so.ring_bytes = 1 << 20;
+  so.p2p_ring_bytes = 4096;
+  return so;
+}
+
 // The context of a hand-built all_gather exchange (the Exchange keeps a copy).
 OpContext allgather_context(LazyDeadline* deadline) {
   OpContext ctx;
@@ -169,9 +177,7 @@ TEST(SingleCopy, MovedAndReducedThresholdsApplyApart) {
 // What the receiver does decides, per payload: an all_reduce's first half is folded in and keeps
 // the ring here, its second half is copied as it is and goes by address, as an all_gather's does.
 TEST(SingleCopy, FoldedPayloadsAndMovedOnesChooseApart) {
-  ShmOptions so;
-  so.ring_bytes = 1 << 20;
-  so.p2p_ring_bytes = 4096;
+  ShmOptions so = megabyte_rings();
   so.single_copy = {64, 0};  // moved payloads by address, folded ones through the ring
   const int n = 4;
   auto s = connected(n, so);
@@ -327,10 +333,7 @@ TEST(SingleCopy, BroadcastFromTheRootIsExact) {
 // the ring they fit, as while the ranks fit on the cores.
 TEST(SingleCopy, ScatterRootsFanOutByAddressWhileRanksTakeTurns) {
   for (int world : {3, 4}) {
-    ShmOptions so;
-    so.ring_bytes = 1 << 20;
-    so.p2p_ring_bytes = 4096;
-    auto s = connected(world, so);
+    auto s = connected(world, megabyte_rings());
     Groups g = groups_over(s, 0);
     const size_t count = (256 << 10) / sizeof(int32_t);
     in_threads(world, [&](int r) {
@@ -354,10 +357,7 @@ TEST(SingleCopy, ScatterRootsFanOutByAddressWhileRanksTakeTurns) {
 // copies alone would serve them all); otherwise payloads beyond the ring go by address.
 TEST(SingleCopy, GatherSendersKeepTheRingWhileFewRanksTakeTurns) {
   for (int world : {4, 8}) {
-    ShmOptions so;
-    so.ring_bytes = 1 << 20;
-    so.p2p_ring_bytes = 4096;
-    auto s = connected(world, so);
+    auto s = connected(world, megabyte_rings());
     Groups g = groups_over(s, 0);
     const size_t count = (2 << 20) / sizeof(int32_t);
     in_threads(world, [&](int r) {
