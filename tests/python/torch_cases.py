@@ -287,6 +287,43 @@ def scatter(rank, world):
     return out
 
 
+@self_checked
+def blocking_lists(rank, world):
+    """Blocking list collectives on contiguous entries of four dtypes (the backend hands them to
+    pscore as they are), and entries of the right size but the wrong shape, which are rejected
+    on every rank as gloo rejects them."""
+    out = {}
+    for dtype in (torch.float32, torch.int8, torch.bool, torch.bfloat16):
+
+        def d(r, dtype=dtype):
+            return data(r, 6, dtype=dtype)
+
+        gathered = [torch.zeros(6, dtype=dtype) for _ in range(world)] if rank == 0 else None
+        dist.gather(d(rank), gathered, dst=0)
+        if rank == 0:
+            out[f"gather {dtype}"] = (gathered, [d(r) for r in range(world)])
+        scattered, src = torch.zeros(6, dtype=dtype), world - 1
+        dist.scatter(scattered, [d(10 + r) for r in range(world)] if rank == src else None, src)
+        out[f"scatter {dtype}"] = (scattered, d(10 + rank))
+        reduced = torch.zeros(6, dtype=dtype)
+        dist.reduce_scatter(reduced, [d(rank + j) for j in range(world)])
+        total = sum(d(r + rank).to(torch.int64) for r in range(world)).to(dtype)  # bool: any
+        out[f"reduce_scatter {dtype}"] = (reduced, total)
+        swapped = [torch.zeros(6, dtype=dtype) for _ in range(world)]
+        dist.all_to_all(swapped, [d(rank * world + j) for j in range(world)])
+        out[f"all_to_all {dtype}"] = (swapped, [d(r * world + rank) for r in range(world)])
+    squares = [torch.zeros(2, 3) for _ in range(world)]
+    out["all_gather wrong shape"] = (
+        attempt(lambda: dist.all_gather(squares, torch.ones(6))),
+        Raised("gloo rejects it"),
+    )
+    out["reduce_scatter wrong shape"] = (
+        attempt(lambda: dist.reduce_scatter(torch.zeros(6), squares)),
+        Raised("gloo rejects it"),
+    )
+    return out
+
+
 @case
 def all_to_all(rank, world):
     ins = [data(rank * world + i, 3) for i in range(world)]
@@ -534,17 +571,26 @@ def noncontiguous(rank, world):
     dist.scatter(
         scattered, [data(i, 12, shape=(2, 6)) for i in range(world)] if rank == 0 else None
     )
+    at_root = [torch.zeros(4, 6)[:, ::2] for _ in range(world)] if rank == src else None
+    dist.gather(strided(rank), at_root, dst=src)
+    reduced_parts = torch.zeros(3, 4).t()
+    dist.reduce_scatter(reduced_parts, [strided(rank + j) for j in range(world)])
+    swapped = [torch.zeros(4, 6)[:, 1::2] for _ in range(world)]
+    dist.all_to_all(swapped, [strided(rank * world + j) for j in range(world)])
     received = torch.zeros(4, 6)[:, 1::2]
     peer_to, peer_from = (rank + 1) % world, (rank - 1) % world
     reqs = [dist.isend(strided(rank) * 5, peer_to), dist.irecv(received, peer_from)]
     for r in reqs:
         r.wait()
-    return {
+    out = {} if rank != src else {"gather": (at_root, [strided(r) for r in range(world)])}
+    return out | {
         "all_reduce float32": reduced(torch.float32),
         "all_reduce bool": reduced(torch.bool),
         "broadcast": (cast, strided(src)),
         "all_gather": (gathered, [strided(r) for r in range(world)]),
         "scatter": (scattered, data(rank, 12, shape=(2, 6))),
+        "reduce_scatter": (reduced_parts, sum(strided(rank + r) for r in range(world))),
+        "all_to_all": (swapped, [strided(r * world + rank) for r in range(world)]),
         "recv": (received, strided(peer_from) * 5),
     }
 

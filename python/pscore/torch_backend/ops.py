@@ -14,6 +14,7 @@ from .tensors import (
     PLAIN_OP_CODES,
     Staging,
     carried,
+    carried_list,
     check_list_length,
     check_same_shape,
     check_stacked,
@@ -46,11 +47,29 @@ def _blocking_pair(output, input, opts) -> bool:
     return output.is_contiguous() and input.is_contiguous()  # False for sparse (COO) ones
 
 
-def _blocking_list(outputs, input, opts) -> bool:
-    """As _blocking_pair for a call on one list of outputs and one input."""
-    if getattr(opts, "asyncOp", True) or _profiling() or not input.is_contiguous():
+def _blocking_like(lists, like, n: int, opts) -> bool:
+    """As _blocking_pair for a call on one tensor `like` and one list of tensors (lists is
+    [that list], or [] on a rank that passes none, where n is 0): True when the list holds n
+    contiguous tensors of like's dtype and shape. Anything else takes the staged path, which
+    checks the arguments and raises."""
+    if getattr(opts, "asyncOp", True) or _profiling() or not like.is_contiguous():
         return False
-    return all(o.is_contiguous() for o in outputs)
+    if not n:
+        return not lists
+    if len(lists) != 1 or len(lists[0]) != n:
+        return False
+    dtype, shape = like.dtype, like.shape
+    for t in lists[0]:
+        if t.dtype != dtype or t.shape != shape or not t.is_contiguous():
+            return False
+    return True
+
+
+def _blocking_lists(outputs, inputs, opts) -> bool:
+    """As _blocking_pair for a call on a list of outputs and a list of inputs."""
+    if getattr(opts, "asyncOp", True) or _profiling():
+        return False
+    return all(t.is_contiguous() for t in outputs) and all(t.is_contiguous() for t in inputs)
 
 
 class TorchOperations:
@@ -148,13 +167,12 @@ class TorchOperations:
         )
 
     def allgather(self, output_lists, inputs, opts=None):
-        if len(inputs) == 1 and _blocking_list(output_lists[0], inputs[0], opts):
-            outs, t, g = output_lists[0], inputs[0], self._group
-            check_list_length(outs, g.size, "all_gather's output list")
-            check_same_shape(outs, t, "all_gather's output list")
-            c.all_gather([carried(o) for o in outs], carried(t), group=g)
+        g = self._group
+        if len(inputs) == 1 and _blocking_like(output_lists, inputs[0], g.size, opts):
+            t = inputs[0]
+            c.all_gather(carried_list(output_lists[0], t.dtype), carried(t), group=g)
             return None
-        g, st = self._group, Staging()
+        st = Staging()
         for outs, t in zip(output_lists, inputs):
             check_list_length(outs, g.size, "all_gather's output list")
             check_same_shape(outs, t, "all_gather's output list")
@@ -207,6 +225,12 @@ class TorchOperations:
     allgather_into_tensor_coalesced = all_gather_single_coalesced  # the name before 2.13
 
     def reduce_scatter(self, outputs, input_lists, opts):
+        g = self._group
+        if len(outputs) == 1 and _blocking_like(input_lists, outputs[0], g.size, opts):
+            out = outputs[0]
+            ins = carried_list(input_lists[0], out.dtype)
+            c.reduce_scatter(carried(out), ins, op=op_name(opts.reduceOp, out.dtype), group=g)
+            return None
         ops, g, st = self._reduce_ops(opts, outputs), self._group, Staging()
         for o, ins in zip(outputs, input_lists):
             check_list_length(ins, g.size, "reduce_scatter's input list")
@@ -269,8 +293,14 @@ class TorchOperations:
 
     def gather(self, output_lists, inputs, opts):
         """output_lists is [[one tensor per rank]] on the destination and [] elsewhere."""
-        root, g, st = opts.rootRank, self._group, Staging()
+        root, g = opts.rootRank, self._group
         check_list_length(inputs, 1, "gather's input")
+        t = inputs[0]
+        if _blocking_like(output_lists, t, g.size if g.rank == root else 0, opts):
+            outs = carried_list(output_lists[0], t.dtype) if output_lists else None
+            c.gather(carried(t), outs, dst=root, group=g)
+            return None
+        st = Staging()
         outs = self._root_list(
             output_lists, root, inputs[0], "gather's output", "destination", st.output
         )
@@ -285,8 +315,14 @@ class TorchOperations:
 
     def scatter(self, outputs, input_lists, opts):
         """input_lists is [[one tensor per rank]] on the source and [] elsewhere."""
-        root, g, st = opts.rootRank, self._group, Staging()
+        root, g = opts.rootRank, self._group
         check_list_length(outputs, 1, "scatter's output")
+        out = outputs[0]
+        if _blocking_like(input_lists, out, g.size if g.rank == root else 0, opts):
+            ins = carried_list(input_lists[0], out.dtype) if input_lists else None
+            c.scatter(carried(out), ins, src=root, group=g)
+            return None
+        st = Staging()
         ins = self._root_list(input_lists, root, outputs[0], "scatter's input", "source", st.input)
         out = st.output(outputs[0])
         return self._run(
@@ -322,9 +358,13 @@ class TorchOperations:
     alltoall_base = all_to_all_single  # the name torch used before 2.13
 
     def alltoall(self, outputs, inputs, opts=None):
-        g, st = self._group, Staging()
+        g = self._group
         check_list_length(outputs, g.size, "all_to_all's output list")
         check_list_length(inputs, g.size, "all_to_all's input list")
+        if _blocking_lists(outputs, inputs, opts):
+            c.all_to_all([carried(o) for o in outputs], [carried(i) for i in inputs], group=g)
+            return None
+        st = Staging()
         outs, ins = [st.output(o) for o in outputs], [st.input(i) for i in inputs]
         return self._run(
             "all_to_all",

@@ -20,6 +20,7 @@ __all__ = [
     "PLAIN_OP_CODES",
     "Staging",
     "carried",
+    "carried_list",
     "check_list_length",
     "check_same_shape",
     "check_stacked",
@@ -110,6 +111,12 @@ def carried(t: torch.Tensor) -> torch.Tensor:
     """The same memory in a dtype pscore carries (bool as uint8, complex as its real pairs)."""
     as_carried = _CARRIED_AS.get(t.dtype)
     return t if as_carried is None else as_carried(t)
+
+
+def carried_list(tensors, dtype: torch.dtype):
+    """carried() of each of `tensors`, all of `dtype`: the list itself for a dtype pscore carries
+    as it is."""
+    return tensors if dtype not in _CARRIED_AS else [carried(t) for t in tensors]
 
 
 class Staging:
