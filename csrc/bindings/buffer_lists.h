@@ -54,4 +54,45 @@ inline void check_root_list(const std::vector<BufferView>& list, bool given, boo
   check_like(list, what, like);
 }
 
+// The checks of each list collective, one function per operation: the core's bindings call them
+// on every group, and Python's NCCL path (collectives/functions.py) on its views.
+using BufferViews = std::vector<BufferView>;
+
+inline void check_all_gather(const BufferView& tensor, const BufferViews& tensor_list,
+                             size_t ranks) {
+  check_entries(tensor_list, "tensor_list", ranks, "all_gather");
+  check_like(tensor_list, "tensor_list", tensor);
+}
+
+inline void check_reduce_scatter(const BufferView& output, const BufferViews& input_list,
+                                 size_t ranks) {
+  check_entries(input_list, "input_list", ranks, "reduce_scatter");
+  check_like(input_list, "input_list", output);
+}
+
+// `given`: the caller passed a list (None is none).
+inline void check_gather(const BufferView& tensor, const BufferViews& gather_list, bool given,
+                         bool at_root, size_t ranks) {
+  check_root_list(gather_list, given, at_root, "gather_list", tensor, ranks, "gather",
+                  "destination");
+}
+
+inline void check_scatter(const BufferView& tensor, const BufferViews& scatter_list, bool given,
+                          bool at_root, size_t ranks) {
+  check_root_list(scatter_list, given, at_root, "scatter_list", tensor, ranks, "scatter", "source");
+}
+
+// One entry per rank in both lists, all of one dtype (sizes may differ: an uneven all_to_all).
+inline void check_all_to_all(const BufferViews& outputs, const BufferViews& inputs, size_t ranks) {
+  if (inputs.size() != ranks || outputs.size() != ranks)
+    throw std::invalid_argument("all_to_all: need " + std::to_string(ranks) + " input and " +
+                                std::to_string(ranks) + " output tensors");
+  const DType d = inputs.front().dtype;
+  for (const BufferViews* list : {&inputs, &outputs})
+    for (const auto& v : *list)
+      if (v.dtype != d)
+        throw DTypeError(std::string("all_to_all: mixed dtypes ") + dtype_name(v.dtype) + " and " +
+                         dtype_name(d));
+}
+
 }  // namespace pscore::bindings

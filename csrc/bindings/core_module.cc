@@ -198,6 +198,33 @@ void bind_progress(py::module_& m) {
         "pipe's read end, or -1 when the signal already had a handler.");
 }
 
+// The list collectives' checks for Python's NCCL path, on its views (the bindings below make the
+// same calls on every group).
+void bind_list_checks(py::module_& m) {
+  m.def("check_all_gather", &bindings::check_all_gather, py::arg("tensor"), py::arg("tensor_list"),
+        py::arg("ranks"), "Raises what all_gather raises for these lists.");
+  m.def("check_reduce_scatter", &bindings::check_reduce_scatter, py::arg("output"),
+        py::arg("input_list"), py::arg("ranks"), "Raises what reduce_scatter raises for these.");
+  m.def(
+      "check_gather",
+      [](const BufferView& tensor, std::optional<Views> gather_list, bool at_root, size_t ranks) {
+        bindings::check_gather(tensor, gather_list.value_or(Views{}), gather_list.has_value(),
+                               at_root, ranks);
+      },
+      py::arg("tensor"), py::arg("gather_list"), py::arg("at_root"), py::arg("ranks"),
+      "Raises what gather raises for these (gather_list None: none passed).");
+  m.def(
+      "check_scatter",
+      [](const BufferView& tensor, std::optional<Views> scatter_list, bool at_root, size_t ranks) {
+        bindings::check_scatter(tensor, scatter_list.value_or(Views{}), scatter_list.has_value(),
+                                at_root, ranks);
+      },
+      py::arg("tensor"), py::arg("scatter_list"), py::arg("at_root"), py::arg("ranks"),
+      "Raises what scatter raises for these (scatter_list None: none passed).");
+  m.def("check_all_to_all", &bindings::check_all_to_all, py::arg("output_tensor_list"),
+        py::arg("input_tensor_list"), py::arg("ranks"), "Raises what all_to_all raises for these.");
+}
+
 void bind_process_group(py::module_& m) {
   py::enum_<AllreduceAlgorithm>(m, "AllreduceAlgorithm",
                                 "How allreduces run (csrc/collectives/process_group.h).")
@@ -290,8 +317,7 @@ void bind_process_group(py::module_& m) {
           [](PG& g, const ReadTensor& tensor, const TensorList& tensor_list, bool async) {
             const BufferView& in = tensor.view;
             const Views& outs = tensor_list.views;
-            bindings::check_entries(outs, "tensor_list", g.size(), "all_gather");
-            bindings::check_like(outs, "tensor_list", in);
+            bindings::check_all_gather(in, outs, g.size());
             return staged(g, {&in}, Copy::kIn, outs, Copy::kOut, "all_gather", [&](const auto& h) {
               return g.allgather(h[0], in.numel, in.dtype, slice(h, 1, outs.size()), async);
             });
@@ -303,8 +329,7 @@ void bind_process_group(py::module_& m) {
           [](PG& g, const Output& output, const InputList& input_list, ReduceOp op, bool async) {
             const BufferView& out = output.view;
             const Views& ins = input_list.views;
-            bindings::check_entries(ins, "input_list", g.size(), "reduce_scatter");
-            bindings::check_like(ins, "input_list", out);
+            bindings::check_reduce_scatter(out, ins, g.size());
             return staged(g, {&out}, Copy::kOut, ins, Copy::kIn, "reduce_scatter",
                           [&](const auto& h) {
                             return g.reduce_scatter(const_slice(h, 1, ins.size()), h[0], out.numel,
@@ -318,8 +343,7 @@ void bind_process_group(py::module_& m) {
           [](PG& g, const ReadTensor& tensor, const GatherList& gather_list, int root, bool async) {
             const BufferView& in = tensor.view;
             const Views& outs = gather_list.views;
-            bindings::check_root_list(outs, gather_list.given, g.rank() == root, "gather_list", in,
-                                      g.size(), "gather", "destination");
+            bindings::check_gather(in, outs, gather_list.given, g.rank() == root, g.size());
             return staged(g, {&in}, Copy::kIn, outs, Copy::kOut, "gather", [&](const auto& h) {
               return g.gather(h[0], in.numel, in.dtype, slice(h, 1, outs.size()), root, async);
             });
@@ -331,8 +355,7 @@ void bind_process_group(py::module_& m) {
           [](PG& g, const Tensor& tensor, const ScatterList& scatter_list, int root, bool async) {
             const BufferView& out = tensor.view;
             const Views& ins = scatter_list.views;
-            bindings::check_root_list(ins, scatter_list.given, g.rank() == root, "scatter_list",
-                                      out, g.size(), "scatter", "source");
+            bindings::check_scatter(out, ins, scatter_list.given, g.rank() == root, g.size());
             return staged(g, {&out}, Copy::kOut, ins, Copy::kIn, "scatter", [&](const auto& h) {
               return g.scatter(const_slice(h, 1, ins.size()), h[0], out.numel, out.dtype, root,
                                async);
@@ -345,16 +368,8 @@ void bind_process_group(py::module_& m) {
           [](PG& g, const OutputTensorList& output_list, const InputTensorList& input_list,
              bool async) {
             const Views &ins = input_list.views, &outs = output_list.views;
-            const auto n = static_cast<size_t>(g.size());
-            if (ins.size() != n || outs.size() != n)
-              throw std::invalid_argument("all_to_all: need " + std::to_string(n) + " input and " +
-                                          std::to_string(n) + " output tensors");
+            bindings::check_all_to_all(outs, ins, g.size());
             const DType d = ins.front().dtype;
-            for (const Views* list : {&ins, &outs})
-              for (const auto& v : *list)
-                if (v.dtype != d)
-                  throw DTypeError(std::string("all_to_all: mixed dtypes ") + dtype_name(v.dtype) +
-                                   " and " + dtype_name(d));
             std::vector<const BufferView*> buffers;
             std::vector<Copy> copies;
             for (const auto& v : ins) buffers.push_back(&v), copies.push_back(Copy::kIn);
@@ -458,6 +473,7 @@ void bindings::init_core(py::module_& m) {
   bind_transports(m);
   bind_task_work(m);
   bind_progress(m);
+  bind_list_checks(m);
   bind_process_group(m);
   bindings::bind_fast_view(m);
   bindings::bind_gpu(m);

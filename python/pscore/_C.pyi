@@ -22,6 +22,11 @@ __all__: list[str] = [
     "TcpTransport",
     "Transport",
     "Work",
+    "check_all_gather",
+    "check_all_to_all",
+    "check_gather",
+    "check_reduce_scatter",
+    "check_scatter",
     "cuda_device_count",
     "cuda_runtime_path",
     "fast_view",
@@ -624,6 +629,53 @@ class Work:
     def source(self) -> int: ...
     @property
     def what(self) -> str: ...
+
+def check_all_gather(
+    tensor: pscore.buffer.BufferView,
+    tensor_list: collections.abc.Sequence[pscore.buffer.BufferView],
+    ranks: typing.SupportsInt | typing.SupportsIndex,
+) -> None:
+    """
+    Raises what all_gather raises for these lists.
+    """
+
+def check_all_to_all(
+    output_tensor_list: collections.abc.Sequence[pscore.buffer.BufferView],
+    input_tensor_list: collections.abc.Sequence[pscore.buffer.BufferView],
+    ranks: typing.SupportsInt | typing.SupportsIndex,
+) -> None:
+    """
+    Raises what all_to_all raises for these.
+    """
+
+def check_gather(
+    tensor: pscore.buffer.BufferView,
+    gather_list: collections.abc.Sequence[pscore.buffer.BufferView] | None,
+    at_root: bool,
+    ranks: typing.SupportsInt | typing.SupportsIndex,
+) -> None:
+    """
+    Raises what gather raises for these (gather_list None: none passed).
+    """
+
+def check_reduce_scatter(
+    output: pscore.buffer.BufferView,
+    input_list: collections.abc.Sequence[pscore.buffer.BufferView],
+    ranks: typing.SupportsInt | typing.SupportsIndex,
+) -> None:
+    """
+    Raises what reduce_scatter raises for these.
+    """
+
+def check_scatter(
+    tensor: pscore.buffer.BufferView,
+    scatter_list: collections.abc.Sequence[pscore.buffer.BufferView] | None,
+    at_root: bool,
+    ranks: typing.SupportsInt | typing.SupportsIndex,
+) -> None:
+    """
+    Raises what scatter raises for these (scatter_list None: none passed).
+    """
 
 def cuda_device_count() -> int:
     """

@@ -230,6 +230,39 @@ def test_what_nccl_cannot_do_is_a_clear_error(run_nccl):
     assert mixed in out
 
 
+def test_bad_lists_of_cuda_buffers_raise_what_host_ones_raise(run_nccl):
+    # The NCCL path runs the core's list checks (bindings/buffer_lists.h) on its views.
+    out = run_nccl(
+        """
+        join()
+        x, y = gpu([1, 2]), gpu([1, 2, 3])
+        for name, call in [
+            ("count", lambda: pscore.all_gather([x, x], x)),
+            ("dtype", lambda: pscore.reduce_scatter(x, [gpu([1, 2], np.int32)])),
+            ("size", lambda: pscore.all_gather([y], x)),
+            ("no list", lambda: pscore.gather(x, None, dst=0)),
+            ("short", lambda: pscore.scatter(x, [], src=0)),
+            ("mixed", lambda: pscore.all_to_all([x], [gpu([1, 2], np.float64)])),
+            ("a2a count", lambda: pscore.all_to_all([x, x], [x])),
+        ]:
+            try:
+                call()
+                print(name, "no error")
+            except (TypeError, ValueError) as e:
+                print(name, type(e).__name__, e)
+        print("CALLS", len([line for line in nccl_log() if "stream=" in line]))
+        """,
+    )
+    assert "count ValueError all_gather: tensor_list has 2 entries, the group has 1 ranks" in out
+    assert "dtype TypeError input_list[0] is int32, expected float32" in out
+    assert "size ValueError tensor_list[0] has 3 elements, expected 2" in out
+    assert "no list ValueError gather: the destination needs a gather_list of 1 tensors" in out
+    assert "short ValueError scatter: the source needs a scatter_list of 1 tensors" in out
+    assert "mixed TypeError all_to_all: mixed dtypes float32 and float64" in out
+    assert "a2a count ValueError all_to_all: need 1 input and 1 output tensors" in out
+    assert "CALLS 0" in out  # nothing reached NCCL
+
+
 def test_a_stuck_operation_times_out_names_op_and_ranks_and_aborts(run_nccl):
     out = run_nccl(
         """

@@ -8,7 +8,6 @@ host memory (csrc/gpu/staging.h; docs/gpu.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from .. import _C
@@ -113,14 +112,6 @@ def _finish(g, keep: Any, async_op: bool, call, *args):
     return CollectiveWork(h, keep, g) if async_op else None
 
 
-def _same_kind(bufs: Sequence[BufferView], ref: BufferView, what: str) -> None:
-    for i, b in enumerate(bufs):
-        if b.dtype != ref.dtype:
-            raise TypeError(f"{what}[{i}] is {b.dtype}, expected {ref.dtype}")
-        if b.numel != ref.numel:
-            raise ValueError(f"{what}[{i}] has {b.numel} elements, expected {ref.numel}")
-
-
 def _cuda(g, *views: BufferView) -> bool:
     """Whether the call goes to the group's NCCL communicator: CUDA buffers on a group with one."""
     return g.nccl is not None and any(v.device_type == CUDA for v in views)
@@ -199,12 +190,8 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
             raise g.explain(e) from None
         return CollectiveWork(h, (tensor, tuple(tensor_list)), g) if async_op else None
     b = view(tensor, writable=False)
-    if len(tensor_list) != g.size:
-        raise ValueError(
-            f"all_gather: tensor_list has {len(tensor_list)} entries, the group has {g.size} ranks"
-        )
     outs = [view(t, what=f"tensor_list[{i}]") for i, t in enumerate(tensor_list)]
-    _same_kind(outs, b, "tensor_list")
+    _C.check_all_gather(b, outs, g.size)
     if _cuda(g, b, *outs):
         sig = (b.dtype, b.numel)
         return g.nccl.run("allgather", sig, b, (b, outs), async_op, lambda c: c.allgather(b, outs))
@@ -248,13 +235,8 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None, async_
             raise g.explain(e) from None
         return CollectiveWork(h, (output, tuple(input_list)), g) if async_op else None
     out = view(output, what="output")
-    if len(input_list) != g.size:
-        raise ValueError(
-            f"reduce_scatter: input_list has {len(input_list)} entries, "
-            f"the group has {g.size} ranks"
-        )
     ins = [view(t, writable=False, what=f"input_list[{i}]") for i, t in enumerate(input_list)]
-    _same_kind(ins, out, "input_list")
+    _C.check_reduce_scatter(out, ins, g.size)
     if _cuda(g, out, *ins):
         return _nccl_reduce_scatter(g, ins, out, (out, ins), code, async_op)
     return _finish(g, (out, ins), async_op, g.native.reduce_scatter, out, ins, code, async_op)
@@ -305,14 +287,8 @@ def gather(
             raise g.explain(e) from None
         return CollectiveWork(h, (tensor, tuple(gather_list or ())), g) if async_op else None
     b = view(tensor, writable=False)
-    outs: list[BufferView] = []
-    if g.rank == root:
-        if gather_list is None or len(gather_list) != g.size:
-            raise ValueError(f"gather: the destination needs a gather_list of {g.size} tensors")
-        outs = [view(t, what=f"gather_list[{i}]") for i, t in enumerate(gather_list)]
-        _same_kind(outs, b, "gather_list")
-    elif gather_list:
-        raise ValueError("gather: only the destination rank passes a gather_list")
+    outs = [view(t, what=f"gather_list[{i}]") for i, t in enumerate(gather_list or ())]
+    _C.check_gather(b, None if gather_list is None else outs, g.rank == root, g.size)
     if _cuda(g, b, *outs):
         sig = (b.dtype, b.numel, root)
         call = lambda c: c.gather(b, outs, root)  # noqa: E731
@@ -335,16 +311,10 @@ def scatter(
             raise g.explain(e) from None
         return CollectiveWork(h, (tensor, tuple(scatter_list or ())), g) if async_op else None
     out = view(tensor)
-    ins: list[BufferView] = []
-    if g.rank == root:
-        if scatter_list is None or len(scatter_list) != g.size:
-            raise ValueError(f"scatter: the source needs a scatter_list of {g.size} tensors")
-        ins = [
-            view(t, writable=False, what=f"scatter_list[{i}]") for i, t in enumerate(scatter_list)
-        ]
-        _same_kind(ins, out, "scatter_list")
-    elif scatter_list:
-        raise ValueError("scatter: only the source rank passes a scatter_list")
+    ins = [
+        view(t, writable=False, what=f"scatter_list[{i}]") for i, t in enumerate(scatter_list or ())
+    ]
+    _C.check_scatter(out, None if scatter_list is None else ins, g.rank == root, g.size)
     if _cuda(g, out, *ins):
         sig = (out.dtype, out.numel, root)
         call = lambda c: c.scatter(ins, out, root)  # noqa: E731
@@ -366,17 +336,12 @@ def all_to_all(
             raise g.explain(e) from None
         keep = (tuple(output_tensor_list), tuple(input_tensor_list))
         return CollectiveWork(h, keep, g) if async_op else None
-    if len(output_tensor_list) != g.size or len(input_tensor_list) != g.size:
-        raise ValueError(f"all_to_all: need {g.size} input and {g.size} output tensors")
     ins = [
         view(t, writable=False, what=f"input_tensor_list[{i}]")
         for i, t in enumerate(input_tensor_list)
     ]
     outs = [view(t, what=f"output_tensor_list[{i}]") for i, t in enumerate(output_tensor_list)]
-    dtype = ins[0].dtype
-    for b in ins + outs:
-        if b.dtype != dtype:
-            raise TypeError(f"all_to_all: mixed dtypes {b.dtype} and {dtype}")
+    _C.check_all_to_all(outs, ins, g.size)
     if _cuda(g, *ins, *outs):
         return _nccl_all_to_all(g, ins, outs, (ins, outs), async_op)
     return _finish(g, (ins, outs), async_op, g.native.all_to_all, outs, ins, async_op)
