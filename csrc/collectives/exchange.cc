@@ -197,9 +197,14 @@ void Exchange::check_header(const Item& it) const {
 bool Exchange::step_recv(Item& it, Channel& ch) {
   size_t k;
   if (it.done < kHeaderBytes) {
-    Sink sink;
-    sink.direct = reinterpret_cast<char*>(&it.header) + it.done;
-    k = ch.read_some(kHeaderBytes - it.done, 1, sink);
+    char* header = reinterpret_cast<char*>(&it.header);
+    if (it.done == 0) {
+      k = ch.read_header(header, kHeaderBytes, it.total() - kHeaderBytes);
+    } else {
+      Sink sink;
+      sink.direct = header + it.done;
+      k = ch.read_some(kHeaderBytes - it.done, 1, sink);
+    }
     it.done += k;
     if (it.done == kHeaderBytes) {
       check_header(it);

@@ -44,6 +44,16 @@ class Channel {
   // Hands at most `max` arrived bytes to the sink, always a multiple of `granule` (a power of two
   // <= 8 that divides max); returns how many. Throws NetworkError when the peer is gone.
   virtual size_t read_some(size_t max, size_t granule, const Sink& sink) = 0;
+  // Reads up to `header_bytes` of a message's header into `header`; returns how many. A channel
+  // whose reads are system calls may take up to `rest_bytes` of the message behind the header in
+  // the same call and hand them to the next read_some, once the caller has checked the header.
+  // Throws NetworkError when the peer is gone.
+  virtual size_t read_header(void* header, size_t header_bytes, size_t rest_bytes) {
+    (void)rest_bytes;
+    Sink sink;
+    sink.direct = header;
+    return read_some(header_bytes, 1, sink);
+  }
   // Copies up to n arrived bytes to dst without consuming them; returns how many. Throws
   // NetworkError when the peer is gone and nothing more will arrive.
   virtual size_t peek(void* dst, size_t n) = 0;

