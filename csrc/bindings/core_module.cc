@@ -304,7 +304,8 @@ void bind_process_group(py::module_& m) {
           Gil())
       .def(
           "reduce",
-          [](PG& g, const BufferView& b, ReduceOp op, int root, bool async) {
+          [](PG& g, const Tensor& t, ReduceOp op, int root, bool async) {
+            const BufferView& b = t.view;
             // Only the root's buffer changes (the other ranks' stay as they were).
             const Copy copy = g.rank() == root ? Copy::kInOut : Copy::kIn;
             return in_place(g, b, copy, "reduce", [&](void* h, size_t n) {

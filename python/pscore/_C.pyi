@@ -418,7 +418,7 @@ class ProcessGroup:
     ) -> Work: ...
     def reduce(
         self,
-        arg0: pscore.buffer.BufferView,
+        arg0: typing.Any,
         arg1: ReduceOp,
         arg2: typing.SupportsInt | typing.SupportsIndex,
         arg3: bool,

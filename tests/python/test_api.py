@@ -244,6 +244,16 @@ def bad_input(rank, _world):
         pscore.all_reduce(read_only)
     with pytest.raises(ValueError, match="reduce op 'median' is not supported"):
         pscore.all_reduce(np.ones(3), op="median")
+    # reduce takes the caller's buffer as all_reduce does.
+    with pytest.raises(ValueError, match="not contiguous"):
+        pscore.reduce(torch.ones(4, 4).t(), dst=0)
+    with pytest.raises(ValueError, match="read-only"):
+        pscore.reduce(read_only, dst=0)
+    with pytest.raises(ValueError, match="dst 5 is not in group"):
+        pscore.reduce(np.ones(3), dst=5)
+    summed = np.full(3, rank + 1.0)
+    pscore.reduce(summed, dst=1)
+    assert summed.tolist() == ([1.0] * 3 if rank == 0 else [3.0] * 3)
     with pytest.raises(ValueError, match="tensor_list has 1 entries, the group has 2 ranks"):
         pscore.all_gather([np.ones(3)], np.ones(3))
     with pytest.raises(TypeError, match=r"tensor_list\[1\] is float32, expected float64"):

@@ -87,7 +87,7 @@ _FAILURES = (NetworkError, PscoreTimeoutError)
 
 # The latency path. On a group without NCCL every buffer goes to the core, which views the
 # caller's objects itself (bindings/user_buffer.h: a numpy array or a CPU tensor costs no Python
-# view), so all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor,
+# view), so all_reduce, broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor,
 # all_to_all_single and barrier call it inline, and every call reads the default group straight
 # from `_world`: the frames of `resolve` and `_finish` cost 0.2 us of a 0.6 us call
 # (all_reduce of 4 KB on a group of one, docs/collectives.md). The list collectives (all_gather,
@@ -169,9 +169,15 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
     g = _world["group"] if group is None else resolve(group)
     if g is None:
         return _not_a_member(group, async_op)
-    b = view(tensor)
     root = g.group_rank(dst, "dst")
     code = op_code(op)
+    if g.nccl is None:  # the latency path
+        try:
+            h = g.core.reduce(tensor, code, root, async_op)
+        except _FAILURES as e:
+            raise g.explain(e) from None
+        return CollectiveWork(h, tensor, g) if async_op else None
+    b = view(tensor)
     if _cuda(g, b):
         sig = (b.dtype, b.numel, code.name, root)
         return g.nccl.run("reduce", sig, b, b, async_op, lambda c: c.reduce(b, code, root))

@@ -46,6 +46,7 @@ class CoreCalls:
         "barrier",
         "broadcast",
         "gather",
+        "reduce",
         "reduce_scatter",
         "reduce_scatter_from",
         "scatter",

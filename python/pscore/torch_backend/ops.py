@@ -375,6 +375,9 @@ class TorchOperations:
         )
 
     def barrier(self, opts=None):
+        if not getattr(opts, "asyncOp", True) and not _profiling():  # the latency path
+            c.barrier(group=self._group)
+            return None
         return self._run(
             "barrier",
             lambda async_op: [c.barrier(group=self._group, async_op=async_op)],
