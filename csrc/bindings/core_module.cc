@@ -477,5 +477,4 @@ void bindings::init_core(py::module_& m) {
   bind_list_checks(m);
   bind_process_group(m);
   bindings::bind_fast_view(m);
-  bindings::bind_gpu(m);
 }

@@ -1,8 +1,8 @@
-// pscore._ext: the one extension module. Its four parts are modules named, registered in
-// sys.modules and set on the package as pscore._C, pscore._store, pscore._ps and pscore._hogwild
-// (pscore/__init__.py imports _ext first), so the rest of the package, and the type stubs
-// (pscore/_C.pyi, ...), see modules of their own. _C comes first: it binds the enums the others
-// take.
+// pscore._ext: the one extension module. Its five parts are modules named, registered in
+// sys.modules and set on the package as pscore._C, pscore._gpu, pscore._store, pscore._ps and
+// pscore._hogwild (pscore/__init__.py imports _ext first), so the rest of the package, and the
+// type stubs (pscore/_C.pyi, ...), see modules of their own. _C comes first: it binds the enums
+// the others take.
 #include <pybind11/pybind11.h>
 
 #include <string>
@@ -13,7 +13,7 @@
 namespace py = pybind11;
 
 PYBIND11_MODULE(_ext, m) {
-  m.doc() = "pscore's C++ core; import its parts as pscore._C, _store, _ps and _hogwild";
+  m.doc() = "pscore's C++ core; import its parts as pscore._C, _gpu, _store, _ps and _hogwild";
   pscore::bindings::register_error_translator();  // before the parts' own, which go first
   py::object modules = py::module_::import("sys").attr("modules");
   py::object package = modules.attr("get")("pscore");  // being imported; None if loaded alone
@@ -27,6 +27,7 @@ PYBIND11_MODULE(_ext, m) {
     if (!package.is_none()) package.attr(name) = sub;
   };
   part("_C", pscore::bindings::init_core);
+  part("_gpu", pscore::bindings::init_gpu);
   part("_store", pscore::bindings::init_store);
   part("_ps", pscore::bindings::init_ps);
   part("_hogwild", pscore::bindings::init_hogwild);

@@ -1,4 +1,4 @@
-// Part of pscore._C: where the GPU libraries are loaded from (pscore/cuda_libraries.py sets the
+// pscore._gpu: where the GPU libraries are loaded from (pscore/cuda_libraries.py sets the
 // candidates), what loaded, and the NCCL communicator of a process group
 // (pscore/collectives/nccl_link.py). Nothing here loads a library at import.
 #include <pybind11/pybind11.h>
@@ -105,7 +105,7 @@ void bind_communicator(py::module_& m) {
 
 }  // namespace
 
-void bind_gpu(py::module_& m) {
+void init_gpu(py::module_& m) {
   bind_libraries(m);
   bind_communicator(m);
 }

@@ -1,5 +1,5 @@
-// The four parts of the one extension module pscore._ext (csrc/bindings/ext_module.cc), each
-// filling the submodule Python imports as pscore._C, pscore._store, pscore._ps or
+// The five parts of the one extension module pscore._ext (csrc/bindings/ext_module.cc), each
+// filling the submodule Python imports as pscore._C, pscore._gpu, pscore._store, pscore._ps or
 // pscore._hogwild.
 #pragma once
 
@@ -8,7 +8,7 @@
 namespace pscore::bindings {
 
 void init_core(pybind11::module_& m);     // core_module.cc: transports, collectives, enums
-void bind_gpu(pybind11::module_& m);      // gpu_module.cc: part of _C, the GPU libraries' loading
+void init_gpu(pybind11::module_& m);      // gpu_module.cc: the GPU libraries and NCCL
 void init_store(pybind11::module_& m);    // store_module.cc
 void init_ps(pybind11::module_& m);       // ps_module.cc
 void init_hogwild(pybind11::module_& m);  // hogwild_module.cc

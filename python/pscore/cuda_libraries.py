@@ -53,14 +53,14 @@ def register_candidates() -> None:
     with _registering:
         if _registered.is_set():
             return
-        from . import _C
+        from . import _gpu
 
-        _C.set_cuda_runtime_candidates(cuda_runtime_candidates())
+        _gpu.set_cuda_runtime_candidates(cuda_runtime_candidates())
         variable = _config.STAGING_CHUNK_BYTES
         chunk = variable.get()
         if chunk < 1:
             raise ValueError(f"{variable.name}={chunk}: a chunk holds at least 1 byte")
-        _C.set_staging_chunk_bytes(chunk)
-        if hasattr(_C, "set_nccl_candidates"):
-            _C.set_nccl_candidates(nccl_candidates())
+        _gpu.set_staging_chunk_bytes(chunk)
+        if hasattr(_gpu, "set_nccl_candidates"):
+            _gpu.set_nccl_candidates(nccl_candidates())
         _registered.set()

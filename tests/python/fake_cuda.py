@@ -95,11 +95,11 @@ def run_python(
 def use_fake_runtime(fake_path: str) -> FakeRuntime:
     """Points this process's core at the fake (before its first CUDA buffer) and returns the
     fake's switches. For forked ranks, whose parent may have registered other candidates."""
-    from pscore import _C, _config, cuda_libraries
+    from pscore import _config, _gpu, cuda_libraries
 
     cuda_libraries.register_candidates()
-    _C.set_cuda_runtime_candidates([fake_path])
-    _C.set_staging_chunk_bytes(_config.STAGING_CHUNK_BYTES.get())
+    _gpu.set_cuda_runtime_candidates([fake_path])
+    _gpu.set_staging_chunk_bytes(_config.STAGING_CHUNK_BYTES.get())
     return FakeRuntime(fake_path)
 
 

@@ -38,10 +38,10 @@ def test_import_loads_no_gpu_library():
 def test_missing_runtime_names_every_candidate():
     result = run_code(
         "import pscore\n"
-        "from pscore import _C, cuda_libraries\n"
+        "from pscore import _gpu, cuda_libraries\n"
         "cuda_libraries.register_candidates()\n"
         "try:\n"
-        "    _C.cuda_runtime_path()\n"
+        "    _gpu.cuda_runtime_path()\n"
         "except pscore.errors.Error as e:\n"
         "    print(e)\n"
         "else:\n"

@@ -8,9 +8,9 @@ from fake_cuda import fake_cudart, run_python  # noqa: F401 - fake_cudart is a f
 
 def test_core_loads_the_fake_through_the_configured_path(fake_cudart):  # noqa: F811
     result = run_python(
-        "from pscore import _C, cuda_libraries\n"
+        "from pscore import _gpu, cuda_libraries\n"
         "cuda_libraries.register_candidates()\n"
-        "print(_C.cuda_device_count(), _C.cuda_runtime_path())\n",
+        "print(_gpu.cuda_device_count(), _gpu.cuda_runtime_path())\n",
         fake_cudart,
     )
     assert result.returncode == 0, result.stderr

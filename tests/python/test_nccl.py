@@ -86,10 +86,10 @@ def test_a_library_without_the_symbols_is_named(fake_cudart, tmp_path):
     lib = compile_library(source, tmp_path)
     out = run(
         """
-        from pscore import _C, cuda_libraries
+        from pscore import _gpu, cuda_libraries
         cuda_libraries.register_candidates()
         try:
-            _C.nccl_version()
+            _gpu.nccl_version()
         except pscore.Error as e:
             print("ERROR", e)
         """,

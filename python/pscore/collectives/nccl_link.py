@@ -14,7 +14,7 @@ import threading
 import warnings
 from typing import Any, Callable
 
-from .. import _C, buffer, cuda_libraries
+from .. import _gpu, buffer, cuda_libraries
 from ..buffer import BufferView
 from ..errors import Error
 from ..errors import TimeoutError as PscoreTimeoutError
@@ -38,7 +38,7 @@ def load_nccl() -> str:
     """Loads NCCL (once per process) from pscore.cuda_libraries' candidates; its version.
     pscore.Error naming every candidate tried (or the missing symbol) when it cannot."""
     cuda_libraries.register_candidates()
-    return _C.nccl_version()
+    return _gpu.nccl_version()
 
 
 def wanted(backend: str) -> bool:
@@ -137,7 +137,7 @@ class NcclLink:
             prefix, label = f"nccl/p2p/{members[0]}-{members[1]}", f"{g.name} send/recv"
         me = members.index(g.rank)
         if me == 0:
-            g.store.set(f"{prefix}/id", _C.nccl_unique_id())
+            g.store.set(f"{prefix}/id", _gpu.nccl_unique_id())
         # Every member comes before any blocks in ncclCommInitRank, which has no timeout of its
         # own: a member that never comes is a TimeoutError here.
         try:
@@ -149,7 +149,7 @@ class NcclLink:
                 f"rank {g.rank}: the NCCL communicator of group {label} (group ranks {members}) "
                 f"is made by its members' first CUDA operation on it, which one has not made: {e}"
             ) from None
-        return _C.NcclCommunicator(
+        return _gpu.NcclCommunicator(
             me,
             len(members),
             g.store.get(f"{prefix}/id"),
