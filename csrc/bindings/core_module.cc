@@ -205,22 +205,12 @@ void bind_list_checks(py::module_& m) {
         py::arg("ranks"), "Raises what all_gather raises for these lists.");
   m.def("check_reduce_scatter", &bindings::check_reduce_scatter, py::arg("output"),
         py::arg("input_list"), py::arg("ranks"), "Raises what reduce_scatter raises for these.");
-  m.def(
-      "check_gather",
-      [](const BufferView& tensor, std::optional<Views> gather_list, bool at_root, size_t ranks) {
-        bindings::check_gather(tensor, gather_list.value_or(Views{}), gather_list.has_value(),
-                               at_root, ranks);
-      },
-      py::arg("tensor"), py::arg("gather_list"), py::arg("at_root"), py::arg("ranks"),
-      "Raises what gather raises for these (gather_list None: none passed).");
-  m.def(
-      "check_scatter",
-      [](const BufferView& tensor, std::optional<Views> scatter_list, bool at_root, size_t ranks) {
-        bindings::check_scatter(tensor, scatter_list.value_or(Views{}), scatter_list.has_value(),
-                                at_root, ranks);
-      },
-      py::arg("tensor"), py::arg("scatter_list"), py::arg("at_root"), py::arg("ranks"),
-      "Raises what scatter raises for these (scatter_list None: none passed).");
+  m.def("check_gather", &bindings::check_gather, py::arg("tensor"), py::arg("gather_list"),
+        py::arg("given"), py::arg("at_root"), py::arg("ranks"),
+        "Raises what gather raises for these (given: the caller passed a list).");
+  m.def("check_scatter", &bindings::check_scatter, py::arg("tensor"), py::arg("scatter_list"),
+        py::arg("given"), py::arg("at_root"), py::arg("ranks"),
+        "Raises what scatter raises for these (given: the caller passed a list).");
   m.def("check_all_to_all", &bindings::check_all_to_all, py::arg("output_tensor_list"),
         py::arg("input_tensor_list"), py::arg("ranks"), "Raises what all_to_all raises for these.");
 }

@@ -553,12 +553,13 @@ def check_all_to_all(
 
 def check_gather(
     tensor: pscore.buffer.BufferView,
-    gather_list: collections.abc.Sequence[pscore.buffer.BufferView] | None,
+    gather_list: collections.abc.Sequence[pscore.buffer.BufferView],
+    given: bool,
     at_root: bool,
     ranks: typing.SupportsInt | typing.SupportsIndex,
 ) -> None:
     """
-    Raises what gather raises for these (gather_list None: none passed).
+    Raises what gather raises for these (given: the caller passed a list).
     """
 
 def check_reduce_scatter(
@@ -572,12 +573,13 @@ def check_reduce_scatter(
 
 def check_scatter(
     tensor: pscore.buffer.BufferView,
-    scatter_list: collections.abc.Sequence[pscore.buffer.BufferView] | None,
+    scatter_list: collections.abc.Sequence[pscore.buffer.BufferView],
+    given: bool,
     at_root: bool,
     ranks: typing.SupportsInt | typing.SupportsIndex,
 ) -> None:
     """
-    Raises what scatter raises for these (scatter_list None: none passed).
+    Raises what scatter raises for these (given: the caller passed a list).
     """
 
 def fast_view(x, writable):

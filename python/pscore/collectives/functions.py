@@ -294,7 +294,7 @@ def gather(
         return CollectiveWork(h, (tensor, tuple(gather_list or ())), g) if async_op else None
     b = view(tensor, writable=False)
     outs = [view(t, what=f"gather_list[{i}]") for i, t in enumerate(gather_list or ())]
-    _C.check_gather(b, None if gather_list is None else outs, g.rank == root, g.size)
+    _C.check_gather(b, outs, gather_list is not None, g.rank == root, g.size)
     if _cuda(g, b, *outs):
         sig = (b.dtype, b.numel, root)
         call = lambda c: c.gather(b, outs, root)  # noqa: E731
@@ -320,7 +320,7 @@ def scatter(
     ins = [
         view(t, writable=False, what=f"scatter_list[{i}]") for i, t in enumerate(scatter_list or ())
     ]
-    _C.check_scatter(out, None if scatter_list is None else ins, g.rank == root, g.size)
+    _C.check_scatter(out, ins, scatter_list is not None, g.rank == root, g.size)
     if _cuda(g, out, *ins):
         sig = (out.dtype, out.numel, root)
         call = lambda c: c.scatter(ins, out, root)  # noqa: E731
