@@ -14,4 +14,17 @@ inline bool ranks_fit_cores(int ranks) {
 // the total copying cost most.
 inline bool many_ranks_take_turns(int ranks) { return ranks >= 8 && !ranks_fit_cores(ranks); }
 
+// How a job's ranks share the cores, for choices that depend on more than whether they fit.
+struct Crowding {
+  bool fit = true;               // ranks_fit_cores
+  bool two_per_core = false;     // at least two ranks to each core
+  bool many_take_turns = false;  // many_ranks_take_turns
+};
+
+inline Crowding crowding(int ranks) {
+  return {ranks_fit_cores(ranks),
+          ranks >= 2 * static_cast<int>(std::thread::hardware_concurrency()),
+          many_ranks_take_turns(ranks)};
+}
+
 }  // namespace pscore

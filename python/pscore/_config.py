@@ -222,7 +222,8 @@ SHM_SINGLE_COPY_BYTES = Var(
     " fill the ring (PSCORE_SHM_RING_BYTES) while the ranks fit on the cores, else from 256 KB (an"
     " all_reduce's from 512 KB while fewer than 8 ranks take turns), but those sent one way to"
     " fewer than 3 peers (a broadcast tree's), which take the ring they fit, and a gather's, which"
-    " take it at every size while fewer than 8 ranks take turns; 0 turns that off",
+    " take it at every size while fewer than 8 ranks take turns, but from 8 MB where two ranks or"
+    " more share each core; 0 turns that off",
 )
 SHM_SINGLE_COPY_REDUCE_BYTES = Var(
     "PSCORE_SHM_SINGLE_COPY_REDUCE_BYTES",

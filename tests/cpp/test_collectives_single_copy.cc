@@ -214,37 +214,45 @@ TEST(SingleCopy, FoldedPayloadsAndMovedOnesChooseApart) {
 // By default a reduced payload travels as an address only once it no longer fits the ring (the
 // sender then writes it all and goes on); a moved one once it fills the ring while the ranks fit
 // on the cores, from 256 KB while they take turns (an all_reduce's from 512 KB while fewer than 8
-// do), but for one sent one way, which keeps the ring it fits. Set sizes stay as they are.
+// do), but for one sent one way, which keeps the ring it fits, and a gather's, which keeps the
+// ring while fewer than 8 ranks take turns but from 8 MB where two share each core. Set sizes
+// stay as they are.
 TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
+  const Crowding kFit, kFewTakeTurns{false, false, false}, kTwoPerCore{false, true, false},
+      kMany{false, true, true};
   const SingleCopyBytes defaults;
-  const SingleCopyBytes fit = defaults.resolved(4096, true);
+  const SingleCopyBytes fit = defaults.resolved(4096, kFit);
   EXPECT_EQ(fit.moved, 4096u);
   EXPECT_EQ(fit.moved_in_all_reduce, 4096u);
   EXPECT_EQ(fit.one_way, 4096u);
   EXPECT_EQ(fit.fan_in, 4096u);
   EXPECT_EQ(fit.reduced, 4097u);
   EXPECT_EQ(fit.reduced_in_all_reduce, 4097u);
-  const SingleCopyBytes turns = defaults.resolved(1 << 20, false);
+  const SingleCopyBytes turns = defaults.resolved(1 << 20, kFewTakeTurns);
   EXPECT_EQ(turns.moved, uint64_t{256 << 10});
   EXPECT_EQ(turns.moved_in_all_reduce, uint64_t{512 << 10});
   EXPECT_EQ(turns.one_way, uint64_t{1 << 20});
   EXPECT_EQ(turns.fan_in, 0u);  // a gather's senders keep the ring
+  // Two ranks to a core: a gather's blocks from 8 MB, at any ring.
+  EXPECT_EQ(defaults.resolved(1 << 20, kTwoPerCore).fan_in, uint64_t{8 << 20});
+  EXPECT_EQ(defaults.resolved(4096, kTwoPerCore).fan_in, uint64_t{8 << 20});
   EXPECT_EQ(turns.reduced, uint64_t{(1 << 20) + 1});
   EXPECT_EQ(turns.reduced_in_all_reduce, turns.reduced);
-  const SingleCopyBytes small_ring = defaults.resolved(4096, false);  // never beyond the ring
+  const SingleCopyBytes small_ring =
+      defaults.resolved(4096, kFewTakeTurns);  // never beyond the ring
   EXPECT_EQ(small_ring.moved, 4096u);
   EXPECT_EQ(small_ring.moved_in_all_reduce, 4096u);
   // From 8 ranks taking turns, an all_reduce's payloads go from 256 KB (or beyond the ring).
-  const SingleCopyBytes many = defaults.resolved(1 << 20, false, true);
+  const SingleCopyBytes many = defaults.resolved(1 << 20, kMany);
   EXPECT_EQ(many.moved_in_all_reduce, uint64_t{256 << 10});
   EXPECT_EQ(many.fan_in, uint64_t{1 << 20});
   EXPECT_EQ(many.reduced_in_all_reduce, uint64_t{256 << 10});
   EXPECT_EQ(many.reduced, uint64_t{(1 << 20) + 1});
-  EXPECT_EQ(defaults.resolved(4096, false, true).reduced_in_all_reduce, 4097u);
-  const SingleCopyBytes set_many = SingleCopyBytes{100, 0}.resolved(1 << 20, false, true);
+  EXPECT_EQ(defaults.resolved(4096, kMany).reduced_in_all_reduce, 4097u);
+  const SingleCopyBytes set_many = SingleCopyBytes{100, 0}.resolved(1 << 20, kMany);
   EXPECT_EQ(set_many.reduced_in_all_reduce, 0u);
   EXPECT_EQ(set_many.moved_in_all_reduce, 100u);
-  const SingleCopyBytes set = SingleCopyBytes{100, 0}.resolved(4096, false);
+  const SingleCopyBytes set = SingleCopyBytes{100, 0}.resolved(4096, kTwoPerCore);
   EXPECT_EQ(set.moved, 100u);
   EXPECT_EQ(set.moved_in_all_reduce, 100u);
   EXPECT_EQ(set.one_way, 100u);
@@ -353,25 +361,41 @@ TEST(SingleCopy, ScatterRootsFanOutByAddressWhileRanksTakeTurns) {
   }
 }
 
+// Gathers `block_bytes` from each rank to rank 0 and returns whether each sender's block went
+// by address (its ring was acknowledged).
+std::vector<bool> gathered_by_address(int world, size_t block_bytes, const ShmOptions& options) {
+  auto s = connected(world, options);
+  Groups g = groups_over(s, 0);
+  const size_t count = block_bytes / sizeof(int32_t);
+  in_threads(world, [&](int r) {
+    std::vector<int32_t> mine(count, r);
+    std::vector<std::vector<int32_t>> outs(r == 0 ? world : 0, std::vector<int32_t>(count, -1));
+    std::vector<void*> ptrs;
+    for (auto& o : outs) ptrs.push_back(o.data());
+    g[r]->gather(mine.data(), count, DType::kInt32, ptrs, 0, false);
+    for (int p = 0; p < static_cast<int>(outs.size()); ++p)
+      for (auto v : outs[p]) ASSERT_EQ(v, p);
+  });
+  std::vector<bool> by_address;
+  for (int p = 1; p < world; ++p)
+    by_address.push_back(s[p]->channel(0, kCollectiveLane).acknowledged() == 1);
+  return by_address;
+}
+
 // A gather's senders keep the ring while fewer than 8 ranks take turns on the cores (the root's
-// copies alone would serve them all); otherwise payloads beyond the ring go by address.
+// copies alone would serve them all), but for blocks from 8 MB where two ranks share each core;
+// otherwise payloads beyond the ring go by address.
 TEST(SingleCopy, GatherSendersKeepTheRingWhileFewRanksTakeTurns) {
-  for (int world : {4, 8}) {
-    auto s = connected(world, megabyte_rings());
-    Groups g = groups_over(s, 0);
-    const size_t count = (2 << 20) / sizeof(int32_t);
-    in_threads(world, [&](int r) {
-      std::vector<int32_t> mine(count, r);
-      std::vector<std::vector<int32_t>> outs(r == 0 ? world : 0, std::vector<int32_t>(count, -1));
-      std::vector<void*> ptrs;
-      for (auto& o : outs) ptrs.push_back(o.data());
-      g[r]->gather(mine.data(), count, DType::kInt32, ptrs, 0, false);
-      for (int p = 0; p < static_cast<int>(outs.size()); ++p)
-        for (auto v : outs[p]) ASSERT_EQ(v, p);
-    });
-    const bool ring = !ranks_fit_cores(world) && !many_ranks_take_turns(world);
-    for (int p = 1; p < world; ++p)
-      EXPECT_EQ(s[p]->channel(0, kCollectiveLane).acknowledged(), ring ? 0u : 1u) << world;
+  for (int world : {3, 4, 8}) {
+    const Crowding cores = crowding(world);
+    const bool ring = !cores.fit && !cores.many_take_turns;
+    EXPECT_EQ(gathered_by_address(world, 2 << 20, megabyte_rings()),
+              std::vector<bool>(world - 1, !ring))
+        << world;
+    if (world == 8) continue;
+    EXPECT_EQ(gathered_by_address(world, 8 << 20, megabyte_rings()),
+              std::vector<bool>(world - 1, !ring || cores.two_per_core))
+        << world;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/cores.h"
 #include "transport/channel.h"
 #include "transport/shm/ring_gauge.h"
 #include "transport/shm/shm_layout.h"
@@ -39,17 +40,23 @@ struct RingView {
 //   peers (a broadcast tree's), would wait for each receiver to get a core and read; through the
 //   ring it goes on. So payloads that fit the ring take it, also while ranks take turns on the
 //   cores.
-// - fanned in (resolved from `moved`): as one way, but none while fewer than 8 ranks take turns
-//   on the cores. By address the receiver alone copies every sender's payload, through the ring
-//   the senders' copies run beside its own: a gather, 4 ranks on 2 cores, through the ring / by
-//   address, 4 MB blocks 0.68-0.71, 8 MB 0.93-0.96, 16 MB 0.85-0.93. 8 ranks differ (1 MB blocks
-//   0.86-0.97, 4 MB 0.94-1.01, 8 MB 1.19-1.20): there, as one way.
+// - fanned in (resolved from `moved`): as one way where the ranks fit on the cores or 8 and more
+//   take turns; else through the ring, but from 8 MB where two ranks or more share each core.
+//   Through the ring the senders' copies run beside the receiver's; by address the senders help
+//   (shared_move.h). A gather on 2 cores, by address / through the ring:
+//   - 3 ranks: 8 MB blocks 1.82-1.87, 16 MB 1.56-1.64;
+//   - 4 ranks: 1 MB blocks 1.13-1.19, 5 MB 1.40-1.64, 6 MB 1.15-1.19, 8 MB 0.69-0.83, 16 MB
+//     0.61-0.69; with a 1 MB ring the ring still won at 4 MB blocks (1.74-1.79), so the size does
+//     not follow the ring;
+//   - 6 ranks: 8 MB blocks 0.84-1.07, 16 MB 0.79-0.86;
+//   - 8 ranks: 1 MB blocks 0.86-0.97, 4 MB 0.94-1.01, 8 MB 1.19-1.20 the other way.
 struct SingleCopyBytes {
   static constexpr uint64_t kDefault = UINT64_MAX;
   static constexpr uint64_t kSlowRingMovedBytes = 32 << 10;
   static constexpr uint64_t kTakingTurnsMovedBytes = 256 << 10;
   static constexpr uint64_t kFewTakingTurnsAllReduceMovedBytes = 512 << 10;
   static constexpr uint64_t kManyRanksAllReduceReducedBytes = 256 << 10;
+  static constexpr uint64_t kTwoPerCoreFanInBytes = 8 << 20;
   uint64_t moved = kDefault;
   uint64_t reduced = kDefault;
   uint64_t moved_in_all_reduce = kDefault;
@@ -82,23 +89,24 @@ struct SingleCopyBytes {
     const uint64_t t = threshold(payload);
     return t != 0 && nbytes >= t;
   }
-  // `many_take_turns`: 8 ranks or more outnumber the cores (cores.h).
-  SingleCopyBytes resolved(uint64_t ring_capacity, bool ranks_fit_cores,
-                           bool many_take_turns = false) const {
+  SingleCopyBytes resolved(uint64_t ring_capacity, Crowding cores) const {
     SingleCopyBytes r = *this;
     if (moved == kDefault) {
-      r.moved = ranks_fit_cores ? ring_capacity
-                                : std::min<uint64_t>(kTakingTurnsMovedBytes, ring_capacity);
-      r.moved_follows_ring = ranks_fit_cores;
+      r.moved =
+          cores.fit ? ring_capacity : std::min<uint64_t>(kTakingTurnsMovedBytes, ring_capacity);
+      r.moved_follows_ring = cores.fit;
     }
+    const bool follows_moved = moved != kDefault || cores.fit || cores.many_take_turns;
     r.moved_in_all_reduce =
-        moved != kDefault || ranks_fit_cores || many_take_turns
-            ? r.moved
-            : std::min<uint64_t>(kFewTakingTurnsAllReduceMovedBytes, ring_capacity);
+        follows_moved ? r.moved
+                      : std::min<uint64_t>(kFewTakingTurnsAllReduceMovedBytes, ring_capacity);
     r.one_way = moved == kDefault ? ring_capacity : moved;
-    r.fan_in = moved != kDefault || ranks_fit_cores || many_take_turns ? r.one_way : 0;
+    if (follows_moved)
+      r.fan_in = r.one_way;
+    else
+      r.fan_in = cores.two_per_core ? kTwoPerCoreFanInBytes : 0;
     if (reduced == kDefault) r.reduced = ring_capacity + 1;
-    r.reduced_in_all_reduce = reduced == kDefault && many_take_turns
+    r.reduced_in_all_reduce = reduced == kDefault && cores.many_take_turns
                                   ? std::min(kManyRanksAllReduceReducedBytes, r.reduced)
                                   : r.reduced;
     return r;

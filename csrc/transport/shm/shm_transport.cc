@@ -48,8 +48,7 @@ ShmTransport::ShmTransport(int rank, int size, ShmOptions options)
   uint64_t rings[kNumLanes] = {options_.ring_bytes, options_.p2p_ring_bytes};
   for (auto r : rings)
     if (r == 0 || r % 64 != 0) throw std::invalid_argument("ring sizes must be multiples of 64");
-  single_copy_ = options_.single_copy.resolved(options_.ring_bytes, ranks_fit_cores(size),
-                                               many_ranks_take_turns(size));
+  single_copy_ = options_.single_copy.resolved(options_.ring_bytes, crowding(size));
   std::string name = "/pscore-" + std::to_string(::getpid()) + "-" + std::to_string(random_u64());
   const size_t nbytes = segment_bytes(rings, size);
   own_ = ShmSegment::create(name, nbytes, prefault(nbytes));
@@ -88,8 +87,7 @@ void ShmTransport::connect(const std::vector<std::string>& names,
     pidfds_[p] = pidfd_open(h->pid);
     if (options_.single_copy.any()) probe_single_copy(p);
   }
-  const bool fit = ranks_fit_cores(size_);
-  const bool many = many_ranks_take_turns(size_);
+  const Crowding shared_cores = crowding(size_);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     for (int lane = 0; lane < kNumLanes; ++lane) {
@@ -97,7 +95,7 @@ void ShmTransport::connect(const std::vector<std::string>& names,
       RingView in = ring(own_, p, lane);
       // Point-to-point sends stay buffered: one must complete before the peer posts its receive.
       SingleCopyBytes single_copy = lane == kCollectiveLane
-                                        ? options_.single_copy.resolved(out.capacity, fit, many)
+                                        ? options_.single_copy.resolved(out.capacity, shared_cores)
                                         : SingleCopyBytes::off();
       const bool helps = lane == kCollectiveLane && writes_peer_[p];
       channels_[p * kNumLanes + lane] =
