@@ -12,9 +12,11 @@ void reduce_binomial(Comm& c, void* buf, size_t count, ReduceOp op, int root, vo
   const int v = (c.rank() - root + n) % n;
   const size_t nbytes = count * dtype_size(c.ctx.dtype);
   auto real = [n, root](int vr) { return (vr + root) % n; };
-  // Non-roots accumulate in scratch so their input is left as it was.
+  // Non-roots that fold in others' results accumulate in scratch so their input is left as it
+  // was; a leaf (v odd, or the last rank) sends its input as it is.
   void* acc = buf;
-  if (v != 0) {
+  const bool folds = v % 2 == 0 && v + 1 < n;
+  if (v != 0 && folds) {
     if (nbytes) std::memcpy(scratch, buf, nbytes);  // an empty tensor may have no buffers at all
     acc = scratch;
   }

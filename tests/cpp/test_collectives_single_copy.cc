@@ -110,8 +110,7 @@ void run_every_collective(const Groups& g, int n, int r) {
 
     std::vector<int32_t> acc(count, r + 1);
     g[r]->reduce(acc.data(), count, DType::kInt32, ReduceOp::kSum, 0, false);
-    if (r == 0)
-      for (auto v : acc) ASSERT_EQ(v, n * (n + 1) / 2);
+    for (auto v : acc) ASSERT_EQ(v, r == 0 ? n * (n + 1) / 2 : r + 1);  // leaves send theirs
 
     std::vector<int32_t> mine(count, r);
     std::vector<std::vector<int32_t>> outs(n, std::vector<int32_t>(count, -1));
