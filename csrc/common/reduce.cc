@@ -71,7 +71,8 @@ PSCORE_VECTOR_CLONES void kernel(T* dst, const T* a, const T* b, size_t n) {
 
 // Half types: widen to float, apply, narrow. Processed in blocks so the float loop vectorises.
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), template <typename> class Op>
-void half_kernel(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+PSCORE_VECTOR_CLONES void half_kernel(uint16_t* dst, const uint16_t* a, const uint16_t* b,
+                                      size_t n) {
   constexpr size_t kBlock = 256;
   float fa[kBlock], fb[kBlock];
   for (size_t base = 0; base < n; base += kBlock) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -13,6 +14,106 @@
 
 namespace pscore {
 namespace {
+
+// The branching conversions the kernels used before theirs became branch-free: the reference.
+float reference_bf16_to_float(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t reference_float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN
+  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float reference_half_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ffu;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t reference_float_to_half(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  uint32_t sign = (bits >> 16) & 0x8000u;
+  uint32_t absbits = bits & 0x7fffffffu;
+  if (absbits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
+  if (absbits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (absbits < 0x38800000u) {  // subnormal or zero in half
+    if (absbits < 0x33000000u) return static_cast<uint16_t>(sign);
+    uint32_t exp = absbits >> 23;
+    uint32_t mant = (absbits & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - exp;  // 14 + (113 - exp) ... places the value in 10-bit subnormal
+    uint32_t half_mant = mant >> (shift);
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (half_mant & 1u))) ++half_mant;
+    return static_cast<uint16_t>(sign | half_mant);
+  }
+  uint32_t exp = (absbits >> 23) - 127 + 15;
+  uint32_t mant = absbits & 0x7fffffu;
+  uint32_t half = (exp << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(Half, BranchFreeConversionsMatchTheReferenceBitForBit) {
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    ASSERT_EQ(bits_of(half_to_float(static_cast<uint16_t>(h))),
+              bits_of(reference_half_to_float(static_cast<uint16_t>(h))))
+        << std::hex << h;
+  }
+  // Every float whose low 11 bits are one of a few patterns (ties, just off ties, zero), and a
+  // stride through all the others.
+  auto check = [](uint32_t u) {
+    const float f = float_of(u);
+    ASSERT_EQ(float_to_half(f), reference_float_to_half(f)) << std::hex << u;
+    ASSERT_EQ(float_to_bf16(f), reference_float_to_bf16(f)) << std::hex << u;
+  };
+  for (uint64_t hi = 0; hi < (uint64_t{1} << 21); ++hi)
+    for (uint32_t lo : {0x000u, 0x001u, 0x3ffu, 0x400u, 0x401u, 0x7ffu})
+      check(static_cast<uint32_t>(hi << 11) | lo);
+  for (uint64_t u = 0; u <= 0xffffffffu; u += 9973) check(static_cast<uint32_t>(u));
+}
 
 TEST(Half, RoundTripsEveryFloat16) {
   for (uint32_t h = 0; h < 0x10000; ++h) {
