@@ -8,6 +8,11 @@
 
 #include "common/half.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
 namespace pscore {
 namespace {
 
@@ -86,6 +91,55 @@ PSCORE_VECTOR_CLONES void half_kernel(uint16_t* dst, const uint16_t* a, const ui
   }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// float16 through F16C's conversions, which round as float_to_half does (to nearest even) and
+// take subnormals exactly; a NaN keeps its payload where float_to_half makes it the quiet NaN.
+bool has_f16c() {
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_AVX) && (c & bit_F16C);
+  }();
+  return yes;
+}
+
+__attribute__((target("avx,f16c"))) void halves_to_floats(float* out, const uint16_t* in,
+                                                          size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  for (; i < n; ++i) out[i] = half_to_float(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void floats_to_halves(uint16_t* out, const float* in,
+                                                          size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i] = float_to_half(in[i]);
+}
+
+template <template <typename> class Op>
+void float16_kernel(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  if (!has_f16c()) return half_kernel<half_to_float, float_to_half, Op>(dst, a, b, n);
+  constexpr size_t kBlock = 1024;
+  float fa[kBlock], fb[kBlock];
+  for (size_t base = 0; base < n; base += kBlock) {
+    const size_t m = std::min(kBlock, n - base);
+    halves_to_floats(fa, a + base, m);
+    halves_to_floats(fb, b + base, m);
+    kernel<float, Op>(fa, fa, fb, m);
+    floats_to_halves(dst + base, fa, m);
+  }
+}
+#else
+template <template <typename> class Op>
+void float16_kernel(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  half_kernel<half_to_float, float_to_half, Op>(dst, a, b, n);
+}
+#endif
+
 // Runs Op on the integer types; false for any other dtype.
 template <template <typename> class Op>
 bool integer_kernel(void* d, const void* a, const void* b, size_t n, DType t) {
@@ -122,9 +176,8 @@ void dispatch_types(void* d, const void* a, const void* b, size_t n, DType t) {
       return kernel<double, Op>(static_cast<double*>(d), static_cast<const double*>(a),
                                 static_cast<const double*>(b), n);
     case DType::kFloat16:
-      return half_kernel<half_to_float, float_to_half, Op>(static_cast<uint16_t*>(d),
-                                                           static_cast<const uint16_t*>(a),
-                                                           static_cast<const uint16_t*>(b), n);
+      return float16_kernel<Op>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a),
+                                static_cast<const uint16_t*>(b), n);
     case DType::kBFloat16:
       return half_kernel<bf16_to_float, float_to_bf16, Op>(static_cast<uint16_t*>(d),
                                                            static_cast<const uint16_t*>(a),

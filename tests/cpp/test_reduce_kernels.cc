@@ -265,6 +265,50 @@ void check_vector_lengths(DType t) {
   }
 }
 
+// Half types fold through vector conversions (F16C for float16) in blocks; every length up to
+// past a block, any bit pattern (subnormals, infinities, NaN, sums past 65504), every op, against
+// the branching reference conversions.
+void check_half_lengths(DType t) {
+  const bool f16 = t == DType::kFloat16;
+  auto widen = [&](uint16_t h) {
+    return f16 ? reference_half_to_float(h) : reference_bf16_to_float(h);
+  };
+  auto narrow = [&](float f) {
+    return f16 ? reference_float_to_half(f) : reference_float_to_bf16(f);
+  };
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax}) {
+    for (size_t n :
+         {size_t{0}, size_t{7}, size_t{8}, size_t{9}, size_t{255}, size_t{1031}, size_t{2500}}) {
+      std::vector<uint16_t> a(n + 1), b(n + 1);
+      for (size_t i = 0; i < a.size(); ++i) {
+        a[i] = static_cast<uint16_t>(((i + 1) * 2654435761u) >> 13);
+        b[i] = static_cast<uint16_t>(((i + 7) * 40503u) ^ (i << 3));
+      }
+      std::vector<uint16_t> out(a);
+      reduce_into(out.data() + 1, b.data() + 1, n, t, op);
+      for (size_t i = 1; i <= n; ++i) {
+        const float x = widen(a[i]), y = widen(b[i]);
+        const float r = op == ReduceOp::kSum    ? x + y
+                        : op == ReduceOp::kProd ? x * y
+                        : op == ReduceOp::kMin  ? (y < x ? y : x)
+                                                : (x < y ? y : x);
+        const uint16_t want = narrow(r);
+        if (std::isnan(r)) {
+          ASSERT_TRUE(std::isnan(widen(out[i]))) << n << " " << i;
+        } else {
+          ASSERT_EQ(out[i], want) << std::hex << a[i] << " " << b[i] << std::dec << " op "
+                                  << static_cast<int>(op) << " at " << i << " of " << n;
+        }
+      }
+    }
+  }
+}
+
+TEST(Reduce, HalfTypesFoldAsTheirConversionsSayAtEveryLength) {
+  check_half_lengths(DType::kFloat16);
+  check_half_lengths(DType::kBFloat16);
+}
+
 TEST(Reduce, VectorClonesAgreeWithElementWiseAtEveryLength) {
   check_vector_lengths<float>(DType::kFloat32);
   check_vector_lengths<double>(DType::kFloat64);
