@@ -15,17 +15,10 @@
 namespace pscore {
 namespace {
 
-// The branching conversions the kernels used before theirs became branch-free: the reference.
-float reference_bf16_to_float(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
+// The branching conversions the kernels used before theirs became branch-free: the reference
+// (bf16_to_float, a shift, was never branching).
 uint16_t reference_float_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
+  uint32_t bits = float_bits(f);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN
   uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>((bits + rounding) >> 16);
@@ -53,14 +46,11 @@ float reference_half_to_float(uint16_t h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return bits_float(bits);
 }
 
 uint16_t reference_float_to_half(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
+  uint32_t bits = float_bits(f);
   uint32_t sign = (bits >> 16) & 0x8000u;
   uint32_t absbits = bits & 0x7fffffffu;
   if (absbits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
@@ -84,28 +74,16 @@ uint16_t reference_float_to_half(float f) {
   return static_cast<uint16_t>(sign | half);
 }
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 TEST(Half, BranchFreeConversionsMatchTheReferenceBitForBit) {
   for (uint32_t h = 0; h <= 0xffffu; ++h) {
-    ASSERT_EQ(bits_of(half_to_float(static_cast<uint16_t>(h))),
-              bits_of(reference_half_to_float(static_cast<uint16_t>(h))))
+    ASSERT_EQ(float_bits(half_to_float(static_cast<uint16_t>(h))),
+              float_bits(reference_half_to_float(static_cast<uint16_t>(h))))
         << std::hex << h;
   }
   // Every float whose low 11 bits are one of a few patterns (ties, just off ties, zero), and a
   // stride through all the others.
   auto check = [](uint32_t u) {
-    const float f = float_of(u);
+    const float f = bits_float(u);
     ASSERT_EQ(float_to_half(f), reference_float_to_half(f)) << std::hex << u;
     ASSERT_EQ(float_to_bf16(f), reference_float_to_bf16(f)) << std::hex << u;
   };
@@ -270,9 +248,7 @@ void check_vector_lengths(DType t) {
 // the branching reference conversions.
 void check_half_lengths(DType t) {
   const bool f16 = t == DType::kFloat16;
-  auto widen = [&](uint16_t h) {
-    return f16 ? reference_half_to_float(h) : reference_bf16_to_float(h);
-  };
+  auto widen = [&](uint16_t h) { return f16 ? reference_half_to_float(h) : bf16_to_float(h); };
   auto narrow = [&](float f) {
     return f16 ? reference_float_to_half(f) : reference_float_to_bf16(f);
   };
