@@ -134,7 +134,8 @@ void Exchange::choose_single_copy() {
 
 Payload Exchange::payload_of(const Item& send) const {
   const bool all_reduce = ctx_.kind == OpKind::kAllreduce;
-  if (send.reduce) return all_reduce ? Payload::kReducedInAllReduce : Payload::kReduced;
+  if (send.reduce && all_reduce) return Payload::kReducedInAllReduce;
+  if (send.reduce) return pending_receives_ == 0 ? Payload::kReducedOneWay : Payload::kReduced;
   if (send.fan_in) return Payload::kMovedFanIn;
   const size_t sends = pending_ - pending_receives_;
   if (pending_receives_ == 0 && sends < kFanOutPeers) return Payload::kMovedOneWay;

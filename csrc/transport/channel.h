@@ -22,14 +22,17 @@ struct Sink {
 // all_reduce (its second half). kMovedOneWay: kept as it is, sent in an exchange that only sends,
 // to fewer peers (a broadcast tree's). kMovedFanIn: kept as it is by a receiver that takes other
 // peers' payloads at once (a gather's root; Exchange::send_fan_in). kReduced: folded into the
-// receiver's buffer (Exchange::send_to_fold); kReducedInAllReduce: the same, in an all_reduce.
+// receiver's buffer (Exchange::send_to_fold); kReducedInAllReduce: the same, in an all_reduce;
+// kReducedOneWay: the same, outside an all_reduce, sent in an exchange that only sends (a reduce's
+// leaves).
 enum class Payload : uint8_t {
   kMoved,
   kMovedInAllReduce,
   kMovedOneWay,
   kMovedFanIn,
   kReduced,
-  kReducedInAllReduce
+  kReducedInAllReduce,
+  kReducedOneWay
 };
 
 // An exchange that only sends, to this many peers or more, sends kMoved payloads.

@@ -232,7 +232,8 @@ SHM_SINGLE_COPY_REDUCE_BYTES = Var(
     "the same for payloads the receiver folds into its buffer (an all_reduce's first half,"
     " reduce, reduce_scatter); unset: those larger than the ring (PSCORE_SHM_RING_BYTES), which"
     " serves the smaller ones faster, but an all_reduce's from 256 KB where 8 ranks or more"
-    " outnumber the cores; 0 turns that off",
+    " outnumber the cores, and a reduce's, where the ranks fit on the cores, only from 32 KB while"
+    " copies into the ring run slow (else through the ring at every size); 0 turns that off",
 )
 # -- parameter server
 STORE = Var("PSCORE_STORE", "str", None, "store URL where pserver shards publish addresses")

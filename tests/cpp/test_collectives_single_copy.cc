@@ -227,6 +227,13 @@ TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   EXPECT_EQ(fit.fan_in, 4096u);
   EXPECT_EQ(fit.reduced, 4097u);
   EXPECT_EQ(fit.reduced_in_all_reduce, 4097u);
+  // A reduce's one-way payloads keep the ring at every size while its copies run fast.
+  EXPECT_EQ(fit.reduced_one_way, SingleCopyBytes::kDefault);
+  EXPECT_TRUE(fit.gauged(64 << 20, Payload::kReducedOneWay));
+  EXPECT_TRUE(fit.gauged(32 << 10, Payload::kReducedOneWay));
+  EXPECT_FALSE(fit.gauged((32 << 10) - 1, Payload::kReducedOneWay));
+  EXPECT_FALSE(fit.gauged(4096 - 1, Payload::kReduced));
+  EXPECT_FALSE(fit.gauged(4096 - 1, Payload::kReducedInAllReduce));
   const SingleCopyBytes turns = defaults.resolved(1 << 20, kFewTakeTurns);
   EXPECT_EQ(turns.moved, uint64_t{256 << 10});
   EXPECT_EQ(turns.moved_in_all_reduce, uint64_t{512 << 10});
@@ -237,6 +244,8 @@ TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   EXPECT_EQ(defaults.resolved(4096, kTwoPerCore).fan_in, uint64_t{8 << 20});
   EXPECT_EQ(turns.reduced, uint64_t{(1 << 20) + 1});
   EXPECT_EQ(turns.reduced_in_all_reduce, turns.reduced);
+  EXPECT_EQ(turns.reduced_one_way, turns.reduced);
+  EXPECT_FALSE(turns.gauged(64 << 10, Payload::kReducedOneWay));
   const SingleCopyBytes small_ring =
       defaults.resolved(4096, kFewTakeTurns);  // never beyond the ring
   EXPECT_EQ(small_ring.moved, 4096u);
@@ -251,6 +260,9 @@ TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   const SingleCopyBytes set_many = SingleCopyBytes{100, 0}.resolved(1 << 20, kMany);
   EXPECT_EQ(set_many.reduced_in_all_reduce, 0u);
   EXPECT_EQ(set_many.moved_in_all_reduce, 100u);
+  const SingleCopyBytes set_fit = SingleCopyBytes{100, 0}.resolved(4096, kFit);
+  EXPECT_EQ(set_fit.reduced_one_way, 0u);  // a size set is kept: no gauge
+  EXPECT_FALSE(set_fit.gauged(64 << 10, Payload::kReducedOneWay));
   const SingleCopyBytes set = SingleCopyBytes{100, 0}.resolved(4096, kTwoPerCore);
   EXPECT_EQ(set.moved, 100u);
   EXPECT_EQ(set.moved_in_all_reduce, 100u);
@@ -274,7 +286,8 @@ TEST(SingleCopy, ByDefaultPayloadsThatFitTheRingTakeIt) {
     // The transport says the same by size, for the algorithms every rank chooses alike.
     for (size_t nbytes : {size_t{4095}, size_t{4096}, size_t{4097}})
       for (Payload p : {Payload::kMoved, Payload::kMovedInAllReduce, Payload::kMovedOneWay,
-                        Payload::kMovedFanIn, Payload::kReduced, Payload::kReducedInAllReduce})
+                        Payload::kMovedFanIn, Payload::kReduced, Payload::kReducedInAllReduce,
+                        Payload::kReducedOneWay})
         EXPECT_EQ(s[0]->sends_by_address(nbytes, p), ch.single_copy(nbytes, p)) << nbytes;
     Groups g = groups_over(s, 0);
     in_threads(world, [&](int r) { run_every_collective(g, world, r); });
@@ -282,7 +295,8 @@ TEST(SingleCopy, ByDefaultPayloadsThatFitTheRingTakeIt) {
 }
 
 // While writes into a peer's ring are slow, moved payloads from 32 KB that fit the ring go by
-// address instead (but for probes); reduced ones and smaller ones keep the ring. Exact either way.
+// address instead (but for probes), and so do a reduce's one-way payloads of any size from
+// 32 KB; other reduced ones and smaller ones keep the ring. Exact either way.
 TEST(SingleCopy, SlowRingWritesSendMovedPayloadsAsAddresses) {
   if (!ranks_fit_cores(2)) GTEST_SKIP() << "needs two cores";
   ShmOptions so;
@@ -294,6 +308,7 @@ TEST(SingleCopy, SlowRingWritesSendMovedPayloadsAsAddresses) {
     channels.push_back(dynamic_cast<ShmChannel*>(&s[r]->channel(1 - r, kCollectiveLane)));
   ShmChannel& ch = *channels[0];
   EXPECT_FALSE(ch.single_copy(64 << 10, Payload::kMoved));
+  EXPECT_FALSE(ch.single_copy(64 << 20, Payload::kReducedOneWay));
   for (auto* c : channels)
     for (int i = 0; i < 20; ++i) c->ring_gauge().record(512 << 10, 150000);
   int addresses = 0;
@@ -301,12 +316,18 @@ TEST(SingleCopy, SlowRingWritesSendMovedPayloadsAsAddresses) {
   EXPECT_EQ(addresses, 30);  // two probes take the ring
   EXPECT_FALSE(ch.single_copy((32 << 10) - 1, Payload::kMoved));
   EXPECT_FALSE(ch.single_copy(64 << 10, Payload::kReduced));
+  EXPECT_FALSE(ch.single_copy(64 << 10, Payload::kReducedInAllReduce));
+  addresses = 0;
+  for (int i = 0; i < 32; ++i) addresses += ch.single_copy(64 << 20, Payload::kReducedOneWay);
+  EXPECT_EQ(addresses, 30);
+  EXPECT_FALSE(ch.single_copy((32 << 10) - 1, Payload::kReducedOneWay));
   EXPECT_TRUE(ch.single_copy(1 << 20, Payload::kMoved));
   Groups g = groups_over(s, 0);
   in_threads(2, [&](int r) { run_every_collective(g, 2, r); });
   for (auto* c : channels)
     for (int i = 0; i < 100; ++i) c->ring_gauge().record(512 << 10, 12000);
   EXPECT_FALSE(ch.single_copy(64 << 10, Payload::kMoved));
+  EXPECT_FALSE(ch.single_copy(64 << 20, Payload::kReducedOneWay));
 }
 
 // A local copy larger than stream_copy_bytes() streams around the caches, exactly, beside a
@@ -396,6 +417,36 @@ TEST(SingleCopy, GatherSendersKeepTheRingWhileFewRanksTakeTurns) {
               std::vector<bool>(world - 1, !ring || cores.two_per_core))
         << world;
   }
+}
+
+// A reduce's leaf sends a payload beyond the ring through it while its copies into the ring run
+// fast (the copy runs beside the root's fold), and by address while they are slow.
+TEST(SingleCopy, ReduceLeavesFollowTheRingGauge) {
+  if (!ranks_fit_cores(2)) GTEST_SKIP() << "needs two cores";
+  auto s = connected(2, megabyte_rings());
+  Groups g = groups_over(s, 0);
+  const size_t count = (2 << 20) / sizeof(int32_t);
+  auto reduce = [&] {
+    in_threads(2, [&](int r) {
+      std::vector<int32_t> x(count, r + 1);
+      g[r]->reduce(x.data(), count, DType::kInt32, ReduceOp::kSum, 0, false);
+      if (r == 0)
+        for (auto v : x) ASSERT_EQ(v, 3);
+    });
+  };
+  Channel& leaf = s[1]->channel(0, kCollectiveLane);
+  auto slow = [&] {
+    for (int i = 0; i < 20; ++i)
+      dynamic_cast<ShmChannel&>(leaf).ring_gauge().record(512 << 10, 150000);
+  };
+  reduce();
+  EXPECT_EQ(leaf.acknowledged(), 0u);  // through the ring
+  slow();
+  reduce();  // a probe, through the ring
+  EXPECT_EQ(leaf.acknowledged(), 0u);
+  slow();
+  reduce();
+  EXPECT_EQ(leaf.acknowledged(), 1u);  // by address
 }
 
 // While they take turns, broadcasts go from the root from the size sent one way by address (the

@@ -14,7 +14,7 @@ namespace pscore {
 class RingGauge {
  public:
   // Writes at least this large are measured: as small as the payloads the gauge steers
-  // (SingleCopyBytes::kSlowRingMovedBytes), so that their probes measure too.
+  // (SingleCopyBytes::kGaugedBytes), so that their probes measure too.
   static constexpr size_t kTimedBytes = 32 << 10;
 
   // Records one write of nbytes that took ns: slow once the average passes kSlowNsPerKB, fast

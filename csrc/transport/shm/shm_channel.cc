@@ -116,12 +116,8 @@ size_t ShmChannel::read_some(size_t max, size_t granule, const Sink& sink) {
 // The peer's flag lives in the header of the ring we write to: it vouches for the reader.
 // A small payload is decided on its size alone: no shared line read, no probe counted.
 bool ShmChannel::single_copy(size_t nbytes, Payload payload) {
-  const bool reduced = payload == Payload::kReduced || payload == Payload::kReducedInAllReduce;
   const bool by_size = single_copy_.by_size(nbytes, payload);
-  const bool gauged = single_copy_.threshold(payload) != 0 && !by_size && !reduced &&
-                      single_copy_.moved_follows_ring &&
-                      nbytes >= SingleCopyBytes::kSlowRingMovedBytes;
-  if (!by_size && !gauged) return false;
+  if (!by_size && !single_copy_.gauged(nbytes, payload)) return false;
   if (out_.header->single_copy_ok.load(std::memory_order_acquire) != 1) return false;
   return by_size || !ring_gauge_.take_ring();
 }

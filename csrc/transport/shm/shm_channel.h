@@ -23,6 +23,12 @@ struct RingView {
 // - reduced: payloads larger than the ring. A reduction reads an address through a cache-sized
 //   scratch, and a payload that fits the ring lets its sender write it all and go on to its own
 //   receives while the peer reduces from the ring in place.
+// - reduced one way (resolved from `reduced`): where the ranks fit on the cores, none by size:
+//   the sender has nothing else to do, and through the ring its copy runs beside the receiver's
+//   fold. 2 ranks, loops of reduces, through the ring / by address: 8 MB 0.60-0.63, 16 MB 0.65,
+//   64 MB 0.66. But from 32 KB while copies into the ring are slow, as moved payloads: in such
+//   spells a reduce of 256 KB took 64-95 us a call through the ring against 36-37 by address,
+//   and of 16 MB 8.2-9.5 ms against 2.6-3.6. Else as `reduced`.
 // - reduced in an all_reduce (resolved from `reduced`): the same, but from 256 KB where 8 ranks
 //   or more take turns on the cores. 8 ranks on 2 cores, loops of all_reduces, two groups
 //   alternating, time / through the ring: 512 KB-16 MB 0.66-0.91. reduce and reduce_scatter lost
@@ -52,7 +58,7 @@ struct RingView {
 //   - 8 ranks: 1 MB blocks 0.86-0.97, 4 MB 0.94-1.01, 8 MB 1.19-1.20 the other way.
 struct SingleCopyBytes {
   static constexpr uint64_t kDefault = UINT64_MAX;
-  static constexpr uint64_t kSlowRingMovedBytes = 32 << 10;
+  static constexpr uint64_t kGaugedBytes = 32 << 10;  // the smallest that follow the RingGauge
   static constexpr uint64_t kTakingTurnsMovedBytes = 256 << 10;
   static constexpr uint64_t kFewTakingTurnsAllReduceMovedBytes = 512 << 10;
   static constexpr uint64_t kManyRanksAllReduceReducedBytes = 256 << 10;
@@ -61,12 +67,14 @@ struct SingleCopyBytes {
   uint64_t reduced = kDefault;
   uint64_t moved_in_all_reduce = kDefault;
   uint64_t reduced_in_all_reduce = kDefault;
+  uint64_t reduced_one_way = kDefault;
   uint64_t one_way = kDefault;
   uint64_t fan_in = kDefault;
-  bool moved_follows_ring = false;  // resolved: moved payloads consult the RingGauge
-  static_assert(kSlowRingMovedBytes >= RingGauge::kTimedBytes, "probes must be measured");
+  bool moved_follows_ring = false;    // resolved: moved payloads consult the RingGauge
+  bool reduced_follows_ring = false;  // resolved: reduced one-way payloads consult it too
+  static_assert(kGaugedBytes >= RingGauge::kTimedBytes, "probes must be measured");
   bool any() const { return moved != 0 || reduced != 0; }
-  static SingleCopyBytes off() { return {0, 0, 0, 0, 0, 0}; }
+  static SingleCopyBytes off() { return {0, 0, 0, 0, 0, 0, 0}; }
   // The smallest payload of this kind that travels as an address by its size alone (0: none).
   uint64_t threshold(Payload payload) const {
     switch (payload) {
@@ -74,6 +82,8 @@ struct SingleCopyBytes {
         return reduced;
       case Payload::kReducedInAllReduce:
         return reduced_in_all_reduce;
+      case Payload::kReducedOneWay:
+        return reduced_one_way;
       case Payload::kMovedInAllReduce:
         return moved_in_all_reduce;
       case Payload::kMovedOneWay:
@@ -88,6 +98,13 @@ struct SingleCopyBytes {
   bool by_size(size_t nbytes, Payload payload) const {
     const uint64_t t = threshold(payload);
     return t != 0 && nbytes >= t;
+  }
+  // Whether a payload not sent by address for its size asks the RingGauge.
+  bool gauged(size_t nbytes, Payload payload) const {
+    if (nbytes < kGaugedBytes || by_size(nbytes, payload)) return false;
+    if (payload == Payload::kReducedOneWay) return reduced_follows_ring;
+    const bool reduced = payload == Payload::kReduced || payload == Payload::kReducedInAllReduce;
+    return !reduced && moved_follows_ring && threshold(payload) != 0;
   }
   SingleCopyBytes resolved(uint64_t ring_capacity, Crowding cores) const {
     SingleCopyBytes r = *this;
@@ -105,7 +122,11 @@ struct SingleCopyBytes {
       r.fan_in = r.one_way;
     else
       r.fan_in = cores.two_per_core ? kTwoPerCoreFanInBytes : 0;
-    if (reduced == kDefault) r.reduced = ring_capacity + 1;
+    if (reduced == kDefault) {
+      r.reduced = ring_capacity + 1;
+      r.reduced_follows_ring = cores.fit;
+    }
+    r.reduced_one_way = r.reduced_follows_ring ? kDefault : r.reduced;
     r.reduced_in_all_reduce = reduced == kDefault && cores.many_take_turns
                                   ? std::min(kManyRanksAllReduceReducedBytes, r.reduced)
                                   : r.reduced;
