@@ -59,6 +59,28 @@ struct OpBxor {
   static T apply(T a, T b) { return static_cast<T>(a ^ b); }
 };
 
+// Sum and prod on signed integers must wrap (as torch does); min/max are safe natively.
+template <typename T>
+struct SumSel {
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
+      return WrapSum<T>::apply(a, b);
+    else
+      return static_cast<T>(a + b);
+  }
+};
+template <typename T>
+struct ProdSel {
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using S = std::make_signed_t<T>;
+      return static_cast<T>(WrapProd<S>::apply(static_cast<S>(a), static_cast<S>(b)));
+    } else {
+      return a * b;
+    }
+  }
+};
+
 // The element-wise kernels are cloned for AVX-512 and AVX2 and the loader picks one (ifunc): a
 // build for baseline x86-64 folds with SSE2. A 256 KB float sum in cache: 9.0 us SSE2, 5.6 cloned;
 // 4 MB: 146 us, 105. ThreadSanitizer's runtime is not up when the loader resolves an ifunc (the
@@ -93,16 +115,21 @@ PSCORE_VECTOR_CLONES void half_kernel(uint16_t* dst, const uint16_t* a, const ui
   }
 }
 
+// Conversions of a run of halves to floats and back, in vectors; both round as half.h does.
+struct HalfConversions {
+  void (*widen)(float* out, const uint16_t* in, size_t n);
+  void (*narrow)(uint16_t* out, const float* in, size_t n);
+};
+
 #if defined(__x86_64__) && defined(__GNUC__)
 // float16 through F16C's conversions, which round as float_to_half does (to nearest even) and
 // take subnormals exactly; a NaN keeps its payload where float_to_half makes it the quiet NaN.
 bool has_f16c() {
-  static const bool yes = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_AVX) && (c & bit_F16C);
-  }();
-  return yes;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_AVX) && (c & bit_F16C);
 }
+
+bool has_avx2() { return __builtin_cpu_supports("avx2"); }
 
 __attribute__((target("avx,f16c"))) void halves_to_floats(float* out, const uint16_t* in,
                                                           size_t n) {
@@ -122,25 +149,202 @@ __attribute__((target("avx,f16c"))) void floats_to_halves(uint16_t* out, const f
   for (; i < n; ++i) out[i] = float_to_half(in[i]);
 }
 
+// bfloat16 in integer arithmetic, as bf16_to_float and float_to_bf16 do it, eight at a time.
+// (AVX512_BF16's vcvtneps2bf16 would flush subnormals to zero, where torch rounds them.)
+__attribute__((target("avx2"))) void bf16s_to_floats(float* out, const uint16_t* in, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i wide =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(wide, 16));
+  }
+  for (; i < n; ++i) out[i] = bf16_to_float(in[i]);
+}
+
+__attribute__((target("avx2"))) void floats_to_bf16s(uint16_t* out, const float* in, size_t n) {
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    const __m256i high = _mm256_srli_epi32(bits, 16);
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(bits, bias), _mm256_and_si256(high, one)), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, magnitude), inf);
+    const __m256i words = _mm256_blendv_epi8(rounded, _mm256_or_si256(high, quiet), nan);
+    // Packing works per 128-bit lane; the permute puts the two lanes' four words side by side.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(words, words), 0b1000);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
+  }
+  for (; i < n; ++i) out[i] = float_to_bf16(in[i]);
+}
+
+// AVX-512 folds of the half types, widening, folding and narrowing in registers: a 256 KB sum
+// took 15 us for bfloat16 and 11 for float16, against 30 and 28 through the blocks below.
+bool has_avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+}
+
+#define PSCORE_AVX512 __attribute__((target("avx512f,avx512bw")))
+// GCC 12's AVX-512 intrinsics leave their unused merge sources undefined, and warn about it
+// wherever they are inlined.
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// The functions the AVX-512 kernels map over pairs of elements: on 16 floats, and on one (a
+// run's tail).
 template <template <typename> class Op>
-void float16_kernel(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
-  if (!has_f16c()) return half_kernel<half_to_float, float_to_half, Op>(dst, a, b, n);
+struct VectorOp;
+// MINPS and MAXPS return their second operand where either is NaN, as OpMin and OpMax do.
+template <>
+struct VectorOp<SumSel> {
+  PSCORE_AVX512 __m512 operator()(__m512 a, __m512 b) const { return _mm512_add_ps(a, b); }
+  float operator()(float a, float b) const { return a + b; }
+};
+template <>
+struct VectorOp<ProdSel> {
+  PSCORE_AVX512 __m512 operator()(__m512 a, __m512 b) const { return _mm512_mul_ps(a, b); }
+  float operator()(float a, float b) const { return a * b; }
+};
+template <>
+struct VectorOp<OpMin> {
+  PSCORE_AVX512 __m512 operator()(__m512 a, __m512 b) const { return _mm512_min_ps(b, a); }
+  float operator()(float a, float b) const { return OpMin<float>::apply(a, b); }
+};
+template <>
+struct VectorOp<OpMax> {
+  PSCORE_AVX512 __m512 operator()(__m512 a, __m512 b) const { return _mm512_max_ps(b, a); }
+  float operator()(float a, float b) const { return OpMax<float>::apply(a, b); }
+};
+// An average's division: the first element times 1/k, as divide_by does for floats.
+struct Scale {
+  float by;
+  PSCORE_AVX512 __m512 operator()(__m512 a, __m512) const {
+    return _mm512_mul_ps(a, _mm512_set1_ps(by));
+  }
+  float operator()(float a, float) const { return a * by; }
+};
+
+// As float_to_bf16, on each 32-bit lane: the bfloat16 in its low half.
+PSCORE_AVX512 inline __m512i round_to_bf16(__m512 f) {
+  const __m512i bits = _mm512_castps_si512(f);
+  const __m512i high = _mm512_srli_epi32(bits, 16);
+  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+}
+
+// bfloat16s widen by interleaving with zeros, in an order of their own within each 128-bit lane;
+// the pack narrows them back into the same order. 32 a step.
+PSCORE_AVX512 inline __m512 widen_low_bf16s(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), v));
+}
+PSCORE_AVX512 inline __m512 widen_high_bf16s(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), v));
+}
+
+// dst = f(a, b) element by element, with a, b and dst bfloat16s.
+template <class F>
+PSCORE_AVX512 void bfloat16_map_avx512(uint16_t* dst, const uint16_t* a, const uint16_t* b,
+                                       size_t n, F f) {
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i va = _mm512_loadu_si512(a + i), vb = _mm512_loadu_si512(b + i);
+    const __m512 low = f(widen_low_bf16s(va), widen_low_bf16s(vb));
+    const __m512 high = f(widen_high_bf16s(va), widen_high_bf16s(vb));
+    _mm512_storeu_si512(dst + i, _mm512_packus_epi32(round_to_bf16(low), round_to_bf16(high)));
+  }
+  for (; i < n; ++i) dst[i] = float_to_bf16(f(bf16_to_float(a[i]), bf16_to_float(b[i])));
+}
+
+PSCORE_AVX512 inline __m512 widen_halves(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// The same for float16s, 16 a step.
+template <class F>
+PSCORE_AVX512 void float16_map_avx512(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n,
+                                      F f) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(dst + i),
+        _mm512_cvtps_ph(f(widen_halves(a + i), widen_halves(b + i)), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) dst[i] = float_to_half(f(half_to_float(a[i]), half_to_float(b[i])));
+}
+
+// Whether the AVX-512 kernels ran for t (false where the CPU lacks them).
+template <class F>
+bool map_avx512(DType t, uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n, F f) {
+  static const bool avx512 = has_avx512();
+  if (!avx512) return false;
+  if (t == DType::kFloat16)
+    float16_map_avx512(dst, a, b, n, f);
+  else
+    bfloat16_map_avx512(dst, a, b, n, f);
+  return true;
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// The vector conversions this CPU has for t, or null.
+const HalfConversions* vector_conversions(DType t) {
+  static const HalfConversions f16{halves_to_floats, floats_to_halves};
+  static const HalfConversions bf16{bf16s_to_floats, floats_to_bf16s};
+  static const bool f16c = has_f16c(), avx2 = has_avx2();
+  if (t == DType::kFloat16) return f16c ? &f16 : nullptr;
+  return avx2 ? &bf16 : nullptr;
+}
+#else
+const HalfConversions* vector_conversions(DType) { return nullptr; }
+template <class F>
+bool map_avx512(DType, uint16_t*, const uint16_t*, const uint16_t*, size_t, F) {
+  return false;
+}
+template <template <typename> class Op>
+struct VectorOp {};
+struct Scale {
+  float by;
+};
+#endif
+
+// Widens blocks of a and b, folds the floats with the float kernel, narrows into dst.
+template <template <typename> class Op>
+void converted_kernel(const HalfConversions& c, uint16_t* dst, const uint16_t* a, const uint16_t* b,
+                      size_t n) {
   constexpr size_t kBlock = 1024;
   float fa[kBlock], fb[kBlock];
   for (size_t base = 0; base < n; base += kBlock) {
     const size_t m = std::min(kBlock, n - base);
-    halves_to_floats(fa, a + base, m);
-    halves_to_floats(fb, b + base, m);
+    c.widen(fa, a + base, m);
+    c.widen(fb, b + base, m);
     kernel<float, Op>(fa, fa, fb, m);
-    floats_to_halves(dst + base, fa, m);
+    c.narrow(dst + base, fa, m);
   }
 }
-#else
+
 template <template <typename> class Op>
 void float16_kernel(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  if (map_avx512(DType::kFloat16, dst, a, b, n, VectorOp<Op>{})) return;
+  if (const HalfConversions* c = vector_conversions(DType::kFloat16))
+    return converted_kernel<Op>(*c, dst, a, b, n);
   half_kernel<half_to_float, float_to_half, Op>(dst, a, b, n);
 }
-#endif
+
+template <template <typename> class Op>
+void bfloat16_kernel(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  if (map_avx512(DType::kBFloat16, dst, a, b, n, VectorOp<Op>{})) return;
+  if (const HalfConversions* c = vector_conversions(DType::kBFloat16))
+    return converted_kernel<Op>(*c, dst, a, b, n);
+  half_kernel<bf16_to_float, float_to_bf16, Op>(dst, a, b, n);
+}
 
 // Runs Op on the integer types; false for any other dtype.
 template <template <typename> class Op>
@@ -181,9 +385,8 @@ void dispatch_types(void* d, const void* a, const void* b, size_t n, DType t) {
       return float16_kernel<Op>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a),
                                 static_cast<const uint16_t*>(b), n);
     case DType::kBFloat16:
-      return half_kernel<bf16_to_float, float_to_bf16, Op>(static_cast<uint16_t*>(d),
-                                                           static_cast<const uint16_t*>(a),
-                                                           static_cast<const uint16_t*>(b), n);
+      return bfloat16_kernel<Op>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a),
+                                 static_cast<const uint16_t*>(b), n);
     default:
       throw std::invalid_argument("reduce: unknown dtype");
   }
@@ -197,28 +400,6 @@ void dispatch_integers(void* d, const void* a, const void* b, size_t n, DType t,
                                 " needs an integer dtype, got " + dtype_name(t));
   }
 }
-
-// Sum and prod on signed integers must wrap (as torch does); min/max are safe natively.
-template <typename T>
-struct SumSel {
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
-      return WrapSum<T>::apply(a, b);
-    else
-      return static_cast<T>(a + b);
-  }
-};
-template <typename T>
-struct ProdSel {
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      using S = std::make_signed_t<T>;
-      return static_cast<T>(WrapProd<S>::apply(static_cast<S>(a), static_cast<S>(b)));
-    } else {
-      return a * b;
-    }
-  }
-};
 
 }  // namespace
 
@@ -250,7 +431,7 @@ void reduce_into(void* dst, const void* src, size_t count, DType dtype, ReduceOp
 
 namespace {
 template <typename T>
-void divide_kernel(T* d, size_t n, size_t k) {
+PSCORE_VECTOR_CLONES void divide_kernel(T* d, size_t n, size_t k) {
   if constexpr (std::is_floating_point_v<T>) {
     T inv = static_cast<T>(1) / static_cast<T>(k);
     for (size_t i = 0; i < n; ++i) d[i] *= inv;
@@ -260,9 +441,22 @@ void divide_kernel(T* d, size_t n, size_t k) {
   }
 }
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void divide_half(uint16_t* d, size_t n, size_t k) {
-  float inv = 1.0f / static_cast<float>(k);
-  for (size_t i = 0; i < n; ++i) d[i] = FromF(ToF(d[i]) * inv);
+void divide_half(uint16_t* d, size_t n, size_t k, DType t) {
+  if (map_avx512(t, d, d, d, n, Scale{1.0f / static_cast<float>(k)})) return;
+  const HalfConversions* c = vector_conversions(t);
+  if (!c) {
+    const float inv = 1.0f / static_cast<float>(k);
+    for (size_t i = 0; i < n; ++i) d[i] = FromF(ToF(d[i]) * inv);
+    return;
+  }
+  constexpr size_t kBlock = 1024;
+  float f[kBlock];
+  for (size_t base = 0; base < n; base += kBlock) {
+    const size_t m = std::min(kBlock, n - base);
+    c->widen(f, d + base, m);
+    divide_kernel(f, m, k);  // times 1/k, as above
+    c->narrow(d + base, f, m);
+  }
 }
 }  // namespace
 
@@ -282,9 +476,11 @@ void divide_by(void* dst, size_t count, DType dtype, size_t divisor) {
     case DType::kInt64:
       return divide_kernel(static_cast<int64_t*>(dst), count, divisor);
     case DType::kFloat16:
-      return divide_half<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), count, divisor);
+      return divide_half<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), count, divisor,
+                                                       dtype);
     case DType::kBFloat16:
-      return divide_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), count, divisor);
+      return divide_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), count, divisor,
+                                                       dtype);
   }
   throw std::invalid_argument("divide_by: unknown dtype");
 }

@@ -285,6 +285,36 @@ TEST(Reduce, HalfTypesFoldAsTheirConversionsSayAtEveryLength) {
   check_half_lengths(DType::kBFloat16);
 }
 
+// An average's division runs through the same vector conversions: any bit pattern, lengths past
+// a block, against widening, multiplying by 1/k and narrowing one element at a time.
+TEST(Reduce, HalfTypesDivideAsTheirConversionsSayAtEveryLength) {
+  for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+    const bool f16 = t == DType::kFloat16;
+    auto widen = [&](uint16_t h) { return f16 ? reference_half_to_float(h) : bf16_to_float(h); };
+    auto narrow = [&](float f) {
+      return f16 ? reference_float_to_half(f) : reference_float_to_bf16(f);
+    };
+    for (size_t k : {size_t{2}, size_t{3}, size_t{7}}) {
+      for (size_t n : {size_t{1}, size_t{8}, size_t{9}, size_t{1031}, size_t{2500}}) {
+        std::vector<uint16_t> x(n + 1);
+        for (size_t i = 0; i < x.size(); ++i)
+          x[i] = static_cast<uint16_t>(((i + 3) * 2654435761u) >> 11);
+        std::vector<uint16_t> out(x);
+        divide_by(out.data() + 1, n, t, k);
+        const float inv = 1.0f / static_cast<float>(k);
+        for (size_t i = 1; i <= n; ++i) {
+          const float want = widen(x[i]) * inv;
+          if (std::isnan(want))
+            ASSERT_TRUE(std::isnan(widen(out[i]))) << i;
+          else
+            ASSERT_EQ(out[i], narrow(want)) << std::hex << x[i] << std::dec << " / " << k;
+        }
+        ASSERT_EQ(out[0], x[0]);  // nothing before the run is touched
+      }
+    }
+  }
+}
+
 TEST(Reduce, VectorClonesAgreeWithElementWiseAtEveryLength) {
   check_vector_lengths<float>(DType::kFloat32);
   check_vector_lengths<double>(DType::kFloat64);
