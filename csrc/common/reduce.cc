@@ -194,30 +194,32 @@ bool has_avx512() {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+template <template <typename> class Op>
+PSCORE_AVX512 __m512 vector_apply(__m512 a, __m512 b);
+// MINPS and MAXPS return their second operand where either is NaN, as OpMin and OpMax do.
+template <>
+PSCORE_AVX512 __m512 vector_apply<SumSel>(__m512 a, __m512 b) {
+  return _mm512_add_ps(a, b);
+}
+template <>
+PSCORE_AVX512 __m512 vector_apply<ProdSel>(__m512 a, __m512 b) {
+  return _mm512_mul_ps(a, b);
+}
+template <>
+PSCORE_AVX512 __m512 vector_apply<OpMin>(__m512 a, __m512 b) {
+  return _mm512_min_ps(b, a);
+}
+template <>
+PSCORE_AVX512 __m512 vector_apply<OpMax>(__m512 a, __m512 b) {
+  return _mm512_max_ps(b, a);
+}
+
 // The functions the AVX-512 kernels map over pairs of elements: on 16 floats, and on one (a
 // run's tail).
 template <template <typename> class Op>
-struct VectorOp;
-// MINPS and MAXPS return their second operand where either is NaN, as OpMin and OpMax do.
-template <>
-struct VectorOp<SumSel> {
-  PSCORE_AVX512 __m512 operator()(__m512 a, __m512 b) const { return _mm512_add_ps(a, b); }
-  float operator()(float a, float b) const { return a + b; }
-};
-template <>
-struct VectorOp<ProdSel> {
-  PSCORE_AVX512 __m512 operator()(__m512 a, __m512 b) const { return _mm512_mul_ps(a, b); }
-  float operator()(float a, float b) const { return a * b; }
-};
-template <>
-struct VectorOp<OpMin> {
-  PSCORE_AVX512 __m512 operator()(__m512 a, __m512 b) const { return _mm512_min_ps(b, a); }
-  float operator()(float a, float b) const { return OpMin<float>::apply(a, b); }
-};
-template <>
-struct VectorOp<OpMax> {
-  PSCORE_AVX512 __m512 operator()(__m512 a, __m512 b) const { return _mm512_max_ps(b, a); }
-  float operator()(float a, float b) const { return OpMax<float>::apply(a, b); }
+struct VectorOp {
+  PSCORE_AVX512 __m512 operator()(__m512 a, __m512 b) const { return vector_apply<Op>(a, b); }
+  float operator()(float a, float b) const { return Op<float>::apply(a, b); }
 };
 // An average's division: the first element times 1/k, as divide_by does for floats.
 struct Scale {

@@ -234,6 +234,13 @@ TEST(SingleCopy, DefaultsFollowTheRingAndTheCores) {
   EXPECT_FALSE(fit.gauged((32 << 10) - 1, Payload::kReducedOneWay));
   EXPECT_FALSE(fit.gauged(4096 - 1, Payload::kReduced));
   EXPECT_FALSE(fit.gauged(4096 - 1, Payload::kReducedInAllReduce));
+  // Payloads between 32 KB and the ring: moved ones and a reduce's one-way ones ask the gauge,
+  // the other reduced ones keep the ring.
+  const SingleCopyBytes fit_mb = defaults.resolved(1 << 20, kFit);
+  EXPECT_TRUE(fit_mb.gauged(64 << 10, Payload::kMoved));
+  EXPECT_TRUE(fit_mb.gauged(64 << 10, Payload::kReducedOneWay));
+  EXPECT_FALSE(fit_mb.gauged(64 << 10, Payload::kReduced));
+  EXPECT_FALSE(fit_mb.gauged(64 << 10, Payload::kReducedInAllReduce));
   const SingleCopyBytes turns = defaults.resolved(1 << 20, kFewTakeTurns);
   EXPECT_EQ(turns.moved, uint64_t{256 << 10});
   EXPECT_EQ(turns.moved_in_all_reduce, uint64_t{512 << 10});
