@@ -339,10 +339,10 @@ void Exchange::fail_timeout() {
                      " moved)");
 }
 
-int64_t Exchange::transfer_poll_us() const {
+size_t Exchange::largest_item() const {
   size_t largest = 0;
   for (const auto& it : items_) largest = std::max(largest, it.nbytes);
-  return std::min(static_cast<int64_t>(largest / kPollBytesPerUs), kMaxTransferPollUs);
+  return largest;
 }
 
 bool Exchange::step_all() {
@@ -361,7 +361,9 @@ void Exchange::run() {
   run_copies(true);
   step_all();  // the sends go out (or start) first
   run_copies(false);
-  if (ctx_.spin_us > 0)
+  const size_t largest = largest_item();
+  const bool polls = largest < transport_.polled_item_limit();
+  if (ctx_.spin_us > 0 && polls)
     for (int i = 0; i < kPollsBeforeClock && pending_ > 0; ++i)
       if (!step_all()) PSCORE_CPU_RELAX();
   if (pending_ == 0) return;
@@ -369,9 +371,11 @@ void Exchange::run() {
   int64_t idle_since = now_us();
   int64_t last_check = idle_since;
   std::vector<WaitItem> waits;
-  const int64_t extra = transfer_poll_us();
-  const int64_t spin_us = ctx_.spin_us ? ctx_.spin_us + extra : 0;
-  const int64_t yield_us = ctx_.yield_us ? ctx_.yield_us + extra : 0;
+  // The windows grow by the largest item's expected transfer time.
+  const int64_t extra =
+      std::min(static_cast<int64_t>(largest / kPollBytesPerUs), kMaxTransferPollUs);
+  const int64_t spin_us = ctx_.spin_us && polls ? ctx_.spin_us + extra : 0;
+  const int64_t yield_us = ctx_.yield_us && polls ? ctx_.yield_us + extra : 0;
   while (pending_ > 0) {
     bool progressed = step_all();
     if (pending_ == 0) break;

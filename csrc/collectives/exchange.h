@@ -113,9 +113,7 @@ class Exchange {
   // What the receiver of a send does with its payload, and whether this rank waits meanwhile.
   Payload payload_of(const Item& send) const;
   void check_header(const Item& it) const;
-  // How much longer than ctx.spin_us / yield_us to poll before sleeping: the largest item's
-  // expected transfer time.
-  int64_t transfer_poll_us() const;
+  size_t largest_item() const;  // in bytes
   // Steps every item once; whether any moved.
   bool step_all();
   // The operation's deadline, armed on first use (never, without one).

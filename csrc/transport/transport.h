@@ -31,6 +31,10 @@ class Transport {
   // Whether each step of an exchange costs system calls and the peer's wake-up (sockets), so
   // that algorithms with fewer steps pay at the same bytes.
   virtual bool costly_steps() const { return false; }
+  // Exchanges moving an item of at least this many bytes sleep whenever they wait instead of
+  // polling first: a socket polled while a large payload trickles in is read and written a few
+  // KB a system call, where a rank that sleeps wakes to hundreds of KB.
+  virtual size_t polled_item_limit() const { return SIZE_MAX; }
   // Whether payloads of nbytes of this kind travel as addresses by their size alone
   // (Channel::single_copy says so where the receiver may read this rank's memory); every rank
   // with the same options answers alike.

@@ -2,8 +2,10 @@
 // world sizes {1,2,3,4,6,7,8}, element counts from 0 up, each allreduce algorithm forced. TCP ranks
 // of odd worlds sleep in epoll, those of even worlds in poll().
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -515,6 +517,45 @@ TEST(CollectivesSignals, SleepingRanksAreWokenBySignals) {
   });
   EXPECT_FALSE(within.expired());
   EXPECT_EQ(g[0]->progress().entered, 500u);
+}
+
+int64_t thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+// Over sockets a rank waiting on a large item sleeps instead of polling first (polled, the
+// payload trickles in a few KB a system call). Rank 1 enters late; rank 0's thread burns about the
+// delay in CPU time while it polls, and little while it sleeps.
+TEST(CollectivesWaiting, LargeItemsOverSocketsSleepWhileSmallOnesPoll) {
+  GroupOptions o;
+  o.timeout_ms = 20000;
+  o.spin_us = 10000000;
+  o.ranks_fit_cores = 1;
+  auto g = make_groups(2, false, o);
+  constexpr int64_t kLateUs = 400000;
+  auto cpu_waiting = [&](size_t nbytes) {
+    std::vector<std::vector<uint8_t>> in(2), out(2 * 2);
+    for (int r = 0; r < 2; ++r) in[r].assign(nbytes, static_cast<uint8_t>(r + 1));
+    for (auto& o : out) o.resize(nbytes);
+    int64_t cpu = 0;
+    in_threads(2, [&](int r) {
+      if (r == 1) std::this_thread::sleep_for(std::chrono::microseconds(kLateUs));
+      const int64_t before = thread_cpu_us();
+      g[r]->allgather(in[r].data(), nbytes, DType::kUInt8,
+                      {out[2 * r].data(), out[2 * r + 1].data()}, false);
+      if (r == 0) cpu = thread_cpu_us() - before;
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(out[2 * r][nbytes - 1], 1);
+      EXPECT_EQ(out[2 * r + 1][nbytes - 1], 2);
+    }
+    return cpu;
+  };
+  EXPECT_GT(cpu_waiting(4096), kLateUs / 4);  // polled (the test can fail)
+  EXPECT_LT(cpu_waiting(TcpTransport::kPolledItemLimit), kLateUs / 8);
+  EXPECT_LT(cpu_waiting(TcpTransport::kPolledItemLimit + 1), kLateUs / 8);
 }
 
 // What the stall inspector reads while a collective waits for a peer that has not entered it.

@@ -32,6 +32,11 @@ struct TcpOptions {
 
 class TcpTransport : public Transport {
  public:
+  // A 64 MB all_gather of 2 ranks over loopback, polling: 13 KB a sendmsg and 50 ms of system
+  // time a call; sleeping: 380 KB, 29 ms and 0.8-0.95x the time. From 2 MB to 32 MB either took
+  // about as long, and polling won below (1 MB: 0.7x).
+  static constexpr size_t kPolledItemLimit = 16 << 20;
+
   // Listens at once (a busy port throws NetworkError; an address other hosts can reach with
   // no token and not `insecure` throws std::invalid_argument); connect() completes the mesh.
   TcpTransport(int rank, int size, TcpOptions options);
@@ -50,6 +55,7 @@ class TcpTransport : public Transport {
   int size() const override { return size_; }
   Channel& channel(int peer, int lane) override;
   bool costly_steps() const override { return true; }
+  size_t polled_item_limit() const override { return kPolledItemLimit; }
   void wait(const std::vector<WaitItem>& items, int timeout_ms, uint32_t token) override;
   void check_peer(int peer) override {}
   void abort(const std::string& reason) override;
