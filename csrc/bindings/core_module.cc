@@ -13,6 +13,7 @@
 #include "bindings/buffer_view_caster.h"
 #include "bindings/enums.h"
 #include "bindings/errors.h"
+#include "bindings/fast_barrier.h"
 #include "bindings/fast_view.h"
 #include "bindings/gil.h"
 #include "bindings/modules.h"
@@ -466,5 +467,6 @@ void bindings::init_core(py::module_& m) {
   bind_progress(m);
   bind_list_checks(m);
   bind_process_group(m);
+  bindings::bind_fast_barrier(m);
   bindings::bind_fast_view(m);
 }

@@ -25,6 +25,7 @@ __all__: list[str] = [
     "check_gather",
     "check_reduce_scatter",
     "check_scatter",
+    "fast_barrier",
     "fast_view",
     "fast_view_torch",
     "install_signal_pipe",
@@ -580,6 +581,11 @@ def check_scatter(
 ) -> None:
     """
     Raises what scatter raises for these (given: the caller passed a list).
+    """
+
+def fast_barrier(group: ProcessGroup) -> collections.abc.Callable[[bool], pscore._C.Work | None]:
+    """
+    group.barrier(async_op) as a function with no dispatcher.
     """
 
 def fast_view(x, writable):

@@ -1,5 +1,7 @@
 """Every collective x dtype x op x world size x size, on real processes, against numpy."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -331,3 +333,35 @@ def test_single_copy_shm_is_exact(world, single_copy_bytes):
         "PSCORE_SHM_SINGLE_COPY_REDUCE_BYTES": single_copy_bytes,
     }
     assert all(run_ranks(single_copy_matrix, world, transport="shm", env=env).values())
+
+
+def barrier_call_path(rank, world):
+    """pscore.barrier goes through _C.fast_barrier, a function with no pybind11 dispatcher."""
+    from pscore import _C
+    from pscore.collectives.group import _world
+
+    g = _world["group"]
+    assert g.core.barrier.__name__ == "barrier" and not hasattr(g.core.barrier, "__func__")
+    with pytest.raises(TypeError, match=r"barrier\(async_op\) takes 1 argument"):
+        g.core.barrier()
+    store = _world["store"]
+    for i in range(50):  # nobody leaves before the last rank has arrived
+        if rank == i % world:
+            time.sleep(0.01)
+            store.set(f"arrived/{i}", b"1")
+        pscore.barrier()
+        assert store.check([f"arrived/{i}"]), f"barrier {i} returned before its last rank came"
+    work = pscore.barrier(async_op=True)
+    assert work.wait() is True and work.is_success()
+    own = _C.fast_barrier(g.native)  # holds the group itself
+    assert own(False) is None
+    if rank == 0:
+        g.native.abort("this test aborts")
+    with pytest.raises(ConnectionError, match=r"broken|left the group") as info:
+        pscore.barrier()  # rank 0's group is broken; the others wait for rank 0, told it left
+    return type(info.value).__name__
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_barrier_waits_for_the_last_rank_and_raises_the_groups_errors(transport):
+    assert set(run_ranks(barrier_call_path, 3, transport=transport).values()) == {"NetworkError"}
