@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-MODULES = ("_C", "_gpu", "_store", "_ps", "_hogwild")
+MODULES = ("_types", "_C", "_gpu", "_store", "_ps", "_hogwild")
 REQUIREMENTS = ("pybind11-stubgen==2.5.5", "ruff==0.17.6")
 ROOT = Path(__file__).resolve().parent.parent
 STUB_DIR = ROOT / "python" / "pscore"

@@ -1,5 +1,5 @@
-// pscore._C (part of pscore._ext): transports (for rendezvous from Python), the ProcessGroup's
-// collectives and the enums the other parts share (bindings/enums.h). Buffers cross as
+// pscore._C (part of pscore._ext): transports (for rendezvous from Python) and the ProcessGroup's
+// collectives; the enums they take are pscore._types' (bindings/enums.h). Buffers cross as
 // pscore.buffer.BufferView (bindings/buffer_view_caster.h); every call that can block releases
 // the GIL.
 #include <pybind11/pybind11.h>
@@ -11,7 +11,6 @@
 
 #include "bindings/buffer_lists.h"
 #include "bindings/buffer_view_caster.h"
-#include "bindings/enums.h"
 #include "bindings/errors.h"
 #include "bindings/fast_barrier.h"
 #include "bindings/fast_view.h"
@@ -461,7 +460,6 @@ void bind_process_group(py::module_& m) {
 
 void bindings::init_core(py::module_& m) {
   m.doc() = "pscore core: transports and collectives";
-  bindings::bind_shared_enums(m);
   bind_transports(m);
   bind_task_work(m);
   bind_progress(m);

@@ -1,7 +1,8 @@
-// The C++ enums that Python names by string (dtypes, reduce ops, optimizer kinds), exported once
-// by pscore._C with upper-case members; Python looks them up by lower-case name
-// (pscore/_enums.py) and keeps no table of their numbers. _ps and _hogwild take and return these
-// same types: they are parts of the same extension module, bound after _C (ext_module.cc).
+// pscore._types: the C++ enums that Python names by string (dtypes, reduce ops, optimizer kinds),
+// exported once with upper-case members; Python looks them up by lower-case name
+// (pscore/_enums.py) and keeps no table of their numbers. _C, _ps and _hogwild take and return
+// these same types: they are parts of the same extension module, bound after _types
+// (ext_module.cc).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -11,8 +12,9 @@
 
 namespace pscore::bindings {
 
-inline void bind_shared_enums(pybind11::module_& m) {
+inline void init_types(pybind11::module_& m) {
   namespace py = pybind11;
+  m.doc() = "pscore core: the enums every part takes";
   py::enum_<DType>(m, "DType", "Element types (csrc/common/dtype.h), by pscore's dtype names.")
       .value("FLOAT16", DType::kFloat16)
       .value("BFLOAT16", DType::kBFloat16)

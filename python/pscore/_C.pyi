@@ -4,17 +4,15 @@ pscore core: transports and collectives
 
 from __future__ import annotations
 import collections.abc
+import pscore._types
 import pscore.buffer
 import typing
 
 __all__: list[str] = [
     "AllgatherAlgorithm",
     "AllreduceAlgorithm",
-    "DType",
     "OpSnapshot",
-    "OptimizerKind",
     "ProcessGroup",
-    "ReduceOp",
     "ReduceScatterAlgorithm",
     "ShmTransport",
     "TcpTransport",
@@ -121,64 +119,9 @@ class AllreduceAlgorithm:
     @property
     def value(self) -> int: ...
 
-class DType:
-    """
-    Element types (csrc/common/dtype.h), by pscore's dtype names.
-
-    Members:
-
-      FLOAT16
-
-      BFLOAT16
-
-      FLOAT32
-
-      FLOAT64
-
-      INT8
-
-      UINT8
-
-      INT32
-
-      INT64
-    """
-
-    BFLOAT16: typing.ClassVar[DType]  # value = <DType.BFLOAT16: 1>
-    FLOAT16: typing.ClassVar[DType]  # value = <DType.FLOAT16: 0>
-    FLOAT32: typing.ClassVar[DType]  # value = <DType.FLOAT32: 2>
-    FLOAT64: typing.ClassVar[DType]  # value = <DType.FLOAT64: 3>
-    INT32: typing.ClassVar[DType]  # value = <DType.INT32: 6>
-    INT64: typing.ClassVar[DType]  # value = <DType.INT64: 7>
-    INT8: typing.ClassVar[DType]  # value = <DType.INT8: 4>
-    UINT8: typing.ClassVar[DType]  # value = <DType.UINT8: 5>
-    __members__: typing.ClassVar[
-        dict[str, DType]
-    ]  # value = {'FLOAT16': <DType.FLOAT16: 0>, 'BFLOAT16': <DType.BFLOAT16: 1>, 'FLOAT32': <DType.FLOAT32: 2>, 'FLOAT64': <DType.FLOAT64: 3>, 'INT8': <DType.INT8: 4>, 'UINT8': <DType.UINT8: 5>, 'INT32': <DType.INT32: 6>, 'INT64': <DType.INT64: 7>}
-    @typing.overload
-    def __eq__(self, other: DType) -> bool: ...
-    @typing.overload
-    def __eq__(self, other: typing.Any) -> bool: ...
-    def __getstate__(self) -> int: ...
-    def __hash__(self) -> int: ...
-    def __index__(self) -> int: ...
-    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None: ...
-    def __int__(self) -> int: ...
-    @typing.overload
-    def __ne__(self, other: DType) -> bool: ...
-    @typing.overload
-    def __ne__(self, other: typing.Any) -> bool: ...
-    def __repr__(self) -> str: ...
-    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None: ...
-    def __str__(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> int: ...
-
 class OpSnapshot:
     @property
-    def dtype(self) -> DType: ...
+    def dtype(self) -> pscore._types.DType: ...
     @property
     def elapsed_us(self) -> int: ...
     @property
@@ -191,52 +134,6 @@ class OpSnapshot:
     def running(self) -> bool: ...
     @property
     def waiting_on(self) -> int: ...
-
-class OptimizerKind:
-    """
-    Optimizers (csrc/common/optimizer_formulas.h), by torch.optim's names.
-
-    Members:
-
-      SGD
-
-      ADAGRAD
-
-      ADAM
-
-      ADAMW
-
-      RMSPROP
-    """
-
-    ADAGRAD: typing.ClassVar[OptimizerKind]  # value = <OptimizerKind.ADAGRAD: 1>
-    ADAM: typing.ClassVar[OptimizerKind]  # value = <OptimizerKind.ADAM: 2>
-    ADAMW: typing.ClassVar[OptimizerKind]  # value = <OptimizerKind.ADAMW: 3>
-    RMSPROP: typing.ClassVar[OptimizerKind]  # value = <OptimizerKind.RMSPROP: 4>
-    SGD: typing.ClassVar[OptimizerKind]  # value = <OptimizerKind.SGD: 0>
-    __members__: typing.ClassVar[
-        dict[str, OptimizerKind]
-    ]  # value = {'SGD': <OptimizerKind.SGD: 0>, 'ADAGRAD': <OptimizerKind.ADAGRAD: 1>, 'ADAM': <OptimizerKind.ADAM: 2>, 'ADAMW': <OptimizerKind.ADAMW: 3>, 'RMSPROP': <OptimizerKind.RMSPROP: 4>}
-    @typing.overload
-    def __eq__(self, other: OptimizerKind) -> bool: ...
-    @typing.overload
-    def __eq__(self, other: typing.Any) -> bool: ...
-    def __getstate__(self) -> int: ...
-    def __hash__(self) -> int: ...
-    def __index__(self) -> int: ...
-    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None: ...
-    def __int__(self) -> int: ...
-    @typing.overload
-    def __ne__(self, other: OptimizerKind) -> bool: ...
-    @typing.overload
-    def __ne__(self, other: typing.Any) -> bool: ...
-    def __repr__(self) -> str: ...
-    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None: ...
-    def __str__(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> int: ...
 
 class ProcessGroup:
     def __init__(
@@ -275,7 +172,7 @@ class ProcessGroup:
         all_gather into one output per rank (a list), rank r's tensor into entry r.
         """
     def allgather_algorithm(
-        self, count: typing.SupportsInt | typing.SupportsIndex, dtype: DType
+        self, count: typing.SupportsInt | typing.SupportsIndex, dtype: pscore._types.DType
     ) -> AllgatherAlgorithm:
         """
         The algorithm an allgather of count elements per rank takes in this group.
@@ -284,9 +181,9 @@ class ProcessGroup:
         """
         all_gather into one output of size() blocks, rank r's input in block r.
         """
-    def allreduce(self, arg0: typing.Any, arg1: ReduceOp, arg2: bool) -> Work: ...
+    def allreduce(self, arg0: typing.Any, arg1: pscore._types.ReduceOp, arg2: bool) -> Work: ...
     def allreduce_algorithm(
-        self, count: typing.SupportsInt | typing.SupportsIndex, dtype: DType
+        self, count: typing.SupportsInt | typing.SupportsIndex, dtype: pscore._types.DType
     ) -> AllreduceAlgorithm:
         """
         The algorithm an allreduce of count elements of dtype takes in this group.
@@ -323,24 +220,28 @@ class ProcessGroup:
     def reduce(
         self,
         arg0: typing.Any,
-        arg1: ReduceOp,
+        arg1: pscore._types.ReduceOp,
         arg2: typing.SupportsInt | typing.SupportsIndex,
         arg3: bool,
     ) -> Work: ...
     def reduce_scatter(
-        self, output: typing.Any, input_list: list | None, op: ReduceOp, async_op: bool
+        self,
+        output: typing.Any,
+        input_list: list | None,
+        op: pscore._types.ReduceOp,
+        async_op: bool,
     ) -> Work:
         """
         reduce_scatter of one input per rank (a list): entry r reduced into rank r's output.
         """
     def reduce_scatter_algorithm(
-        self, count: typing.SupportsInt | typing.SupportsIndex, dtype: DType
+        self, count: typing.SupportsInt | typing.SupportsIndex, dtype: pscore._types.DType
     ) -> ReduceScatterAlgorithm:
         """
         The algorithm a reduce_scatter of count elements per rank takes in this group.
         """
     def reduce_scatter_from(
-        self, input: typing.Any, output: typing.Any, op: ReduceOp, async_op: bool
+        self, input: typing.Any, output: typing.Any, op: pscore._types.ReduceOp, async_op: bool
     ) -> Work:
         """
         reduce_scatter of one input of size() blocks: block r reduced into rank r's output.
@@ -373,61 +274,6 @@ class ProcessGroup:
     def size(self) -> int: ...
     @property
     def transport(self) -> str: ...
-
-class ReduceOp:
-    """
-    Reductions; band, bor and bxor take integer dtypes only.
-
-    Members:
-
-      SUM
-
-      PROD
-
-      MIN
-
-      MAX
-
-      AVG
-
-      BAND
-
-      BOR
-
-      BXOR
-    """
-
-    AVG: typing.ClassVar[ReduceOp]  # value = <ReduceOp.AVG: 4>
-    BAND: typing.ClassVar[ReduceOp]  # value = <ReduceOp.BAND: 5>
-    BOR: typing.ClassVar[ReduceOp]  # value = <ReduceOp.BOR: 6>
-    BXOR: typing.ClassVar[ReduceOp]  # value = <ReduceOp.BXOR: 7>
-    MAX: typing.ClassVar[ReduceOp]  # value = <ReduceOp.MAX: 3>
-    MIN: typing.ClassVar[ReduceOp]  # value = <ReduceOp.MIN: 2>
-    PROD: typing.ClassVar[ReduceOp]  # value = <ReduceOp.PROD: 1>
-    SUM: typing.ClassVar[ReduceOp]  # value = <ReduceOp.SUM: 0>
-    __members__: typing.ClassVar[
-        dict[str, ReduceOp]
-    ]  # value = {'SUM': <ReduceOp.SUM: 0>, 'PROD': <ReduceOp.PROD: 1>, 'MIN': <ReduceOp.MIN: 2>, 'MAX': <ReduceOp.MAX: 3>, 'AVG': <ReduceOp.AVG: 4>, 'BAND': <ReduceOp.BAND: 5>, 'BOR': <ReduceOp.BOR: 6>, 'BXOR': <ReduceOp.BXOR: 7>}
-    @typing.overload
-    def __eq__(self, other: ReduceOp) -> bool: ...
-    @typing.overload
-    def __eq__(self, other: typing.Any) -> bool: ...
-    def __getstate__(self) -> int: ...
-    def __hash__(self) -> int: ...
-    def __index__(self) -> int: ...
-    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None: ...
-    def __int__(self) -> int: ...
-    @typing.overload
-    def __ne__(self, other: ReduceOp) -> bool: ...
-    @typing.overload
-    def __ne__(self, other: typing.Any) -> bool: ...
-    def __repr__(self) -> str: ...
-    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None: ...
-    def __str__(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> int: ...
 
 class ReduceScatterAlgorithm:
     """

@@ -1,7 +1,8 @@
 """pscore: distributed-training communication - collectives over TCP and shared memory,
 rendezvous stores, a parameter server and Hogwild tables."""
 
-# The C++ core first: it makes its parts the modules pscore._C, _gpu, _store, _ps and _hogwild.
+# The C++ core first: it makes its parts the modules pscore._types, _C, _gpu, _store, _ps and
+# _hogwild.
 from . import _ext  # noqa: F401 - loading it registers the parts
 
 # isort: split

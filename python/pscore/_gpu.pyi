@@ -1,6 +1,6 @@
 from __future__ import annotations
 import collections.abc
-import pscore._C
+import pscore._types
 import pscore.buffer
 import typing
 
@@ -46,7 +46,9 @@ class NcclCommunicator:
         input: pscore.buffer.BufferView,
         outputs: collections.abc.Sequence[pscore.buffer.BufferView],
     ) -> NcclWork: ...
-    def allreduce(self, buffer: pscore.buffer.BufferView, op: pscore._C.ReduceOp) -> NcclWork: ...
+    def allreduce(
+        self, buffer: pscore.buffer.BufferView, op: pscore._types.ReduceOp
+    ) -> NcclWork: ...
     def broadcast(
         self, buffer: pscore.buffer.BufferView, root: typing.SupportsInt | typing.SupportsIndex
     ) -> NcclWork: ...
@@ -67,14 +69,14 @@ class NcclCommunicator:
     def reduce(
         self,
         buffer: pscore.buffer.BufferView,
-        op: pscore._C.ReduceOp,
+        op: pscore._types.ReduceOp,
         root: typing.SupportsInt | typing.SupportsIndex,
     ) -> NcclWork: ...
     def reduce_scatter(
         self,
         inputs: collections.abc.Sequence[pscore.buffer.BufferView],
         output: pscore.buffer.BufferView,
-        op: pscore._C.ReduceOp,
+        op: pscore._types.ReduceOp,
     ) -> NcclWork: ...
     def scatter(
         self,

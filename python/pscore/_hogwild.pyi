@@ -5,7 +5,7 @@ pscore Hogwild: shared-memory tables with lock-free update kernels
 from __future__ import annotations
 import collections.abc
 import numpy
-import pscore._C
+import pscore._types
 import pscore.buffer
 import typing
 
@@ -241,7 +241,7 @@ class Table:
     @property
     def dim(self) -> int: ...
     @property
-    def dtype(self) -> pscore._C.DType: ...
+    def dtype(self) -> pscore._types.DType: ...
     @property
     def is_creator(self) -> bool: ...
     @property
@@ -260,7 +260,7 @@ class Table:
     def update_count(self) -> int: ...
 
 class TableSpec:
-    dtype: pscore._C.DType
+    dtype: pscore._types.DType
     optimizer: OptimizerState
     def __init__(self) -> None: ...
     @property

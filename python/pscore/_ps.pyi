@@ -4,7 +4,7 @@ pscore parameter server: C++ server and client
 
 from __future__ import annotations
 import collections.abc
-import pscore._C
+import pscore._types
 import pscore.buffer
 import typing
 
@@ -183,7 +183,7 @@ class InitKind:
 class OptimizerSpec:
     amsgrad: bool
     centered: bool
-    kind: pscore._C.OptimizerKind
+    kind: pscore._types.OptimizerKind
     nesterov: bool
     def __init__(self) -> None: ...
     @property

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _C, cuda_libraries
+from . import _C, _types, cuda_libraries
 from ._enums import by_name
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
 
 # pscore's dtype names and their codes in csrc/common/dtype.h, read from the exported enum: a
 # view carries the plain int, which the binding reads faster than an enum member.
-DTYPE_CODES = {name: int(member) for name, member in by_name(_C.DType).items()}
+DTYPE_CODES = {name: int(member) for name, member in by_name(_types.DType).items()}
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1}
 _ITEMSIZE.update(int32=4, int64=8)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pscore import _C, _hogwild, _ps, buffer
+from pscore import _hogwild, _ps, _types, buffer
 from pscore._enums import by_name, name_of
 from pscore.hogwild.table import STATE_NAMES
 from pscore.ps.tables import CONSISTENCY, INITIALIZERS
@@ -22,11 +22,11 @@ def test_python_names_are_the_exported_enum_members():
         "uint8": 5,
         "int32": 6,
         "int64": 7,
-    }  # fmt: skip; read from _C.DType, in csrc/common/dtype.h's order
-    assert list(by_name(_C.ReduceOp)) == [
+    }  # fmt: skip; read from _types.DType, in csrc/common/dtype.h's order
+    assert list(by_name(_types.ReduceOp)) == [
         "sum", "prod", "min", "max", "avg", "band", "bor", "bxor"
     ]  # fmt: skip
-    assert list(by_name(_C.OptimizerKind)) == ["sgd", "adagrad", "adam", "adamw", "rmsprop"]
+    assert list(by_name(_types.OptimizerKind)) == ["sgd", "adagrad", "adam", "adamw", "rmsprop"]
     assert list(INITIALIZERS) == ["zeros", "uniform", "normal", "constant"]
     assert list(CONSISTENCY) == ["async", "sync", "ssp"]
     assert set(by_name(_hogwild.OptimizerState)) == set(STATE_NAMES)
@@ -35,9 +35,9 @@ def test_python_names_are_the_exported_enum_members():
 
 def test_modules_share_one_enum_type():
     spec = _ps.OptimizerSpec()
-    assert isinstance(spec.kind, _C.OptimizerKind) and spec.kind == _C.OptimizerKind.SGD
-    spec.kind = _C.OptimizerKind.ADAMW
-    assert spec.kind == _C.OptimizerKind.ADAMW
+    assert isinstance(spec.kind, _types.OptimizerKind) and spec.kind == _types.OptimizerKind.SGD
+    spec.kind = _types.OptimizerKind.ADAMW
+    assert spec.kind == _types.OptimizerKind.ADAMW
     with pytest.raises(TypeError):
         spec.kind = 3  # numbers no longer cross
 
@@ -58,7 +58,7 @@ def test_option_structs_start_at_the_cpp_defaults_and_keep_their_fields():
     segment = _hogwild.SegmentOptions()
     assert (segment.populate, segment.wait_ms, segment.ready_timeout_ms) == (True, 0, 30000)
     spec = _hogwild.TableSpec()
-    assert (spec.dtype, spec.optimizer) == (_C.DType.FLOAT32, _hogwild.OptimizerState.NONE)
+    assert (spec.dtype, spec.optimizer) == (_types.DType.FLOAT32, _hogwild.OptimizerState.NONE)
     assert spec.lock_stripes == _hogwild.DEFAULT_LOCK_STRIPES
     table = _ps.TableSpec()
     assert (table.init_kind, table.consistency) == (_ps.InitKind.ZEROS, _ps.Consistency.ASYNC)

@@ -163,7 +163,8 @@ def large_allreduce(rank, world):
     pscore.all_reduce(x)
     want = np.full(n, world * (world + 1) / 2, dtype=np.float32)
     want[::7] = world * (world - 1) / 2
-    algorithm = default_group().native.allreduce_algorithm(n, pscore._C.DType.FLOAT32).name.lower()
+    native, f32 = default_group().native, pscore._types.DType.FLOAT32
+    algorithm = native.allreduce_algorithm(n, f32).name.lower()
     return bool(np.array_equal(x, want)) and (pscore.get_backend(), algorithm)
 
 
@@ -201,7 +202,7 @@ def gathers_and_scatters(rank, world):
     summed = want[rank * n : (rank + 1) * n] * world + world * (world - 1) / 2
     big = want.copy() if rank == 1 else np.zeros_like(want)
     pscore.broadcast(big, src=1)
-    native, f32 = default_group().native, pscore._C.DType.FLOAT32
+    native, f32 = default_group().native, pscore._types.DType.FLOAT32
     return (
         bool(np.array_equal(whole, want))
         and all(np.array_equal(p, want[r * n : (r + 1) * n]) for r, p in enumerate(parts))

@@ -14,7 +14,7 @@ import pytest
 from dist_helpers import run_ranks
 
 import pscore
-from pscore import _C
+from pscore import _C, _types
 from pscore.buffer import view
 
 TIMEOUT = 6.0
@@ -187,9 +187,9 @@ def test_garbage_on_transport_port_is_dropped():
     g0 = _C.ProcessGroup(t0, timeout_ms=5000)
     g1 = _C.ProcessGroup(t1, timeout_ms=5000)
     a, b = np.ones(5, np.float32), np.full(5, 2, np.float32)
-    th = threading.Thread(target=lambda: g1.allreduce(view(b), _C.ReduceOp.SUM, False))
+    th = threading.Thread(target=lambda: g1.allreduce(view(b), _types.ReduceOp.SUM, False))
     th.start()
-    g0.allreduce(view(a), _C.ReduceOp.SUM, False)
+    g0.allreduce(view(a), _types.ReduceOp.SUM, False)
     th.join()
     assert (a == 3).all() and (b == 3).all()
 
@@ -222,4 +222,4 @@ def test_bad_arguments_are_value_errors():
         g.broadcast(view(np.zeros(0, np.float32)), 3, False)
     bad_dtype = view(np.zeros(1, np.float32))._replace(dtype_code=99)
     with pytest.raises(ValueError, match="unknown dtype code 99"):
-        g.allreduce(bad_dtype, _C.ReduceOp.SUM, False)
+        g.allreduce(bad_dtype, _types.ReduceOp.SUM, False)

@@ -105,7 +105,7 @@ def _core_refusals(rank, world):
     calls = [
         lambda: native.allgather_into(three, five, False),
         lambda: native.allgather_into(three, f64, False),
-        lambda: native.reduce_scatter_from(five, three, pscore._C.ReduceOp.SUM, False),
+        lambda: native.reduce_scatter_from(five, three, pscore._types.ReduceOp.SUM, False),
         lambda: native.all_to_all_single(three, three, None, None, False),
         lambda: native.all_to_all_single(three, four, [1, 1], None, False),
         lambda: native.all_to_all_single(three, four, [1, 2], [2, 2, 0], False),
@@ -181,7 +181,7 @@ def _objects_as_passed(rank, world):
     pscore.buffer, whose error names the argument."""
     import torch
 
-    native, total = resolve(None).native, pscore._C.ReduceOp.SUM
+    native, total = resolve(None).native, pscore._types.ReduceOp.SUM
     first = torch.full((2,), float(rank + 1))  # the first tensor this process hands pscore
     native.allreduce(first, total, False)
     array, view = np.full(3, rank + 1, np.int64), device_view(np.full(4, rank + 1.0))
@@ -195,7 +195,7 @@ def _objects_as_passed(rank, world):
         _refusal(lambda: native.allreduce([1.0, 2.0], total, False)),
         _refusal(lambda: native.allgather_into(np.ones(2, np.float32), read_only, False)),
         _refusal(lambda: native.broadcast(torch.ones(4)[::2], 0, False)),
-        _refusal(lambda: native.allreduce(torch.ones(2), pscore._C.ReduceOp.BXOR, False)),
+        _refusal(lambda: native.allreduce(torch.ones(2), pscore._types.ReduceOp.BXOR, False)),
     ]
     return first.tolist(), array.tolist(), view.owner.tolist(), gathered.tolist(), refusals
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from pscore import _C, _hogwild, _ps
+from pscore import _C, _hogwild, _ps, _types
 from pscore.buffer import view
 
 
 def hogwild_table() -> float:
     spec = _hogwild.TableSpec()
     spec.shape = [4, 3]
-    spec.dtype = _C.DType.FLOAT32
+    spec.dtype = _types.DType.FLOAT32
     spec.optimizer = _hogwild.OptimizerState.ADAM
     options = _hogwild.CreateOptions()
     options.segment.lock_timeout_ms = 1000
@@ -38,10 +38,10 @@ def ps_spec() -> list[tuple[int, int, int]]:
     spec = _ps.TableSpec()
     spec.consistency = _ps.Consistency.SSP
     spec.init_kind = _ps.InitKind.NORMAL
-    spec.optimizer.kind = _C.OptimizerKind.ADAM
+    spec.optimizer.kind = _types.OptimizerKind.ADAM
     parts, _loads = _ps.plan_dense_parts(1 << 20, 4, [0, 0])
     return parts
 
 
 def reduce_op(group: _C.ProcessGroup) -> _C.Work:
-    return group.allreduce(view(np.ones(4, np.float32)), _C.ReduceOp.SUM, False)
+    return group.allreduce(view(np.ones(4, np.float32)), _types.ReduceOp.SUM, False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _C
+from .. import _C, _types
 from .._enums import by_name
 from ..buffer import CUDA, BufferView
 from ..buffer import device_view as view
@@ -56,7 +56,7 @@ class ReduceOp:
     BXOR = "bxor"
 
 
-_REDUCE_OPS = by_name(_C.ReduceOp)  # csrc/common/dtype.h
+_REDUCE_OPS = by_name(_types.ReduceOp)  # csrc/common/dtype.h
 
 
 _OPS_SEEN: dict = {}  # op as callers pass it -> (code, name): parsed once per distinct op
@@ -72,7 +72,7 @@ def _parse_op(op: Any) -> tuple:
     return code, name
 
 
-def op_code(op: Any) -> _C.ReduceOp:
+def op_code(op: Any) -> _types.ReduceOp:
     """The core's code for op; the core checks it applies to the buffers' dtype."""
     try:
         return _OPS_SEEN[op][0]
@@ -136,7 +136,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     return _finish(g, b, async_op, g.native.allreduce, b, code, async_op)
 
 
-def all_reduce_blocking(g, tensor, code: _C.ReduceOp) -> None:
+def all_reduce_blocking(g, tensor, code: _types.ReduceOp) -> None:
     """all_reduce on group `g` (resolved, this rank a member, no NCCL) with the core's op code,
     blocking: the torch backend's latency path, which has read both already."""
     try:

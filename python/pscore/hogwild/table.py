@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _C, _hogwild
+from .. import _hogwild, _types
 from .._enums import by_name, name_of
 from ..buffer import is_torch_tensor, view
 
@@ -181,7 +181,7 @@ class SharedTable:
             init_view = view(np.ascontiguousarray(init_arr), writable=False, what="init")
         name = _default_name() if name is None else name
         spec = _hogwild.TableSpec()
-        spec.shape, spec.dtype = list(dims), getattr(_C.DType, dt.upper())
+        spec.shape, spec.dtype = list(dims), getattr(_types.DType, dt.upper())
         spec.optimizer, spec.lock_stripes = OPTIMIZERS[optimizer], lock_stripes
         options = _hogwild.CreateOptions()
         options.segment = _segment_options(populate, lock_timeout)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .. import _C
+from .. import _types
 from .._enums import by_name
 
 __all__ = ["SGD", "Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "fill_spec"]
 
-_KINDS = by_name(_C.OptimizerKind)  # csrc/common/optimizer_formulas.h
+_KINDS = by_name(_types.OptimizerKind)  # csrc/common/optimizer_formulas.h
 
 
 def _check(name: str, value: float, *, low: float = 0.0, below: float | None = None) -> float:
