@@ -527,14 +527,15 @@ int64_t thread_cpu_us() {
 
 // Over sockets a rank waiting on a large item sleeps instead of polling first (polled, the
 // payload trickles in a few KB a system call). Rank 1 enters late; rank 0's thread burns about the
-// delay in CPU time while it polls, and little while it sleeps.
+// delay in CPU time while it polls (at least half of it on a loaded machine), and little while it
+// sleeps (the transfer's own copies: ~50 ms under TSan).
 TEST(CollectivesWaiting, LargeItemsOverSocketsSleepWhileSmallOnesPoll) {
   GroupOptions o;
   o.timeout_ms = 20000;
   o.spin_us = 10000000;
   o.ranks_fit_cores = 1;
   auto g = make_groups(2, false, o);
-  constexpr int64_t kLateUs = 400000;
+  constexpr int64_t kLateUs = 1000000;
   auto cpu_waiting = [&](size_t nbytes) {
     std::vector<std::vector<uint8_t>> in(2), out(2 * 2);
     for (int r = 0; r < 2; ++r) in[r].assign(nbytes, static_cast<uint8_t>(r + 1));
@@ -554,8 +555,8 @@ TEST(CollectivesWaiting, LargeItemsOverSocketsSleepWhileSmallOnesPoll) {
     return cpu;
   };
   EXPECT_GT(cpu_waiting(4096), kLateUs / 4);  // polled (the test can fail)
-  EXPECT_LT(cpu_waiting(TcpTransport::kPolledItemLimit), kLateUs / 8);
-  EXPECT_LT(cpu_waiting(TcpTransport::kPolledItemLimit + 1), kLateUs / 8);
+  EXPECT_LT(cpu_waiting(TcpTransport::kPolledItemLimit), kLateUs / 4);
+  EXPECT_LT(cpu_waiting(TcpTransport::kPolledItemLimit + 1), kLateUs / 4);
 }
 
 // What the stall inspector reads while a collective waits for a peer that has not entered it.

@@ -33,7 +33,7 @@ struct TcpOptions {
 class TcpTransport : public Transport {
  public:
   // A 64 MB all_gather of 2 ranks over loopback, polling: 13 KB a sendmsg and 50 ms of system
-  // time a call; sleeping: 380 KB, 29 ms and 0.8-0.95x the time. From 2 MB to 32 MB either took
+  // time a call; sleeping: 380 KB, 29 ms and 0.65-0.9x the time. From 2 MB to 32 MB either took
   // about as long, and polling won below (1 MB: 0.7x).
   static constexpr size_t kPolledItemLimit = 16 << 20;
 
