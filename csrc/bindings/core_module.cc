@@ -1,5 +1,5 @@
 // pscore._C (part of pscore._ext): transports (for rendezvous from Python) and the ProcessGroup's
-// collectives; the enums they take are pscore._types' (bindings/enums.h). Buffers cross as
+// collectives; the enums they take are pscore._types' (bindings/types_module.cc). Buffers cross as
 // pscore.buffer.BufferView (bindings/buffer_view_caster.h); every call that can block releases
 // the GIL.
 #include <pybind11/pybind11.h>

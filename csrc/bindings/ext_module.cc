@@ -7,7 +7,6 @@
 
 #include <string>
 
-#include "bindings/enums.h"
 #include "bindings/errors.h"
 #include "bindings/modules.h"
 

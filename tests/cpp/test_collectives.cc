@@ -539,7 +539,7 @@ TEST(CollectivesWaiting, LargeItemsOverSocketsSleepWhileSmallOnesPoll) {
   auto cpu_waiting = [&](size_t nbytes) {
     std::vector<std::vector<uint8_t>> in(2), out(2 * 2);
     for (int r = 0; r < 2; ++r) in[r].assign(nbytes, static_cast<uint8_t>(r + 1));
-    for (auto& o : out) o.resize(nbytes);
+    for (auto& buffer : out) buffer.resize(nbytes);
     int64_t cpu = 0;
     in_threads(2, [&](int r) {
       if (r == 1) std::this_thread::sleep_for(std::chrono::microseconds(kLateUs));

@@ -38,13 +38,12 @@ class CoreCalls:
     on a pybind11 object and binding it cost ~40 ns a call, a sixth of a 2-rank barrier. The
     barrier is _C.fast_barrier's function, which skips pybind11's dispatcher (~100 ns)."""
 
-    __slots__ = (
+    _NATIVE = (
         "all_to_all",
         "all_to_all_single",
         "allgather",
         "allgather_into",
         "allreduce",
-        "barrier",
         "broadcast",
         "gather",
         "reduce",
@@ -52,9 +51,10 @@ class CoreCalls:
         "reduce_scatter_from",
         "scatter",
     )
+    __slots__ = (*_NATIVE, "barrier")
 
     def __init__(self, native):
-        for name in self.__slots__:
+        for name in self._NATIVE:
             setattr(self, name, getattr(native, name))
         self.barrier = _C.fast_barrier(native)
 

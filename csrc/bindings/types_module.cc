@@ -1,18 +1,17 @@
-// pscore._types: the C++ enums that Python names by string (dtypes, reduce ops, optimizer kinds),
-// exported once with upper-case members; Python looks them up by lower-case name
-// (pscore/_enums.py) and keeps no table of their numbers. _C, _ps and _hogwild take and return
-// these same types: they are parts of the same extension module, bound after _types
-// (ext_module.cc).
-#pragma once
-
+// pscore._types (part of pscore._ext): the C++ enums that Python names by string (dtypes, reduce
+// ops, optimizer kinds), exported once with upper-case members; Python looks them up by
+// lower-case name (pscore/_enums.py) and keeps no table of their numbers. _C, _ps and _hogwild
+// take and return these same types: they are parts of the same extension module, bound after
+// _types (ext_module.cc).
 #include <pybind11/pybind11.h>
 
+#include "bindings/modules.h"
 #include "common/dtype.h"
 #include "common/optimizer_formulas.h"
 
 namespace pscore::bindings {
 
-inline void init_types(pybind11::module_& m) {
+void init_types(pybind11::module_& m) {
   namespace py = pybind11;
   m.doc() = "pscore core: the enums every part takes";
   py::enum_<DType>(m, "DType", "Element types (csrc/common/dtype.h), by pscore's dtype names.")
