@@ -1,29 +1,25 @@
-// pscore._C (part of pscore._ext): transports (for rendezvous from Python) and the ProcessGroup's
-// collectives; the enums they take are pscore._types' (bindings/types_module.cc). Buffers cross as
-// pscore.buffer.BufferView (bindings/buffer_view_caster.h); every call that can block releases
-// the GIL.
+// pscore._C (part of pscore._ext): transports (for rendezvous from Python) and the ProcessGroup,
+// whose collectives are bindings/group_calls.h's, also bound as _C.fast_calls' functions
+// (bindings/fast_calls.h); the enums they take are pscore._types' (bindings/types_module.cc).
+// Every call that can block releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <optional>
-#include <vector>
 
 #include "bindings/buffer_lists.h"
 #include "bindings/buffer_view_caster.h"
 #include "bindings/errors.h"
-#include "bindings/fast_barrier.h"
+#include "bindings/fast_calls.h"
 #include "bindings/fast_view.h"
 #include "bindings/gil.h"
+#include "bindings/group_calls.h"
 #include "bindings/modules.h"
-#include "bindings/rank_blocks.h"
-#include "bindings/user_buffer.h"
 #include "bindings/work.h"
 #include "collectives/process_group.h"
 #include "common/auth.h"
 #include "common/cores.h"
 #include "common/signal_pipe.h"
-#include "gpu/staging.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -32,97 +28,9 @@ using namespace pscore;
 
 namespace {
 
-using Views = std::vector<BufferView>;
-// The single-buffer collectives take the caller's objects (bindings/user_buffer.h).
-using Tensor = bindings::UserBuffer<bindings::kTensorArg>;
-using Input = bindings::UserBuffer<bindings::kInputArg>;
-using Output = bindings::UserBuffer<bindings::kOutputArg>;
-using ReadTensor = bindings::UserBuffer<bindings::kReadTensorArg>;
-using TensorList = bindings::UserBuffers<bindings::kTensorListArg>;
-using InputList = bindings::UserBuffers<bindings::kInputListArg>;
-using GatherList = bindings::UserBuffers<bindings::kGatherListArg>;
-using ScatterList = bindings::UserBuffers<bindings::kScatterListArg>;
-using OutputTensorList = bindings::UserBuffers<bindings::kOutputTensorListArg>;
-using InputTensorList = bindings::UserBuffers<bindings::kInputTensorListArg>;
 using Gil = bindings::ReleaseGil;
 using PG = ProcessGroup;
-using gpu::Copy;
-
-// Each collective runs on host memory: a CPU tensor's own, or pinned blocks standing for a CUDA
-// tensor's (gpu/staging.h: copied on the caller's stream, the host collective waited for before
-// the copy back, so an async call returns a done Work).
-
-// An in-place collective on b (chunk by chunk when staged).
-template <class Call>
-PG::WorkPtr in_place(PG& g, const BufferView& b, Copy copy, const char* what, Call call) {
-  if (b.on_host()) return call(b.data, b.numel);  // the latency path: nothing more
-  PG::WorkPtr work;
-  gpu::run_in_place(g.staging_pool(), b, copy, what, g.options().timeout_ms,
-                    [&](void* host, size_t count) {
-                      work = call(host, count);
-                      if (work) work->wait();  // the copy back needs the result
-                    });
-  return work;
-}
-
-// A collective on `buffers`: host[i] stands for buffers[i], whose bytes cross as copies[i].
-template <class Call>
-PG::WorkPtr staged(PG& g, const std::vector<const BufferView*>& buffers,
-                   const std::vector<Copy>& copies, const char* what, Call call) {
-  const bool cuda = gpu::on_cuda(buffers, what);
-  PG::WorkPtr work;
-  gpu::run_staged(g.staging_pool(), buffers, copies, what, g.options().timeout_ms,
-                  [&](const std::vector<void*>& host) {
-                    work = call(host);
-                    if (work && cuda) work->wait();  // the copy back needs the result
-                  });
-  return work;
-}
-
-// `head` then `rest` as staged() takes them.
-template <class Call>
-PG::WorkPtr staged(PG& g, std::initializer_list<const BufferView*> head, Copy head_copy,
-                   const Views& rest, Copy rest_copy, const char* what, Call call) {
-  bool host = std::all_of(rest.begin(), rest.end(), [](const auto& v) { return v.on_host(); });
-  for (const BufferView* v : head) host = host && v->on_host();
-  if (host) {  // the latency path: the buffers' own memory
-    std::vector<void*> memory;
-    memory.reserve(head.size() + rest.size());
-    for (const BufferView* v : head) memory.push_back(v->data);
-    for (const auto& v : rest) memory.push_back(v.data);
-    return call(memory);
-  }
-  std::vector<const BufferView*> buffers(head);
-  std::vector<Copy> copies(head.size(), head_copy);
-  for (const auto& v : rest) buffers.push_back(&v), copies.push_back(rest_copy);
-  return staged(g, buffers, copies, what, call);
-}
-
-// A collective on two whole buffers, `in` read and `out` written: call(in_host, out_host).
-template <class Call>
-PG::WorkPtr in_out(PG& g, const BufferView& in, const BufferView& out, const char* what,
-                   Call call) {
-  if (in.on_host() && out.on_host()) return call(in.data, out.data);  // the latency path
-  return staged(g, {&in, &out}, {Copy::kIn, Copy::kOut}, what,
-                [&](const std::vector<void*>& h) { return call(h[0], h[1]); });
-}
-
-std::vector<void*> slice(const std::vector<void*>& host, size_t from, size_t n) {
-  return {host.begin() + static_cast<ptrdiff_t>(from),
-          host.begin() + static_cast<ptrdiff_t>(from + n)};
-}
-
-std::vector<const void*> const_slice(const std::vector<void*>& host, size_t from, size_t n) {
-  return {host.begin() + static_cast<ptrdiff_t>(from),
-          host.begin() + static_cast<ptrdiff_t>(from + n)};
-}
-
-std::vector<size_t> counts(const Views& vs) {
-  std::vector<size_t> out;
-  out.reserve(vs.size());
-  for (const auto& v : vs) out.push_back(v.numel);
-  return out;
-}
+namespace calls = bindings::group_calls;
 
 void bind_transports(py::module_& m) {
   const TcpOptions tcp;  // the keyword defaults below are the C++ structs'
@@ -273,184 +181,38 @@ void bind_process_group(py::module_& m) {
       .def("reduce_scatter_algorithm", &PG::reduce_scatter_algorithm, py::arg("count"),
            py::arg("dtype"),
            "The algorithm a reduce_scatter of count elements per rank takes in this group.")
-      .def(
-          "allreduce",
-          [](PG& g, const Tensor& t, ReduceOp op, bool async) {
-            const BufferView& b = t.view;
-            return in_place(g, b, Copy::kInOut, "all_reduce", [&](void* h, size_t n) {
-              return g.allreduce(h, n, b.dtype, op, async);
-            });
-          },
-          Gil())
-      .def(
-          "broadcast",
-          [](PG& g, const Tensor& t, int root, bool async) {
-            const BufferView& b = t.view;
-            const Copy copy = g.rank() == root ? Copy::kIn : Copy::kOut;
-            return in_place(g, b, copy, "broadcast", [&](void* h, size_t n) {
-              return g.broadcast(h, n, b.dtype, root, async);
-            });
-          },
-          Gil())
-      .def(
-          "reduce",
-          [](PG& g, const Tensor& t, ReduceOp op, int root, bool async) {
-            const BufferView& b = t.view;
-            // Only the root's buffer changes (the other ranks' stay as they were).
-            const Copy copy = g.rank() == root ? Copy::kInOut : Copy::kIn;
-            return in_place(g, b, copy, "reduce", [&](void* h, size_t n) {
-              return g.reduce(h, n, b.dtype, op, root, async);
-            });
-          },
-          Gil())
-      .def(
-          "allgather",
-          [](PG& g, const ReadTensor& tensor, const TensorList& tensor_list, bool async) {
-            const BufferView& in = tensor.view;
-            const Views& outs = tensor_list.views;
-            bindings::check_all_gather(in, outs, g.size());
-            return staged(g, {&in}, Copy::kIn, outs, Copy::kOut, "all_gather", [&](const auto& h) {
-              return g.allgather(h[0], in.numel, in.dtype, slice(h, 1, outs.size()), async);
-            });
-          },
-          py::arg("tensor"), py::arg("tensor_list"), py::arg("async_op"), Gil(),
-          "all_gather into one output per rank (a list), rank r's tensor into entry r.")
-      .def(
-          "reduce_scatter",
-          [](PG& g, const Output& output, const InputList& input_list, ReduceOp op, bool async) {
-            const BufferView& out = output.view;
-            const Views& ins = input_list.views;
-            bindings::check_reduce_scatter(out, ins, g.size());
-            return staged(g, {&out}, Copy::kOut, ins, Copy::kIn, "reduce_scatter",
-                          [&](const auto& h) {
-                            return g.reduce_scatter(const_slice(h, 1, ins.size()), h[0], out.numel,
-                                                    out.dtype, op, async);
-                          });
-          },
-          py::arg("output"), py::arg("input_list"), py::arg("op"), py::arg("async_op"), Gil(),
-          "reduce_scatter of one input per rank (a list): entry r reduced into rank r's output.")
-      .def(
-          "gather",
-          [](PG& g, const ReadTensor& tensor, const GatherList& gather_list, int root, bool async) {
-            const BufferView& in = tensor.view;
-            const Views& outs = gather_list.views;
-            bindings::check_gather(in, outs, gather_list.given, g.rank() == root, g.size());
-            return staged(g, {&in}, Copy::kIn, outs, Copy::kOut, "gather", [&](const auto& h) {
-              return g.gather(h[0], in.numel, in.dtype, slice(h, 1, outs.size()), root, async);
-            });
-          },
-          py::arg("tensor"), py::arg("gather_list"), py::arg("root"), py::arg("async_op"), Gil(),
-          "gather into the root's gather_list (None elsewhere), rank r's tensor into entry r.")
-      .def(
-          "scatter",
-          [](PG& g, const Tensor& tensor, const ScatterList& scatter_list, int root, bool async) {
-            const BufferView& out = tensor.view;
-            const Views& ins = scatter_list.views;
-            bindings::check_scatter(out, ins, scatter_list.given, g.rank() == root, g.size());
-            return staged(g, {&out}, Copy::kOut, ins, Copy::kIn, "scatter", [&](const auto& h) {
-              return g.scatter(const_slice(h, 1, ins.size()), h[0], out.numel, out.dtype, root,
-                               async);
-            });
-          },
-          py::arg("tensor"), py::arg("scatter_list"), py::arg("root"), py::arg("async_op"), Gil(),
-          "scatter of the root's scatter_list (None elsewhere), entry r into rank r's tensor.")
-      .def(
-          "all_to_all",
-          [](PG& g, const OutputTensorList& output_list, const InputTensorList& input_list,
-             bool async) {
-            const Views &ins = input_list.views, &outs = output_list.views;
-            bindings::check_all_to_all(outs, ins, g.size());
-            const DType d = ins.front().dtype;
-            std::vector<const BufferView*> buffers;
-            std::vector<Copy> copies;
-            for (const auto& v : ins) buffers.push_back(&v), copies.push_back(Copy::kIn);
-            for (const auto& v : outs) buffers.push_back(&v), copies.push_back(Copy::kOut);
-            return staged(g, buffers, copies, "all_to_all", [&](const auto& h) {
-              return g.all_to_all(const_slice(h, 0, ins.size()), counts(ins),
-                                  slice(h, ins.size(), outs.size()), counts(outs), d, async);
-            });
-          },
-          py::arg("output_tensor_list"), py::arg("input_tensor_list"), py::arg("async_op"), Gil(),
-          "all_to_all of lists: input entry r to rank r, rank r's into output entry r.")
-      .def(
-          "allgather_into",
-          [](PG& g, const Input& input, const Output& output, bool async) {
-            const BufferView &in = input.view, &out = output.view;
-            const char* op = "all_gather_into_tensor";
-            const auto n = static_cast<size_t>(g.size());
-            bindings::check_same_dtype(out, "output", in, "input", op);
-            bindings::check_stacks(out, "output", in, n, op);
-            return in_out(g, in, out, op, [&](void* h_in, void* h_out) {
-              return g.allgather(h_in, in.numel, in.dtype,
-                                 bindings::equal_blocks(h_out, n, in.nbytes), async);
-            });
-          },
-          py::arg("input"), py::arg("output"), py::arg("async_op"), Gil(),
-          "all_gather into one output of size() blocks, rank r's input in block r.")
-      .def(
-          "reduce_scatter_from",
-          [](PG& g, const Input& input, const Output& output, ReduceOp rop, bool async) {
-            const BufferView &in = input.view, &out = output.view;
-            const char* op = "reduce_scatter_tensor";
-            const auto n = static_cast<size_t>(g.size());
-            bindings::check_same_dtype(in, "input", out, "output", op);
-            bindings::check_stacks(in, "input", out, n, op);
-            return in_out(g, in, out, op, [&](void* h_in, void* h_out) {
-              const void* base = h_in;
-              return g.reduce_scatter(bindings::equal_blocks(base, n, out.nbytes), h_out, out.numel,
-                                      out.dtype, rop, async);
-            });
-          },
-          py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op"), Gil(),
-          "reduce_scatter of one input of size() blocks: block r reduced into rank r's output.")
-      .def(
-          "all_to_all_single",
-          [](PG& g, const Input& input, const Output& output, const bindings::RankCounts& in_counts,
-             const bindings::RankCounts& out_counts, bool async) {
-            const BufferView &in = input.view, &out = output.view;
-            const char* op = "all_to_all_single";
-            const auto n = static_cast<size_t>(g.size());
-            bindings::check_same_dtype(in, "input", out, "output", op);
-            auto sends = bindings::rank_counts(in, "input", in_counts, n, op);
-            auto recvs = bindings::rank_counts(out, "output", out_counts, n, op);
-            return in_out(g, in, out, op, [&](void* h_in, void* h_out) {
-              const size_t item = dtype_size(in.dtype);
-              const void* base = h_in;
-              auto ins = bindings::blocks(base, sends, item);
-              auto outs = bindings::blocks(h_out, recvs, item);
-              return g.all_to_all(std::move(ins), std::move(sends), std::move(outs),
-                                  std::move(recvs), in.dtype, async);  // called once
-            });
-          },
-          py::arg("input"), py::arg("output"), py::arg("input_counts"), py::arg("output_counts"),
-          py::arg("async_op"), Gil(),
-          "all_to_all on one input and one output, split into input_counts / output_counts "
-          "elements per rank (None or empty: size() equal blocks).")
-      .def("barrier", &PG::barrier, py::arg("async_op"), Gil())
-      .def(
-          "send",
-          [](PG& g, const BufferView& b, int dst, uint32_t tag, bool async) {
-            return staged(g, {&b}, Copy::kIn, {}, Copy::kNone, "send", [&](const auto& h) {
-              return g.send(h[0], b.numel, b.dtype, dst, tag, async);
-            });
-          },
-          Gil())
-      .def(
-          "recv",
-          [](PG& g, const BufferView& b, int src, uint32_t tag, bool async) {
-            return staged(g, {&b}, Copy::kOut, {}, Copy::kNone, "recv", [&](const auto& h) {
-              return g.recv(h[0], b.numel, b.dtype, src, tag, async);
-            });
-          },
-          Gil())
-      .def(
-          "recv_any",
-          [](PG& g, const BufferView& b, uint32_t tag, bool async) {
-            return staged(g, {&b}, Copy::kOut, {}, Copy::kNone, "recv", [&](const auto& h) {
-              return g.recv_any(h[0], b.numel, b.dtype, tag, async);
-            });
-          },
-          Gil())
+      .def("allreduce", &calls::allreduce, Gil())
+      .def("broadcast", &calls::broadcast, Gil())
+      .def("reduce", &calls::reduce, Gil())
+      .def("allgather", &calls::allgather, py::arg("tensor"), py::arg("tensor_list"),
+           py::arg("async_op"), Gil(),
+           "all_gather into one output per rank (a list), rank r's tensor into entry r.")
+      .def("reduce_scatter", &calls::reduce_scatter, py::arg("output"), py::arg("input_list"),
+           py::arg("op"), py::arg("async_op"), Gil(),
+           "reduce_scatter of one input per rank (a list): entry r reduced into rank r's output.")
+      .def("gather", &calls::gather, py::arg("tensor"), py::arg("gather_list"), py::arg("root"),
+           py::arg("async_op"), Gil(),
+           "gather into the root's gather_list (None elsewhere), rank r's tensor into entry r.")
+      .def("scatter", &calls::scatter, py::arg("tensor"), py::arg("scatter_list"), py::arg("root"),
+           py::arg("async_op"), Gil(),
+           "scatter of the root's scatter_list (None elsewhere), entry r into rank r's tensor.")
+      .def("all_to_all", &calls::all_to_all, py::arg("output_tensor_list"),
+           py::arg("input_tensor_list"), py::arg("async_op"), Gil(),
+           "all_to_all of lists: input entry r to rank r, rank r's into output entry r.")
+      .def("allgather_into", &calls::allgather_into, py::arg("input"), py::arg("output"),
+           py::arg("async_op"), Gil(),
+           "all_gather into one output of size() blocks, rank r's input in block r.")
+      .def("reduce_scatter_from", &calls::reduce_scatter_from, py::arg("input"), py::arg("output"),
+           py::arg("op"), py::arg("async_op"), Gil(),
+           "reduce_scatter of one input of size() blocks: block r reduced into rank r's output.")
+      .def("all_to_all_single", &calls::all_to_all_single, py::arg("input"), py::arg("output"),
+           py::arg("input_counts"), py::arg("output_counts"), py::arg("async_op"), Gil(),
+           "all_to_all on one input and one output, split into input_counts / output_counts "
+           "elements per rank (None or empty: size() equal blocks).")
+      .def("barrier", &calls::barrier, py::arg("async_op"), Gil())
+      .def("send", &calls::send, Gil())
+      .def("recv", &calls::recv, Gil())
+      .def("recv_any", &calls::recv_any, Gil())
       .def("abort", &PG::abort, Gil())
       .def("broken_reason", &PG::broken_reason)
       .def("progress", &PG::progress);
@@ -465,6 +227,6 @@ void bindings::init_core(py::module_& m) {
   bind_progress(m);
   bind_list_checks(m);
   bind_process_group(m);
-  bindings::bind_fast_barrier(m);
+  bindings::bind_fast_calls(m);
   bindings::bind_fast_view(m);
 }

@@ -23,7 +23,7 @@ __all__: list[str] = [
     "check_gather",
     "check_reduce_scatter",
     "check_scatter",
-    "fast_barrier",
+    "fast_calls",
     "fast_view",
     "fast_view_torch",
     "install_signal_pipe",
@@ -429,9 +429,11 @@ def check_scatter(
     Raises what scatter raises for these (given: the caller passed a list).
     """
 
-def fast_barrier(group: ProcessGroup) -> collections.abc.Callable[[bool], pscore._C.Work | None]:
+def fast_calls(
+    group: ProcessGroup,
+) -> dict[str, collections.abc.Callable[..., pscore._C.Work | None]]:
     """
-    group.barrier(async_op) as a function with no dispatcher.
+    The group's collectives by name, as functions of positional arguments that skip pybind11's dispatcher: each returns None, or the Work of async_op or of a call queued behind other work.
     """
 
 def fast_view(x, writable):

@@ -337,14 +337,17 @@ def test_single_copy_shm_is_exact(world, single_copy_bytes):
 
 
 def barrier_call_path(rank, world):
-    """pscore.barrier goes through _C.fast_barrier, a function with no pybind11 dispatcher."""
+    """pscore.barrier goes through _C.fast_calls' barrier, a function with no pybind11
+    dispatcher, which checks its arguments as the dispatcher would."""
     from pscore import _C
     from pscore.collectives.group import _world
 
     g = _world["group"]
     assert g.core.barrier.__name__ == "barrier" and not hasattr(g.core.barrier, "__func__")
-    with pytest.raises(TypeError, match=r"barrier\(async_op\) takes 1 argument"):
+    with pytest.raises(TypeError, match=r"^barrier\(\) takes 1 positional arguments \(0 given\)"):
         g.core.barrier()
+    with pytest.raises(TypeError, match=r"^broadcast\(\): argument 2 \(str\) is not of a type"):
+        g.core.broadcast(np.ones(2, np.float32), "0", False)
     store = _world["store"]
     for i in range(50):  # nobody leaves before the last rank has arrived
         if rank == i % world:
@@ -354,7 +357,7 @@ def barrier_call_path(rank, world):
         assert store.check([f"arrived/{i}"]), f"barrier {i} returned before its last rank came"
     work = pscore.barrier(async_op=True)
     assert work.wait() is True and work.is_success()
-    own = _C.fast_barrier(g.native)  # holds the group itself
+    own = _C.fast_calls(g.native)["barrier"]  # holds the group itself
     assert own(False) is None
     if rank == 0:
         g.native.abort("this test aborts")

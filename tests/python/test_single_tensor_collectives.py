@@ -189,25 +189,37 @@ def _objects_as_passed(rank, world):
     native.allreduce(view, total, False)
     gathered = torch.zeros((world, 2), dtype=torch.int32)
     native.allgather_into(torch.full((2,), rank, dtype=torch.int32), gathered, False)
-    read_only = np.zeros(2 * world, np.float32)
-    read_only.flags.writeable = False
-    refusals = [
-        _refusal(lambda: native.allreduce([1.0, 2.0], total, False)),
-        _refusal(lambda: native.allgather_into(np.ones(2, np.float32), read_only, False)),
-        _refusal(lambda: native.broadcast(torch.ones(4)[::2], 0, False)),
-        _refusal(lambda: native.allreduce(torch.ones(2), pscore._types.ReduceOp.BXOR, False)),
-    ]
+    # The methods' refusals and _C.fast_calls' functions' (the latency path's).
+    refusals = {"method": _refusals(native, rank), "function": _refusals(resolve(None).core, rank)}
     return first.tolist(), array.tolist(), view.owner.tolist(), gathered.tolist(), refusals
+
+
+def _refusals(calls, rank: int) -> list[str]:
+    """What the group's collectives `calls` raise for buffers they cannot take."""
+    import torch
+
+    read_only = np.zeros(4, np.float32)
+    read_only.flags.writeable = False
+    total, bxor = pscore._types.ReduceOp.SUM, pscore._types.ReduceOp.BXOR
+    return [
+        _refusal(lambda: calls.allreduce([1.0, 2.0], total, False)),
+        _refusal(lambda: calls.allgather_into(np.ones(2, np.float32), read_only, False)),
+        _refusal(lambda: calls.broadcast(torch.ones(4)[::2], 0, False)),
+        _refusal(lambda: calls.allreduce(torch.ones(2), bxor, False)),
+        _refusal(lambda: calls.gather(np.ones(2), [np.ones(2)], rank, False)),
+    ]
 
 
 def test_the_core_views_the_objects_the_caller_passed():
     for first, array, view, gathered, refusals in run_ranks(_objects_as_passed, 2).values():
         assert (first, array, view) == ([3.0, 3.0], [3, 3, 3], [3.0] * 4)
         assert gathered == [[0, 0], [1, 1]]
-        assert refusals == [
+        assert refusals["function"] == refusals["method"], "the latency path refuses otherwise"
+        assert refusals["method"] == [
             "tensor: expected a numpy array or a torch tensor (or a __dlpack__ object), got list",
             "output is read-only; the operation writes its result in place",
             "tensor is not contiguous; call .contiguous() or np.ascontiguousarray first "
             "(strides (2,) elements are not C-contiguous for shape (2,))",
             "reduce op bxor needs an integer dtype, got float32",
+            "gather: the destination needs a gather_list of 2 tensors",
         ]

@@ -34,16 +34,17 @@ _BROKEN = ": the group is broken: "  # how a call on a group broken earlier fail
 
 
 class CoreCalls:
-    """The core group's methods of the latency path (functions.py), bound once: finding a method
-    on a pybind11 object and binding it cost ~40 ns a call, a sixth of a 2-rank barrier. The
-    barrier is _C.fast_barrier's function, which skips pybind11's dispatcher (~100 ns)."""
+    """The core group's collectives for the latency path (functions.py): _C.fast_calls'
+    functions, bound to the group, which skip pybind11's dispatcher (~100-150 ns a call) and take
+    the ProcessGroup methods' arguments, positionally."""
 
-    _NATIVE = (
+    __slots__ = (
         "all_to_all",
         "all_to_all_single",
         "allgather",
         "allgather_into",
         "allreduce",
+        "barrier",
         "broadcast",
         "gather",
         "reduce",
@@ -51,12 +52,11 @@ class CoreCalls:
         "reduce_scatter_from",
         "scatter",
     )
-    __slots__ = (*_NATIVE, "barrier")
 
     def __init__(self, native):
-        for name in self._NATIVE:
-            setattr(self, name, getattr(native, name))
-        self.barrier = _C.fast_barrier(native)
+        calls = _C.fast_calls(native)
+        for name in self.__slots__:
+            setattr(self, name, calls[name])
 
 
 class ProcessGroup:
