@@ -559,6 +559,47 @@ TEST(CollectivesWaiting, LargeItemsOverSocketsSleepWhileSmallOnesPoll) {
   EXPECT_LT(cpu_waiting(TcpTransport::kPolledItemLimit + 1), kLateUs / 4);
 }
 
+// Over TCP a receiver reads ahead of its message whatever has arrived behind it (the next
+// operations' messages, queued by a sender that runs ahead): each still reaches its own operation
+// whole, moved or folded, next to messages larger than the read-ahead.
+TEST(CollectivesTcp, AReceiverBehindItsSendersTakesEachQueuedMessageWhole) {
+  constexpr int kWorld = 3;
+  constexpr int kRounds = 40;
+  const std::vector<size_t> sizes = {1, 4, 1000, 4096, 3 * 4096 + 4, 16384, 40000, 200000};
+  GroupOptions o;
+  o.timeout_ms = 20000;
+  auto g = make_groups(kWorld, false, o);
+  auto value = [](int round, size_t size_index, int rank, size_t i) {
+    return static_cast<int32_t>(round * 7919 + size_index * 131 + rank * 17 + i % 1000);
+  };
+  in_threads(kWorld, [&](int r) {
+    // The receivers start late, so the senders' messages queue in their sockets.
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (int round = 0; round < kRounds; ++round) {
+      for (size_t s = 0; s < sizes.size(); ++s) {
+        const size_t n = sizes[s];
+        std::vector<int32_t> mine(n), sum(n);
+        for (size_t i = 0; i < n; ++i) mine[i] = value(round, s, r, i);
+        std::vector<std::vector<int32_t>> gathered(kWorld, std::vector<int32_t>(n, -1));
+        std::vector<void*> outs;
+        for (auto& v : gathered) outs.push_back(v.data());
+        g[r]->gather(mine.data(), n, DType::kInt32, r == 0 ? outs : std::vector<void*>{}, 0, false);
+        sum = mine;
+        g[r]->reduce(sum.data(), n, DType::kInt32, ReduceOp::kSum, 0, false);
+        if (r != 0) continue;
+        for (size_t i = 0; i < n; ++i) {
+          int64_t expected = 0;
+          for (int p = 0; p < kWorld; ++p) {
+            ASSERT_EQ(gathered[p][i], value(round, s, p, i)) << "gather from " << p << " at " << i;
+            expected += value(round, s, p, i);
+          }
+          ASSERT_EQ(sum[i], static_cast<int32_t>(expected)) << "reduce at " << i;
+        }
+      }
+    }
+  });
+}
+
 // What the stall inspector reads while a collective waits for a peer that has not entered it.
 TEST(CollectivesProgress, NamesTheRunningCollectiveAndThePeerItWaitsOn) {
   GroupOptions o;

@@ -1,6 +1,7 @@
-// TcpChannel's reads: a header read takes the rest of a small message in the same recv and hands
-// it to the next reads, never a byte of the message behind it; a rest that arrives later is read
-// from the socket, and elements split across recvs reach a consumer whole.
+// TcpChannel's reads: a header read takes the rest of a small message, and whatever arrived behind
+// it, in the same recv and hands them to the next reads; a rest that arrives later is read from
+// the socket, a peek completes a header carried in part, and elements split across recvs reach a
+// consumer whole.
 #include <gtest/gtest.h>
 #include <sys/ioctl.h>
 
@@ -72,7 +73,7 @@ std::string read_all(TcpChannel& ch, size_t n) {
   return got;
 }
 
-TEST(TcpChannel, AHeaderReadTakesTheRestOfItsMessageOnly) {
+TEST(TcpChannel, AHeaderReadTakesTheMessagesBehindItsOwn) {
   Loopback l = loopback();
   const std::string first = std::string(kHeader, 'A') + std::string(100, 'a');
   const std::string second = std::string(kHeader, 'B') + std::string(100, 'b');
@@ -82,11 +83,39 @@ TEST(TcpChannel, AHeaderReadTakesTheRestOfItsMessageOnly) {
   char header[kHeader];
   ASSERT_EQ(l.channel->read_header(header, kHeader, 100), kHeader);
   EXPECT_EQ(std::string(header, kHeader), std::string(kHeader, 'A'));
-  EXPECT_EQ(in_socket(*l.channel), second.size());  // the first message's rest came along
+  EXPECT_EQ(in_socket(*l.channel), 0u);  // both messages came along in one recv
   EXPECT_EQ(read_all(*l.channel, 100), std::string(100, 'a'));
   ASSERT_EQ(l.channel->read_header(header, kHeader, 100), kHeader);
   EXPECT_EQ(std::string(header, kHeader), std::string(kHeader, 'B'));
   EXPECT_EQ(read_all(*l.channel, 100), std::string(100, 'b'));
+
+  // With nothing carried, the next header is read from the socket again.
+  send(l, std::string(kHeader, 'C') + std::string(10, 'c'));
+  await_arrival(*l.channel, kHeader + 10);
+  ASSERT_EQ(l.channel->read_header(header, kHeader, 10), kHeader);
+  EXPECT_EQ(std::string(header, kHeader), std::string(kHeader, 'C'));
+  EXPECT_EQ(read_all(*l.channel, 10), std::string(10, 'c'));
+}
+
+TEST(TcpChannel, APeekCompletesAHeaderCarriedInPart) {
+  Loopback l = loopback();
+  send(l, std::string(kHeader, 'A') + std::string(100, 'a') + std::string(kHeader / 2, 'B'));
+  await_arrival(*l.channel, kHeader + 100 + kHeader / 2);
+  char header[kHeader];
+  ASSERT_EQ(l.channel->read_header(header, kHeader, 100), kHeader);
+  EXPECT_EQ(read_all(*l.channel, 100), std::string(100, 'a'));
+
+  char peeked[kHeader];
+  EXPECT_EQ(l.channel->peek(peeked, kHeader), kHeader / 2);  // half a header so far
+  send(l, std::string(kHeader - kHeader / 2, 'B') + std::string(20, 'b'));
+  const Deadline d(5000);
+  while (l.channel->peek(peeked, kHeader) < kHeader) ASSERT_FALSE(d.expired());
+  EXPECT_EQ(std::string(peeked, kHeader), std::string(kHeader, 'B'));
+  EXPECT_EQ(l.channel->peek(peeked, kHeader), kHeader);  // a peek takes nothing away
+
+  ASSERT_EQ(l.channel->read_header(header, kHeader, 20), kHeader);
+  EXPECT_EQ(std::string(header, kHeader), std::string(kHeader, 'B'));
+  EXPECT_EQ(read_all(*l.channel, 20), std::string(20, 'b'));
 }
 
 TEST(TcpChannel, ARestThatArrivesLaterIsReadFromTheSocket) {

@@ -26,7 +26,8 @@ class TcpChannel : public Channel {
   Socket rx_;
   std::string peer_name_;
   // Bytes read ahead of the reader: for a consume-sink, a partial element; behind a header read
-  // with its message, the rest of the message. carried_ of them, from staging_[carried_at_].
+  // with its message, the rest of the message and what arrived behind it (the next messages);
+  // for a peek, a header. carried_ of them, from staging_[carried_at_].
   std::vector<char> staging_;
   size_t carried_ = 0;
   size_t carried_at_ = 0;
