@@ -77,11 +77,7 @@ size_t TcpChannel::write_some(const void* a, size_t na, const void* b, size_t nb
 size_t TcpChannel::peek(void* dst, size_t n) {
   if (carried_ == 0) return recv_available(rx_.fd(), dst, n, MSG_PEEK, peer_name_);
   // MSG_PEEK cannot look past the staged bytes: stage more behind them while they fall short.
-  if (carried_ < n) {
-    std::memmove(staging_.data(), carried(), carried_);
-    carried_at_ = 0;
-    carried_ += recv_available(rx_.fd(), staging_.data() + carried_, n - carried_, 0, peer_name_);
-  }
+  if (carried_ < n) stage_behind_carried(n);
   const size_t k = std::min(n, carried_);
   std::memcpy(dst, carried(), k);
   return k;
@@ -97,6 +93,17 @@ size_t TcpChannel::read_header(void* header, size_t header_bytes, size_t rest_by
   carried_ = k - taken;
   carried_at_ = taken;
   return taken;
+}
+
+// Moves the carried bytes to the staging's start and receives behind them until `upto` bytes are
+// carried at most; returns how many it received.
+size_t TcpChannel::stage_behind_carried(size_t upto) {
+  if (carried_at_ > 0) std::memmove(staging_.data(), carried(), carried_);
+  carried_at_ = 0;
+  const size_t k =
+      recv_available(rx_.fd(), staging_.data() + carried_, upto - carried_, 0, peer_name_);
+  carried_ += k;
+  return k;
 }
 
 // Hands n of the carried bytes to the sink; the rest stay carried.
@@ -119,12 +126,7 @@ size_t TcpChannel::read_some(size_t max, size_t granule, const Sink& sink) {
   if (sink.direct) return recv_available(rx_.fd(), sink.direct, max, 0, peer_name_);
   // Consumers take whole elements: stage behind the partial one, hand over the aligned part,
   // carry the remainder.
-  if (carried_at_ > 0) std::memmove(staging_.data(), carried(), carried_);
-  carried_at_ = 0;
-  const size_t want = std::min(max, staging_.size()) - carried_;
-  const size_t k = recv_available(rx_.fd(), staging_.data() + carried_, want, 0, peer_name_);
-  if (k == 0) return 0;
-  carried_ += k;
+  if (stage_behind_carried(std::min(max, staging_.size())) == 0) return 0;
   const size_t aligned = std::min(carried_, max) & ~(granule - 1);
   if (aligned) hand_over(aligned, sink);
   // The carried bytes are owed to the caller; they count once they are handed over.

@@ -32,6 +32,7 @@ class TcpChannel : public Channel {
   size_t carried_ = 0;
   size_t carried_at_ = 0;
   char* carried() { return staging_.data() + carried_at_; }
+  size_t stage_behind_carried(size_t upto);
   void hand_over(size_t n, const Sink& sink);
 };
 
